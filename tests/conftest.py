@@ -1,0 +1,187 @@
+"""Test harness: where the servers are, and per-test isolation on a shared stack.
+
+`ROUTER_STACK` chooses the servers:
+  local     (default) the project's own stack (ops/stack.sh: Kafka from Maven Central jars,
+            Redis from Debian), started once per session, reused if it already answers;
+  docker    docker-compose.yml through pytest-docker;
+  external  addresses from ROUTER_KAFKA__BOOTSTRAP_SERVERS and ROUTER_REDIS__URL.
+
+Every test isolates itself: topics get unique names, Redis keys a unique prefix, consumer
+groups unique IDs, so tests can run against a stack that other things also use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.helpers import unique, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+STACK_SCRIPT = ROOT / "ops" / "stack.sh"
+
+_quiet = logging.getLogger("tests.quiet-librdkafka")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+@dataclass(frozen=True)
+class Stack:
+    kafka_bootstrap: str
+    redis_url: str
+
+
+def kafka_answers(bootstrap: str, timeout: float = 3.0) -> bool:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
+    try:
+        admin.list_topics(timeout=timeout)
+    except Exception:
+        return False
+    return True
+
+
+def redis_answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _local_stack() -> Iterator[Stack]:
+    env = dict(os.environ)
+    out = subprocess.run(
+        [str(STACK_SCRIPT), "env"], check=True, capture_output=True, text=True, env=env
+    ).stdout
+    addresses = dict(line.split("=", 1) for line in out.split())
+    stack = Stack(addresses["ROUTER_KAFKA__BOOTSTRAP_SERVERS"], addresses["ROUTER_REDIS__URL"])
+    started = False
+    if not (kafka_answers(stack.kafka_bootstrap) and redis_answers(stack.redis_url)):
+        proc = subprocess.run(
+            [str(STACK_SCRIPT), "up"], capture_output=True, text=True, env=env, check=False
+        )
+        if proc.returncode != 0:
+            pytest.exit(f"could not start the local stack:\n{proc.stdout}\n{proc.stderr}", 3)
+        started = True
+    yield stack
+    if started and not os.environ.get("ROUTER_KEEP_STACK"):
+        subprocess.run([str(STACK_SCRIPT), "down"], check=False, capture_output=True)
+
+
+def _external_stack() -> Iterator[Stack]:
+    try:
+        stack = Stack(
+            os.environ["ROUTER_KAFKA__BOOTSTRAP_SERVERS"], os.environ["ROUTER_REDIS__URL"]
+        )
+    except KeyError as missing:
+        pytest.exit(f"ROUTER_STACK=external needs {missing.args[0]} to be set", 3)
+    yield stack
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file() -> str:
+    return str(ROOT / "docker-compose.yml")
+
+
+def _docker_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    services = request.getfixturevalue("docker_services")
+    host = request.getfixturevalue("docker_ip")
+    stack = Stack(
+        f"{host}:{services.port_for('kafka', 9092)}",
+        f"redis://{host}:{services.port_for('redis', 6379)}/0",
+    )
+    services.wait_until_responsive(
+        check=lambda: kafka_answers(stack.kafka_bootstrap) and redis_answers(stack.redis_url),
+        timeout=120.0,
+        pause=0.5,
+    )
+    yield stack
+
+
+@pytest.fixture(scope="session")
+def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    mode = os.environ.get("ROUTER_STACK", "local")
+    if mode == "local":
+        yield from _local_stack()
+    elif mode == "external":
+        yield from _external_stack()
+    elif mode == "docker":
+        yield from _docker_stack(request)
+    else:
+        pytest.exit(f"ROUTER_STACK must be local, docker or external, not {mode!r}", 3)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(stack: Stack) -> str:
+    return stack.kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def redis_url(stack: Stack) -> str:
+    return stack.redis_url
+
+
+@pytest.fixture(scope="session")
+def admin(kafka_bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+TopicFactory = Callable[..., str]
+
+
+@pytest.fixture
+def new_topic(admin: AdminClient) -> Iterator[TopicFactory]:
+    """Create uniquely named topics for one test; deleted afterwards."""
+    created: list[str] = []
+
+    def make(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = unique(prefix)
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
+        )
+        futures[name].result(timeout=30)
+        created.append(name)
+
+        def visible() -> bool:
+            meta = admin.list_topics(name, timeout=5).topics.get(name)
+            return bool(meta and meta.error is None and len(meta.partitions) == partitions)
+
+        wait_until(visible, 30, f"topic {name} in metadata")
+        return name
+
+    yield make
+    if created:
+        for future in admin.delete_topics(created, operation_timeout=30).values():
+            try:
+                future.result(timeout=30)
+            except Exception as exc:  # leave no test failing on clean-up; say so
+                logging.getLogger(__name__).warning("could not delete test topic: %s", exc)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
+    """A unique key prefix for one test; its keys are removed afterwards."""
+    prefix = unique("test")
+    yield prefix
+    keys = list(redis_client.scan_iter(match=f"*{prefix}*", count=1000))
+    if keys:
+        redis_client.unlink(*keys)
+
+
+@pytest.fixture
+def group_id() -> str:
+    return unique("group")
