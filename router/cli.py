@@ -2,15 +2,233 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
 import click
+from confluent_kafka.admin import AdminClient
 
 from router import __version__
+from router.clients import admin_config, redis_client
+from router.config import RouterSettings, load_settings
+from router.metrics import read_all
+from router.side import side_spec, table_for
+from router.sweeper import Sweeper
+from router.topics import ensure_topics, plan
+from router.unit import FatalUnitError, TransferUnit
+
+log = logging.getLogger("router.cli")
+
+
+class _Stoppable(Protocol):
+    def request_stop(self) -> None: ...
+    def run(self) -> int: ...
+
+
+def _settings(ctx: click.Context) -> RouterSettings:
+    settings: RouterSettings = ctx.obj["settings"]
+    return settings
+
+
+def _run_until_signalled(process: _Stoppable) -> None:
+    """SIGTERM/SIGINT: finish the current batch, commit, leave the group, exit 0."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        log.info("received %s: stopping after the current batch", signal.Signals(signum).name)
+        process.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    sys.exit(process.run())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="router")
-def cli() -> None:
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="ROUTER_CONFIG",
+    help="TOML configuration file (env: ROUTER_CONFIG). ROUTER_* variables override it.",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    envvar="ROUTER_LOG_LEVEL",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@click.pass_context
+def cli(ctx: click.Context, config_file: Path | None, log_level: str) -> None:
     """Order-guaranteeing routing layer on Kafka."""
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s [%(process)d] %(message)s",
+    )
+    try:
+        ctx.obj = {"settings": load_settings(config_file)}
+    except Exception as exc:  # a configuration error is the user's to fix: say what
+        raise click.ClickException(f"invalid configuration: {exc}") from exc
+
+
+# ---------------------------------------------------------------------- roles
+
+
+@cli.command("send-unit")
+@click.pass_context
+def send_unit(ctx: click.Context) -> None:
+    """Run a send-side transfer unit (consumes the send queues)."""
+    _run_unit(_settings(ctx), "send")
+
+
+@cli.command("receive-unit")
+@click.pass_context
+def receive_unit(ctx: click.Context) -> None:
+    """Run a receive-side transfer unit (consumes the transfer topic)."""
+    _run_unit(_settings(ctx), "receive")
+
+
+def _run_unit(settings: RouterSettings, side: str) -> None:
+
+    unit = TransferUnit(settings, side_spec(settings, side))  # type: ignore[arg-type]
+    try:
+        _run_until_signalled(unit)
+    except FatalUnitError as exc:
+        log.critical("%s", exc)
+        sys.exit(2)
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="Run one sweep round and exit.")
+@click.pass_context
+def sweeper(ctx: click.Context, once: bool) -> None:
+    """Run the sweeper: remove idle entries, publish abandoned-group events."""
+
+    s = Sweeper(_settings(ctx))
+    if once:
+        report = s.run_once()
+        click.echo(json.dumps(report.__dict__))
+        return
+    _run_until_signalled(s)
+
+
+# ---------------------------------------------------------------------- topics
+
+
+@cli.group()
+def topics() -> None:
+    """Kafka topics of the topology."""
+
+
+@topics.command("create")
+@click.pass_context
+def topics_create(ctx: click.Context) -> None:
+    """Create the topics the topology needs (idempotent)."""
+
+    settings = _settings(ctx)
+    report = ensure_topics(settings, AdminClient(admin_config(settings.kafka)))
+    for name in report.created:
+        click.echo(f"created  {name}")
+    for name in report.grown:
+        click.echo(f"grown    {name}")
+    for name in sorted(set(report.existing) - set(report.grown)):
+        click.echo(f"exists   {name}")
+    for warning in report.warnings:
+        click.echo(f"warning  {warning}", err=True)
+
+
+@topics.command("plan")
+@click.pass_context
+def topics_plan(ctx: click.Context) -> None:
+    """Show the topics the topology needs, without touching Kafka."""
+
+    for spec in plan(_settings(ctx)):
+        click.echo(f"{spec.name:40} {spec.partitions:4} partitions  {spec.role}")
+
+
+# ---------------------------------------------------------------------- tables
+
+
+@cli.group()
+def table() -> None:
+    """Inspect and steer the management tables in Redis."""
+
+
+_SIDE = click.option(
+    "--side", type=click.Choice(["send", "receive"]), required=True, help="Which table."
+)
+
+
+@table.command("show")
+@_SIDE
+@click.option("--limit", default=50, show_default=True, help="At most this many entries.")
+@click.pass_context
+def table_show(ctx: click.Context, side: str, limit: int) -> None:
+    """Entries (guarantee ID -> destination, update time, TTL), loads and counters."""
+
+    settings = _settings(ctx)
+    t = table_for(settings, side, redis_client(settings.redis))  # type: ignore[arg-type]
+    now = t.now_ms()
+    entries = t.entries()
+    click.echo(f"{side} table of topology {settings.topology.name!r}: {len(entries)} open groups")
+    click.echo(f"{'guarantee ID':32} {'destination':24} {'idle s':>8} {'ttl s':>8}  state")
+    for gid, e in sorted(entries.items(), key=lambda kv: kv[1].updated_ms)[:limit]:
+        state = "closing" if e.closing else "open"
+        click.echo(
+            f"{gid[:32]:32} {e.dest[:24]:24} {(now - e.updated_ms) / 1000:8.1f} "
+            f"{e.ttl_ms / 1000:8.1f}  {state}"
+        )
+    click.echo("load (open groups per destination): " + json.dumps(t.loads(), sort_keys=True))
+    inflight = sorted({dest for dest, _ in t.inflight()})
+    click.echo("ordinary messages in flight to: " + (", ".join(inflight) or "-"))
+    click.echo("counters: " + json.dumps(t.stats(), sort_keys=True))
+
+
+@table.command("release")
+@_SIDE
+@click.argument("guarantee_id")
+@click.option("--yes", is_flag=True, help="Really remove the entry.")
+@click.pass_context
+def table_release(ctx: click.Context, side: str, guarantee_id: str, yes: bool) -> None:
+    """Remove one entry by hand (its destination becomes free; later messages of the
+    group start a new assignment)."""
+
+    settings = _settings(ctx)
+    t = table_for(settings, side, redis_client(settings.redis))  # type: ignore[arg-type]
+    entry = t.entry(guarantee_id)
+    if entry is None:
+        raise click.ClickException(f"no entry for {guarantee_id!r} in the {side} table")
+    if not yes:
+        raise click.ClickException(f"{guarantee_id!r} -> {entry.dest}; add --yes to remove it")
+    click.echo(f"released: {t.release([(guarantee_id, '*')])}")
+
+
+# ---------------------------------------------------------------------- observing
+
+
+@cli.command()
+@click.pass_context
+def metrics(ctx: click.Context) -> None:
+    """Counters of every live unit and sweeper of the topology, as JSON."""
+
+    settings = _settings(ctx)
+    data = read_all(redis_client(settings.redis), settings.redis.key_prefix, settings.topology.name)
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+@cli.group("config")
+def config_group() -> None:
+    """The effective configuration."""
+
+
+@config_group.command("show")
+@click.pass_context
+def config_show(ctx: click.Context) -> None:
+    """Print the effective settings (secrets masked) as JSON."""
+    click.echo(_settings(ctx).model_dump_json(indent=2))
 
 
 def main() -> None:

@@ -1,0 +1,95 @@
+"""librdkafka and Redis client configuration, built from the settings (never from globals)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from router.config import KafkaSettings, RedisSettings, RouterSettings
+
+# librdkafka's own log lines, routed through Python logging.
+LIBRDKAFKA_LOGGER = logging.getLogger("router.librdkafka")
+
+
+def instance_id() -> str:
+    """This process, as logs and metrics name it."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def consumer_config(kafka: KafkaSettings, group_id: str, client_id: str) -> dict[str, Any]:
+    """A unit's consumer: manual offsets (they travel in the transaction), committed reads."""
+    config: dict[str, Any] = {
+        **kafka.common(),
+        "group.id": group_id,
+        "client.id": client_id,
+        "group.protocol": kafka.group_protocol,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "queued.max.messages.kbytes": 32768,
+        "logger": LIBRDKAFKA_LOGGER,
+    }
+    if kafka.group_protocol == "classic":
+        config["partition.assignment.strategy"] = "cooperative-sticky"
+        config["session.timeout.ms"] = 10_000
+        config["heartbeat.interval.ms"] = 1_000
+    return config
+
+
+def transactional_producer_config(
+    kafka: KafkaSettings, transactional_id: str, client_id: str
+) -> dict[str, Any]:
+    return {
+        **kafka.common(),
+        "client.id": client_id,
+        "transactional.id": transactional_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": kafka.linger_ms,
+        "compression.type": kafka.compression_type,
+        "transaction.timeout.ms": kafka.transaction_timeout_ms,
+        # Dead letters carry a whole record plus metadata: room for twice the limit.
+        "message.max.bytes": 2 * kafka.max_message_bytes + 65_536,
+        "logger": LIBRDKAFKA_LOGGER,
+    }
+
+
+def idempotent_producer_config(kafka: KafkaSettings, client_id: str) -> dict[str, Any]:
+    return {
+        **kafka.common(),
+        "client.id": client_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": kafka.linger_ms,
+        "compression.type": kafka.compression_type,
+        "logger": LIBRDKAFKA_LOGGER,
+    }
+
+
+def admin_config(kafka: KafkaSettings) -> dict[str, Any]:
+    return {**kafka.common(), "logger": LIBRDKAFKA_LOGGER}
+
+
+def transactional_id(settings: RouterSettings, role: str) -> str:
+    """Unique per process: since KIP-447 the consumer group's generation fences zombies."""
+    return f"{settings.topology.name}.{role}.{instance_id()}.{uuid.uuid4().hex[:8]}"
+
+
+def redis_client(settings: RedisSettings) -> redis.Redis:
+    """A Redis client that fails fast: the units decide themselves when to retry."""
+    return redis.Redis.from_url(
+        settings.url,
+        password=settings.password.get_secret_value() if settings.password else None,
+        socket_timeout=settings.socket_timeout_s,
+        socket_connect_timeout=settings.socket_timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=30,
+    )

@@ -1,0 +1,231 @@
+"""Configuration: one frozen, typed settings object, built once at the entry point.
+
+Sources, highest precedence first: keyword arguments, environment variables
+(`ROUTER_` prefix, `__` between levels, e.g. `ROUTER_KAFKA__BOOTSTRAP_SERVERS`), then a
+TOML file (`--config` / `ROUTER_CONFIG`). Nothing here reads the environment at import
+time. Secrets are `SecretStr`: printing the settings never shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Section):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    # Extra librdkafka properties for every client (security.protocol, ssl.ca.location,
+    # sasl.mechanism, sasl.username, ...). Secrets go in the SecretStr fields below.
+    client_config: dict[str, str] = Field(default_factory=dict)
+    sasl_password: SecretStr | None = None
+    ssl_key_password: SecretStr | None = None
+    # Consumer group protocol of the units: "consumer" (KIP-848) or "classic".
+    group_protocol: Literal["consumer", "classic"] = "consumer"
+    # A killed unit's open transaction blocks read_committed readers of its partitions
+    # until the broker aborts it, so keep this short.
+    transaction_timeout_ms: int = Field(10_000, ge=1_000)
+    linger_ms: int = Field(5, ge=0)
+    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
+    # Topic creation ("router topics create").
+    replication_factor: int = Field(1, ge=1)
+    min_insync_replicas: int = Field(1, ge=1)
+    max_message_bytes: int = Field(1_048_576, ge=1024)
+
+    def common(self) -> dict[str, str | int]:
+        """librdkafka properties shared by every client, secrets included."""
+        config: dict[str, str | int] = {"bootstrap.servers": self.bootstrap_servers}
+        config.update(self.client_config)
+        if self.sasl_password is not None:
+            config["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_key_password is not None:
+            config["ssl.key.password"] = self.ssl_key_password.get_secret_value()
+        return config
+
+
+class RedisSettings(_Section):
+    url: str = "redis://127.0.0.1:6379/0"
+    password: SecretStr | None = None
+    key_prefix: str = "router"
+    socket_timeout_s: float = Field(2.0, gt=0)
+
+
+class TopologySettings(_Section):
+    """Which topics are send queues, transfer units and receive queues.
+
+    Empty lists and names are derived from `name`: `<name>.send.<i>`, `<name>.transfer`,
+    `<name>.recv.<i>`, `<name>.events`, `<name>.dlq`.
+    """
+
+    name: str = "router"
+    send_queues: list[str] = Field(default_factory=list)
+    send_queue_count: int = Field(2, ge=1)
+    send_queue_partitions: int = Field(3, ge=1)
+    # Each receive-side transfer unit is one partition of the transfer topic.
+    receive_units: int = Field(3, ge=1)
+    receive_queues: list[str] = Field(default_factory=list)
+    receive_queue_count: int = Field(3, ge=1)
+    transfer_topic: str = ""
+    events_topic: str = ""
+    dead_letter_topic: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_topic_safe(cls, value: str) -> str:
+        if not _TOPIC.match(value):
+            raise ValueError("topology name may only use letters, digits, '.', '_' and '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _derive_names(self) -> TopologySettings:
+        derived: dict[str, Any] = {}
+        if not self.send_queues:
+            derived["send_queues"] = [
+                f"{self.name}.send.{i}" for i in range(1, self.send_queue_count + 1)
+            ]
+        if not self.receive_queues:
+            derived["receive_queues"] = [
+                f"{self.name}.recv.{i}" for i in range(1, self.receive_queue_count + 1)
+            ]
+        for field, suffix in (
+            ("transfer_topic", "transfer"),
+            ("events_topic", "events"),
+            ("dead_letter_topic", "dlq"),
+        ):
+            if not getattr(self, field):
+                derived[field] = f"{self.name}.{suffix}"
+        for key, value in derived.items():
+            object.__setattr__(self, key, value)
+        names = [
+            *self.send_queues,
+            *self.receive_queues,
+            self.transfer_topic,
+            self.events_topic,
+            self.dead_letter_topic,
+        ]
+        bad = [n for n in names if not _TOPIC.match(n)]
+        if bad:
+            raise ValueError(f"invalid Kafka topic names: {bad}")
+        if len(set(names)) != len(names):
+            raise ValueError("send queues, receive queues and router topics must all differ")
+        return self
+
+    @property
+    def send_group(self) -> str:
+        """Consumer group of the send-side units (over the send queues)."""
+        return f"{self.name}.send-units"
+
+    @property
+    def receive_group(self) -> str:
+        """Consumer group of the receive-side units (over the transfer topic)."""
+        return f"{self.name}.receive-units"
+
+
+class RoutingSettings(_Section):
+    # What a new group or an ordinary message gets when every destination is in charge of
+    # an open group: "share" the least-loaded one (order kept, interleaving allowed), or
+    # "hold" the message (and its source partition) until a destination frees, for at
+    # most hold_timeout_ms, after which it is shared. See docs/routing.md.
+    busy_policy: Literal["share", "hold"] = "share"
+    hold_timeout_ms: int = Field(10_000, ge=0)
+    hold_retry_ms: int = Field(100, ge=10)
+    # Entry deletion time (TTL): an entry idle this long is swept as abandoned.
+    default_ttl_ms: int = Field(300_000, ge=1)
+    # TTL by message type (header "message-type"); a type not listed is bad input.
+    ttl_by_type: dict[str, int] = Field(default_factory=dict)
+    # Bounds for the per-message TTL header ("guarantee-ttl-ms").
+    min_ttl_ms: int = Field(1_000, ge=1)
+    max_ttl_ms: int = Field(7 * 24 * 3600 * 1000, ge=1)
+    max_guarantee_id_bytes: int = Field(256, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _ttls_in_bounds(self) -> RoutingSettings:
+        if self.min_ttl_ms > self.max_ttl_ms:
+            raise ValueError("min_ttl_ms must not exceed max_ttl_ms")
+        for kind, ttl in {"(default)": self.default_ttl_ms, **self.ttl_by_type}.items():
+            if not self.min_ttl_ms <= ttl <= self.max_ttl_ms:
+                raise ValueError(f"TTL of message type {kind} ({ttl} ms) is outside the bounds")
+        return self
+
+
+class UnitSettings(_Section):
+    batch_size: int = Field(500, ge=1, le=100_000)
+    # How long a unit waits for the first message of a batch; the rest of a batch is
+    # whatever has already been fetched.
+    poll_timeout_ms: int = Field(100, ge=1)
+    # Back-off while Redis or the broker is unreachable.
+    backoff_initial_ms: int = Field(200, ge=1)
+    backoff_max_ms: int = Field(5_000, ge=1)
+    metrics_interval_ms: int = Field(1_000, ge=100)
+
+
+class SweeperSettings(_Section):
+    interval_ms: int = Field(1_000, ge=10)
+    batch: int = Field(1_000, ge=1)
+    # A final message whose entry is still "closing" this long after it was routed had its
+    # release interrupted; the sweeper releases it once its transaction is committed.
+    closing_grace_ms: int = Field(5_000, ge=0)
+
+
+class RouterSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ROUTER_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    topology: TopologySettings = Field(default_factory=TopologySettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    unit: UnitSettings = Field(default_factory=UnitSettings)
+    sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_file = settings_cls.model_config.get("toml_file")
+        if toml_file:
+            sources.append(TomlConfigSettingsSource(settings_cls))
+        return tuple(sources)
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> RouterSettings:
+    """Build the settings once: overrides > environment > TOML file > defaults.
+
+    `config_file` defaults to the ROUTER_CONFIG environment variable, if set.
+    """
+    path = config_file or os.environ.get("ROUTER_CONFIG")
+    if not path:
+        return RouterSettings(**overrides)
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"configuration file not found: {file}")
+
+    class _FromFile(RouterSettings):
+        model_config = SettingsConfigDict(**{**RouterSettings.model_config, "toml_file": file})
+
+    return _FromFile(**overrides)

@@ -1,0 +1,73 @@
+"""The router's own events, as Avro records (schemas in `schemas/router/`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from router import schemas
+from router.contract import BadInput
+from router.routing import Swept
+
+ABANDONED_GROUP = "router.events.AbandonedGroup"
+DEAD_LETTER = "router.events.DeadLetter"
+
+SIDES = {"send": "SEND", "receive": "RECEIVE"}
+
+
+def abandoned_group(swept: Swept, side: str, topology: str) -> bytes:
+    e = swept.entry
+    return schemas.encode(
+        ABANDONED_GROUP,
+        {
+            "guarantee_id": swept.guarantee_id,
+            "side": SIDES[side],
+            "topology": topology,
+            "destination": e.dest,
+            "opened_at": e.opened_ms,
+            "last_update_at": e.updated_ms,
+            "ttl_ms": e.ttl_ms,
+            "swept_at": swept.swept_ms,
+            "final_routed": bool(e.closing),
+        },
+    )
+
+
+def dead_letter(
+    error: BadInput,
+    *,
+    side: str,
+    unit: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int | None,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    now_ms: int,
+    max_value_bytes: int,
+) -> bytes:
+    """A dead-letter record: the original message, where it came from, and why."""
+    size = len(value) if value is not None else 0
+    truncated: int | None = None
+    if value is not None and size > max_value_bytes:
+        value = value[:max_value_bytes]
+        truncated = max_value_bytes
+    record: dict[str, Any] = {
+        "reason_code": error.code,
+        "reason": error.detail,
+        "side": SIDES[side],
+        "unit": unit,
+        "source_topic": topic,
+        "source_partition": partition,
+        "source_offset": offset,
+        "source_timestamp": timestamp_ms,
+        "key": key,
+        "value": value,
+        "value_size": size,
+        "value_truncated_to": truncated,
+        "headers": [{"key": k, "value": v} for k, v in (headers or [])],
+        "dead_lettered_at": now_ms,
+    }
+    return schemas.encode(DEAD_LETTER, record)

@@ -1,0 +1,183 @@
+-- Route one batch atomically: the rules of router/routing.py (the reference model).
+--
+-- KEYS: 1 entries (hash gid -> "dest|opened|updated|ttl|closing")
+--       2 deadlines (zset gid -> updated + ttl)   3 load (hash dest -> open groups)
+--       4 cursor (string)   5 closing (zset gid -> time marked)   6 stats (hash)
+--       7 inflight (zset "dest|batch" -> lease expiry): ordinary messages not yet committed
+-- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold'
+--       3 batch ID   4 lease ms   5 n destinations, then n destination names
+--       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
+--       's' force share), TTL ms, token (source position), lane (source partition)
+-- Returns: {shared, held, created, decision_1, ..., decision_m}; a decision is a
+--          destination name, '!h' (held) or '!s' (skipped: its lane is held).
+local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local hold = ARGV[2] == 'hold'
+local batch = ARGV[3]
+local lease = tonumber(ARGV[4])
+local ndest = tonumber(ARGV[5])
+local dests = {}
+local load = {}
+for i = 1, ndest do
+  dests[i] = ARGV[5 + i]
+  load[dests[i]] = 0
+end
+local raw = redis.call('HGETALL', K_LOAD)
+for i = 1, #raw, 2 do load[raw[i]] = tonumber(raw[i + 1]) end
+local load0 = {}
+for d, l in pairs(load) do load0[d] = l end
+local cursor = tonumber(redis.call('GET', K_CURSOR) or '0') % ndest
+local cursor0 = cursor
+
+local base = 5 + ndest
+
+local function num(x) return string.format('%.0f', x) end
+
+-- Destinations with ordinary messages of another batch in flight are not clean.
+redis.call('ZREMRANGEBYSCORE', K_INFLIGHT, '-inf', num(now))
+local fenced = {}
+for _, member in ipairs(redis.call('ZRANGE', K_INFLIGHT, 0, -1)) do
+  local d, b = string.match(member, '^([^|]*)|(.*)$')
+  if b ~= batch then fenced[d] = true end
+end
+local nmsg = (#ARGV - base) / 5
+
+-- Fetch every known entry of the batch in one pass.
+local cache = {}
+local want = {}
+for m = 0, nmsg - 1 do
+  local gid = ARGV[base + m * 5 + 1]
+  if gid ~= '' and cache[gid] == nil then
+    cache[gid] = false
+    want[#want + 1] = gid
+  end
+end
+for s = 1, #want, 1000 do
+  local chunk = {}
+  for j = s, math.min(s + 999, #want) do chunk[#chunk + 1] = want[j] end
+  local vals = redis.call('HMGET', K_ENTRIES, unpack(chunk))
+  for j = 1, #chunk do
+    local v = vals[j]
+    if v then
+      local d, o, u, t, c = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+      cache[chunk[j]] = { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c }
+    end
+  end
+end
+
+-- The first cheapest destination at or after the cursor: cost is (load, fenced) for a
+-- new group, load alone for an ordinary message. Returns its 0-based index and busy.
+local function choose(use_fence)
+  local cost = {}
+  local best = nil
+  for i = 1, ndest do
+    local c = load[dests[i]] * 2
+    if use_fence and fenced[dests[i]] then c = c + 1 end
+    cost[i] = c
+    if best == nil or c < best then best = c end
+  end
+  for k = 0, ndest - 1 do
+    local i = (cursor + k) % ndest
+    if cost[i + 1] == best then return i, best ~= 0 end
+  end
+end
+
+local out = { 0, 0, 0 }
+local held_lanes = {}
+local batch_dest = nil
+local marks = {}
+local dirty = {}
+local ndirty = 0
+for m = 0, nmsg - 1 do
+  local b = base + m * 5
+  local gid, flags, ttl, token, lane = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local decision
+  if held_lanes[lane] then
+    decision = '!s'
+  else
+    local final = string.find(flags, 'f', 1, true) ~= nil
+    local e = false
+    if gid ~= '' then e = cache[gid] end
+    if e then
+      decision = e.dest
+      e.updated = num(now)
+      e.ttl = ttl
+      if final then e.closing = token elseif e.closing ~= '' then e.closing = '' end
+      if not dirty[gid] then dirty[gid] = true; ndirty = ndirty + 1 end
+    elseif gid == '' and batch_dest ~= nil and load[batch_dest] == 0 then
+      decision = batch_dest
+    else
+      local i, busy = choose(gid ~= '')
+      if busy and hold and string.find(flags, 's', 1, true) == nil then
+        out[2] = out[2] + 1
+        held_lanes[lane] = true
+        decision = '!h'
+      else
+        if busy then out[1] = out[1] + 1 end
+        decision = dests[i + 1]
+        cursor = (i + 1) % ndest
+        if gid == '' then
+          batch_dest = decision
+          marks[#marks + 1] = num(now + lease)
+          marks[#marks + 1] = decision .. '|' .. batch
+        else
+          local c = ''
+          if final then c = token end
+          cache[gid] = { dest = decision, opened = num(now), updated = num(now), ttl = ttl,
+                         closing = c, closing0 = '' }
+          load[decision] = load[decision] + 1
+          out[3] = out[3] + 1
+          if not dirty[gid] then dirty[gid] = true; ndirty = ndirty + 1 end
+        end
+      end
+    end
+  end
+  out[#out + 1] = decision
+end
+
+-- Write back what changed, in chunks (unpack has a stack limit).
+local hset, zadd, cadd, crem = {}, {}, {}, {}
+local function flush(cmd, key, args, force)
+  if #args > 0 and (force or #args >= 2000) then
+    redis.call(cmd, key, unpack(args))
+    for k in pairs(args) do args[k] = nil end
+  end
+end
+for gid in pairs(dirty) do
+  local e = cache[gid]
+  hset[#hset + 1] = gid
+  hset[#hset + 1] = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|' .. e.closing
+  zadd[#zadd + 1] = num(tonumber(e.updated) + tonumber(e.ttl))
+  zadd[#zadd + 1] = gid
+  if e.closing ~= '' and e.closing ~= e.closing0 then
+    cadd[#cadd + 1] = num(now)
+    cadd[#cadd + 1] = gid
+  elseif e.closing == '' and e.closing0 ~= '' then
+    crem[#crem + 1] = gid
+  end
+  flush('HSET', K_ENTRIES, hset, false)
+  flush('ZADD', K_DEADLINES, zadd, false)
+  flush('ZADD', K_CLOSING, cadd, false)
+  flush('ZREM', K_CLOSING, crem, false)
+end
+flush('HSET', K_ENTRIES, hset, true)
+flush('ZADD', K_DEADLINES, zadd, true)
+flush('ZADD', K_CLOSING, cadd, true)
+flush('ZREM', K_CLOSING, crem, true)
+
+for d, l in pairs(load) do
+  if l ~= load0[d] then redis.call('HSET', K_LOAD, d, l) end
+end
+if cursor ~= cursor0 then redis.call('SET', K_CURSOR, cursor) end
+if #marks > 0 then redis.call('ZADD', K_INFLIGHT, unpack(marks)) end
+redis.call('HINCRBY', K_STATS, 'messages', nmsg)
+if out[1] > 0 then redis.call('HINCRBY', K_STATS, 'shared', out[1]) end
+if out[2] > 0 then redis.call('HINCRBY', K_STATS, 'held', out[2]) end
+if out[3] > 0 then redis.call('HINCRBY', K_STATS, 'created', out[3]) end
+return out

@@ -1,0 +1,32 @@
+-- Remove entries idle past their entry deletion time (the patent's deletion process).
+--
+-- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 outbox (list)  6 stats
+-- ARGV: 1 now in ms, or '' for the Redis server clock   2 at most this many entries
+-- Each removed entry is appended to the outbox as "entry|swept_at|gid" so that the
+-- sweeper publishes an abandoned-group event for it even if it dies right after this.
+-- Returns: {now, gid_1, entry_1, gid_2, entry_2, ...}
+local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_OUTBOX, K_STATS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local snow = string.format('%.0f', now)
+local out = { snow }
+local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. snow, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, gid in ipairs(ids) do
+  local v = redis.call('HGET', K_ENTRIES, gid)
+  redis.call('ZREM', K_DEADLINES, gid)
+  if v then
+    local d = string.match(v, '^([^|]*)|')
+    redis.call('HDEL', K_ENTRIES, gid)
+    redis.call('ZREM', K_CLOSING, gid)
+    if redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then redis.call('HDEL', K_LOAD, d) end
+    redis.call('RPUSH', K_OUTBOX, v .. '|' .. snow .. '|' .. gid)
+    out[#out + 1] = gid
+    out[#out + 1] = v
+  end
+end
+if #ids > 0 then redis.call('HINCRBY', K_STATS, 'swept', (#out - 1) / 2) end
+return out

@@ -1,0 +1,63 @@
+"""Avro schemas from `schemas/` (fastavro): load by name, encode, decode.
+
+Records are written schemaless (no container, no registry) with the writer schema's full
+name in the `schema` header of every event, so any consumer can pick the `.avsc` from
+`schemas/`. A wheel carries the schemas as `router/_schemas`; a source tree reads them
+from the repository's `schemas/` folder.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+SCHEMA_HEADER = "schema"
+
+
+def schema_dir() -> Path:
+    packaged = Path(__file__).with_name("_schemas")
+    if packaged.is_dir():
+        return packaged
+    source = Path(__file__).resolve().parent.parent / "schemas"
+    if source.is_dir():
+        return source
+    raise FileNotFoundError("Avro schemas not found (expected router/_schemas or ./schemas)")
+
+
+@cache
+def _index() -> dict[str, Path]:
+    """Full schema name (namespace.name) -> file."""
+    index: dict[str, Path] = {}
+    for path in sorted(schema_dir().rglob("*.avsc")):
+        raw = fastavro.schema.load_schema(str(path), _write_hint=False)
+        name = raw["name"] if "." in raw["name"] else f"{raw.get('namespace', '')}.{raw['name']}"
+        index[name.lstrip(".")] = path
+    return index
+
+
+@cache
+def load(name: str) -> Any:
+    """The parsed schema with this full name, e.g. `router.events.DeadLetter`."""
+    try:
+        path = _index()[name]
+    except KeyError:
+        raise KeyError(f"no Avro schema named {name!r} in {schema_dir()}") from None
+    return fastavro.schema.load_schema(str(path))
+
+
+def names() -> list[str]:
+    return sorted(_index())
+
+
+def encode(name: str, record: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, load(name), record)
+    return buffer.getvalue()
+
+
+def decode(name: str, data: bytes) -> Any:
+    return fastavro.schemaless_reader(io.BytesIO(data), load(name), None)

@@ -1,0 +1,212 @@
+"""A management table in Redis: the rules of `router.routing`, applied atomically.
+
+One table per side (send side: guarantee ID -> transfer partition; receive side:
+guarantee ID -> receive queue), shared by every unit of that side. Every change is one
+Lua script (`router/lua/*.lua`), so concurrent units never assign one group twice.
+All keys of a table share one Redis Cluster hash slot: `<prefix>:{<topology>:<side>}:*`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+import redis
+
+from router.routing import Entry, Policy, RouteRequest, RouteResult, Swept
+
+Side = Literal["send", "receive"]
+
+
+def _script(name: str) -> str:
+    return resources.files("router").joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+def _decode_entry(raw: bytes | str) -> Entry:
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    dest, opened, updated, ttl, closing = text.split("|", 4)
+    return Entry(dest, int(opened), int(updated), int(ttl), closing)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+@dataclass(frozen=True, slots=True)
+class TableKeys:
+    entries: str
+    deadlines: str
+    load: str
+    cursor: str
+    closing: str
+    outbox: str
+    stats: str
+    inflight: str
+
+    @classmethod
+    def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:
+        base = f"{prefix}:{{{topology}:{side}}}"
+        return cls(*(f"{base}:{name}" for name in cls.__dataclass_fields__))
+
+    def all(self) -> list[str]:
+        return [getattr(self, name) for name in self.__dataclass_fields__]
+
+
+class ManagementTable:
+    """The Redis-backed table of one side. Every method is one round trip."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: TableKeys,
+        destinations: Sequence[str],
+        policy: Policy = "share",
+        lease_ms: int = 15_000,
+    ) -> None:
+        if not destinations:
+            raise ValueError("a management table needs at least one destination")
+        if any(not d or d.startswith("!") or "|" in d for d in destinations):
+            raise ValueError(f"invalid destination names: {list(destinations)}")
+        self.client = client
+        # redis-py types sync and async results as one union; this client is synchronous.
+        self._r: Any = client
+        self.keys = keys
+        self.destinations = list(destinations)
+        self.policy: Policy = policy
+        self.lease_ms = lease_ms
+        self._route = client.register_script(_script("route"))
+        self._settle = client.register_script(_script("settle"))
+        self._sweep = client.register_script(_script("sweep"))
+        self._route_keys = [
+            keys.entries,
+            keys.deadlines,
+            keys.load,
+            keys.cursor,
+            keys.closing,
+            keys.stats,
+            keys.inflight,
+        ]
+        self._settle_keys = [
+            keys.entries,
+            keys.deadlines,
+            keys.load,
+            keys.closing,
+            keys.stats,
+            keys.inflight,
+        ]
+        self._dests = [len(self.destinations), *self.destinations]
+
+    # ------------------------------------------------------------------ routing
+
+    def route(
+        self, requests: Sequence[RouteRequest], now_ms: int | None = None, batch: str = "batch"
+    ) -> RouteResult:
+        """Decide a destination for every request of a batch (one round trip)."""
+        args = self.head_args(batch, now_ms)
+        for r in requests:
+            flags = ("f" if r.final else "") + ("s" if r.force_share else "")
+            args += (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
+        return self.route_raw(args, len(requests))
+
+    def route_raw(self, args: list[Any], count: int) -> RouteResult:
+        """`route` with the arguments already flattened (the units' hot path)."""
+        if count == 0:
+            return RouteResult([], 0, 0, 0)
+        out = self._route(keys=self._route_keys, args=args)
+        return RouteResult([_text(d) for d in out[3:]], int(out[0]), int(out[1]), int(out[2]))
+
+    def head_args(self, batch: str, now_ms: int | None = None) -> list[Any]:
+        """The leading arguments of `route_raw`; append 5 values per message."""
+        return ["" if now_ms is None else now_ms, self.policy, batch, self.lease_ms, *self._dests]
+
+    def settle(
+        self, batch: str, dests: Iterable[str], finals: Iterable[tuple[str, str]] = ()
+    ) -> int:
+        """After a batch's Kafka commit: end its in-flight leases on `dests` (where it sent
+        ordinary messages) and release the groups whose final (gid, token) it committed."""
+        dest_list = list(dests)
+        args: list[str | int] = [batch, len(dest_list), *dest_list]
+        for gid, token in finals:
+            args += (gid, token)
+        return int(self._settle(keys=self._settle_keys, args=args))
+
+    def release(self, finals: Iterable[tuple[str, str]]) -> int:
+        """Remove the entries of groups whose final message (gid, token) is committed."""
+        return self.settle("", (), finals)
+
+    def inflight(self) -> dict[tuple[str, str], int]:
+        """(destination, batch) -> lease expiry of batches not yet settled."""
+        out = {}
+        for member, score in self._r.zrange(self.keys.inflight, 0, -1, withscores=True):
+            dest, batch = _text(member).split("|", 1)
+            out[(dest, batch)] = int(score)
+        return out
+
+    def sweep(self, limit: int, now_ms: int | None = None) -> list[Swept]:
+        """Remove up to `limit` entries idle past their TTL; each also goes to the outbox."""
+        k = self.keys
+        out = self._sweep(
+            keys=[k.entries, k.deadlines, k.load, k.closing, k.outbox, k.stats],
+            args=["" if now_ms is None else now_ms, limit],
+        )
+        now = int(out[0])
+        return [Swept(_text(out[i]), _decode_entry(out[i + 1]), now) for i in range(1, len(out), 2)]
+
+    # ------------------------------------------------------------------ outbox
+
+    def outbox(self, limit: int) -> list[Swept]:
+        """The oldest swept entries whose abandoned-group events are not yet published."""
+        swept = []
+        for raw in self._r.lrange(self.keys.outbox, 0, limit - 1):
+            dest, opened, updated, ttl, closing, at, gid = _text(raw).split("|", 6)
+            swept.append(
+                Swept(gid, Entry(dest, int(opened), int(updated), int(ttl), closing), int(at))
+            )
+        return swept
+
+    def ack_outbox(self, count: int) -> None:
+        """Drop the first `count` outbox items (their events are published)."""
+        if count > 0:
+            self._r.ltrim(self.keys.outbox, count, -1)
+
+    # ------------------------------------------------------------------ reading
+
+    def closing_since(self, older_than_ms: int) -> list[tuple[str, str]]:
+        """(gid, token) of entries marked closing at or before `older_than_ms`."""
+        gids = [_text(g) for g in self._r.zrangebyscore(self.keys.closing, "-inf", older_than_ms)]
+        if not gids:
+            return []
+        raws = self._r.hmget(self.keys.entries, gids)
+        return [
+            (gid, _decode_entry(raw).closing)
+            for gid, raw in zip(gids, raws, strict=True)
+            if raw is not None and _decode_entry(raw).closing
+        ]
+
+    def entries(self) -> dict[str, Entry]:
+        return {_text(g): _decode_entry(v) for g, v in self._r.hgetall(self.keys.entries).items()}
+
+    def entry(self, gid: str) -> Entry | None:
+        raw = self._r.hget(self.keys.entries, gid)
+        return None if raw is None else _decode_entry(raw)
+
+    def loads(self) -> dict[str, int]:
+        return {_text(d): int(n) for d, n in self._r.hgetall(self.keys.load).items()}
+
+    def cursor(self) -> int:
+        raw = self._r.get(self.keys.cursor)
+        return 0 if raw is None else int(raw)
+
+    def stats(self) -> dict[str, int]:
+        return {_text(k): int(v) for k, v in self._r.hgetall(self.keys.stats).items()}
+
+    def now_ms(self) -> int:
+        """The Redis server clock, which the scripts use."""
+        seconds, micros = self._r.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def drop(self) -> None:
+        """Delete the whole table (operators: `router table drop`; tests)."""
+        self._r.delete(*self.keys.all())

@@ -1,0 +1,100 @@
+"""`router topics create`: create what the topology needs, idempotently."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from router.config import RouterSettings
+
+log = logging.getLogger("router.topics")
+
+HEADROOM = 65_536  # room for headers and record overhead above kafka.max_message_bytes
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+    role: str
+    may_grow: bool = False  # partitions may be added without breaking a guarantee
+
+
+@dataclass
+class TopicReport:
+    created: list[str] = field(default_factory=list)
+    grown: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan(settings: RouterSettings) -> list[TopicSpec]:
+    t, k = settings.topology, settings.kafka
+    base = {
+        "min.insync.replicas": str(k.min_insync_replicas),
+        "max.message.bytes": str(k.max_message_bytes + HEADROOM),
+        "message.timestamp.type": "CreateTime",
+    }
+    dead = {**base, "max.message.bytes": str(2 * k.max_message_bytes + HEADROOM)}
+    specs = [TopicSpec(q, t.send_queue_partitions, base, "send queue") for q in t.send_queues]
+    # One partition per receive-side transfer unit; adding units adds partitions safely
+    # because the send side addresses partitions explicitly.
+    specs.append(TopicSpec(t.transfer_topic, t.receive_units, base, "transfer", may_grow=True))
+    # A receive queue is one partition: one receiver, one order.
+    specs += [TopicSpec(q, 1, base, "receive queue") for q in t.receive_queues]
+    specs.append(TopicSpec(t.events_topic, 1, base, "router events"))
+    specs.append(TopicSpec(t.dead_letter_topic, 1, dead, "dead letters"))
+    return specs
+
+
+def ensure_topics(settings: RouterSettings, admin: AdminClient, timeout: float = 30) -> TopicReport:
+    report = TopicReport()
+    specs = plan(settings)
+    existing = admin.list_topics(timeout=timeout).topics
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        futures = admin.create_topics(
+            [
+                NewTopic(
+                    s.name,
+                    num_partitions=s.partitions,
+                    replication_factor=settings.kafka.replication_factor,
+                    config=s.config,
+                )
+                for s in missing
+            ],
+            operation_timeout=timeout,
+        )
+        for name, future in futures.items():
+            try:
+                future.result(timeout=timeout)
+                report.created.append(name)
+            except Exception as exc:  # created concurrently by another process is fine
+                if "TOPIC_ALREADY_EXISTS" in str(exc):
+                    report.existing.append(name)
+                else:
+                    raise
+    grow = []
+    for s in specs:
+        meta = existing.get(s.name)
+        if meta is None:
+            continue
+        report.existing.append(s.name)
+        have = len(meta.partitions)
+        if have < s.partitions and s.may_grow:
+            grow.append(NewPartitions(s.name, s.partitions))
+        elif have != s.partitions:
+            report.warnings.append(
+                f"{s.role} {s.name} has {have} partitions, the topology expects {s.partitions}"
+                + (" (only partition 0 is used)" if s.role == "receive queue" else "")
+            )
+    if grow:
+        for name, future in admin.create_partitions(grow, operation_timeout=timeout).items():
+            future.result(timeout=timeout)
+            report.grown.append(name)
+    for w in report.warnings:
+        log.warning(w)
+    return report

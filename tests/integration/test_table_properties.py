@@ -1,0 +1,201 @@
+"""The Redis management table (Lua) against the reference model, on random histories.
+
+Random interleavings of batches from several units (groups, ordinary messages, finals),
+settles after commits, releases, clock advances and sweeps, under both busy policies.
+After every step the real table (real Redis) must equal the model, and:
+
+* one destination per open group, for as long as its entry lives;
+* an ordinary message never lands on a destination in charge of an open group while a
+  free destination exists;
+* a new group never lands on a destination that is not clean (in charge of a group, or
+  with another batch's ordinary messages in flight) while a clean one exists;
+* an entry disappears only by a release with its final's token (or an operator's "*"),
+  or by a sweep past its TTL;
+* the load of each destination equals the number of open groups assigned to it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from router.routing import HELD, SKIPPED, RouteRequest, TableModel, TraceStep
+from router.table import ManagementTable, TableKeys
+from tests.helpers import unique
+
+GIDS = [f"g{i}" for i in range(6)] + ["grüße|x", "a b"]  # non-ASCII and a '|' in an ID
+LANES = ["q1/0", "q1/1", "q2/0"]
+TTLS = [1_000, 5_000]
+UNITS = ["u1", "u2", "u3"]
+LEASE_MS = 3_000
+
+Message = tuple[str | None, bool, int, str, bool]
+message = st.tuples(
+    st.one_of(st.none(), st.sampled_from(GIDS)),  # None: an ordinary message
+    st.booleans(),  # final (only meaningful with a guarantee ID)
+    st.sampled_from(TTLS),
+    st.sampled_from(LANES),
+    st.integers(0, 20).map(lambda n: n == 0),  # force share, rarely
+)
+
+
+def check_trace(trace: list[TraceStep]) -> None:
+    for step in trace:
+        d = step.decision
+        if d in (HELD, SKIPPED) or step.known:
+            continue
+        if step.request.guarantee_id is None:
+            if step.free:
+                assert d in step.free, f"ordinary message on busy {d} while {step.free} free"
+        elif step.clean:
+            assert d in step.clean, f"new group on unclean {d} while {step.clean} clean"
+
+
+def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
+    client = redis.Redis.from_url(redis_url)
+
+    class TableMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.now = 1_000_000
+            self.counter = 0
+            self.table: ManagementTable | None = None
+            self.model: TableModel | None = None
+            self.assigned: dict[str, str] = {}  # gid -> dest while its entry lives
+            self.unsettled: dict[str, set[str]] = {}  # batch -> its ordinary destinations
+
+        @initialize(policy=st.sampled_from(["share", "hold"]), ndest=st.integers(1, 4))
+        def setup(self, policy: str, ndest: int) -> None:
+            dests = [f"d{i}" for i in range(ndest)]
+            keys = TableKeys.of(unique("prop"), "t", "send")
+            self.table = ManagementTable(client, keys, dests, policy, LEASE_MS)  # type: ignore[arg-type]
+            self.model = TableModel(dests, policy)  # type: ignore[arg-type]
+
+        def teardown(self) -> None:
+            if self.table is not None:
+                self.table.drop()
+
+        def _requests(self, batch: list[Message]) -> list[RouteRequest]:
+            out = []
+            for gid, final, ttl, lane, force in batch:
+                self.counter += 1
+                token = f"{lane}/{self.counter}"
+                out.append(RouteRequest(gid, final and gid is not None, ttl, token, lane, force))
+            return out
+
+        @precondition(lambda self: self.table is not None)
+        @rule(unit=st.sampled_from(UNITS), batch=st.lists(message, min_size=1, max_size=12))
+        def route(self, unit: str, batch: list[Message]) -> None:
+            assert self.table is not None and self.model is not None
+            requests = self._requests(batch)
+            self.counter += 1
+            batch_id = f"{unit}:{self.counter}"
+            before = set(self.model.entries)
+            trace: list[TraceStep] = []
+            expected = self.model.route(requests, self.now, batch_id, LEASE_MS, trace)
+            actual = self.table.route(requests, now_ms=self.now, batch=batch_id)
+            assert actual == expected
+            check_trace(trace)
+            self.unsettled[batch_id] = {
+                d
+                for r, d in zip(requests, actual.decisions, strict=True)
+                if r.guarantee_id is None and d not in (HELD, SKIPPED)
+            }
+            for r, d in zip(requests, actual.decisions, strict=True):
+                if r.guarantee_id is None or d in (HELD, SKIPPED):
+                    continue
+                first = self.assigned.setdefault(r.guarantee_id, d)
+                assert first == d, f"group {r.guarantee_id} moved from {first} to {d}"
+            assert before <= set(self.model.entries), "routing removed an entry"
+
+        def _finals(self, data: st.DataObject) -> list[tuple[str, str]]:
+            assert self.model is not None
+            closing = [(g, e.closing) for g, e in self.model.entries.items() if e.closing]
+            stale = [(g, "q9/0/999999") for g in GIDS]  # tokens no final was routed from
+            manual = [(g, "*") for g in GIDS]  # an operator's release
+            return data.draw(st.lists(st.sampled_from(closing + stale + manual), max_size=4))
+
+        def _released(self, finals: list[tuple[str, str]]) -> set[str]:
+            assert self.model is not None
+            entries = self.model.entries
+            return {g for g, t in finals if g in entries and t in (entries[g].closing, "*")}
+
+        @precondition(lambda self: self.table is not None and self.unsettled)
+        @rule(data=st.data())
+        def settle(self, data: st.DataObject) -> None:
+            assert self.table is not None and self.model is not None
+            batch_id = data.draw(st.sampled_from(sorted(self.unsettled)))
+            dests = self.unsettled.pop(batch_id)
+            finals = self._finals(data)
+            released = self._released(finals)
+            before = set(self.model.entries)
+            assert self.table.settle(batch_id, dests, finals) == self.model.settle(
+                batch_id, dests, finals
+            )
+            assert before - set(self.model.entries) == released
+            for g in released:
+                self.assigned.pop(g, None)
+
+        @precondition(lambda self: self.table is not None)
+        @rule(data=st.data())
+        def release(self, data: st.DataObject) -> None:
+            assert self.table is not None and self.model is not None
+            finals = self._finals(data)
+            released = self._released(finals)
+            before = set(self.model.entries)
+            assert self.table.release(finals) == self.model.release(finals)
+            assert before - set(self.model.entries) == released
+            for g in released:
+                self.assigned.pop(g, None)
+
+        @precondition(lambda self: self.table is not None)
+        @rule(ms=st.integers(1, 4_000))
+        def advance(self, ms: int) -> None:
+            self.now += ms
+
+        @precondition(lambda self: self.table is not None)
+        @rule(limit=st.integers(1, 10))
+        def sweep(self, limit: int) -> None:
+            assert self.table is not None and self.model is not None
+            expired = {g for g, e in self.model.entries.items() if e.deadline_ms < self.now}
+            expected = self.model.sweep(self.now, limit)
+            actual = self.table.sweep(limit, now_ms=self.now)
+            assert actual == expected
+            assert {s.guarantee_id for s in actual} <= expired
+            for s in actual:
+                self.assigned.pop(s.guarantee_id, None)
+            # Every swept entry waits in the outbox for its abandoned-group event.
+            outbox = self.table.outbox(1000)
+            assert outbox == actual
+            self.table.ack_outbox(len(outbox))
+            assert self.table.outbox(1000) == []
+
+        @invariant()
+        def table_equals_model(self) -> None:
+            if self.table is None or self.model is None:
+                return
+            assert self.table.entries() == self.model.entries
+            assert self.table.loads() == self.model.load
+            assert self.table.cursor() == self.model.cursor
+            assert self.table.inflight() == self.model.inflight
+            # Load counts are exactly the open groups per destination.
+            assert self.table.loads() == dict(Counter(e.dest for e in self.model.entries.values()))
+            closing = {g.decode() for g in client.zrange(self.table.keys.closing, 0, -1)}
+            assert closing == {g for g, e in self.model.entries.items() if e.closing}
+
+    return TableMachine
+
+
+def test_lua_table_matches_reference_model(redis_url: str) -> None:
+    machine = make_table_machine(redis_url)
+    machine.TestCase.settings = settings(
+        max_examples=200,
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    machine.TestCase().runTest()
