@@ -23,10 +23,15 @@ def instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _merge(kafka: KafkaSettings, tunable: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
+    """Our defaults < the operator's `client_config` < what the guarantees depend on."""
+    return {**tunable, **kafka.common(), **fixed, "logger": LIBRDKAFKA_LOGGER}
+
+
 def consumer_config(kafka: KafkaSettings, group_id: str, client_id: str) -> dict[str, Any]:
     """A unit's consumer: manual offsets (they travel in the transaction), committed reads."""
-    config: dict[str, Any] = {
-        **kafka.common(),
+    tunable: dict[str, Any] = {"queued.max.messages.kbytes": 32768}
+    fixed: dict[str, Any] = {
         "group.id": group_id,
         "client.id": client_id,
         "group.protocol": kafka.group_protocol,
@@ -34,48 +39,45 @@ def consumer_config(kafka: KafkaSettings, group_id: str, client_id: str) -> dict
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
-        "queued.max.messages.kbytes": 32768,
-        "logger": LIBRDKAFKA_LOGGER,
     }
     if kafka.group_protocol == "classic":
-        config["partition.assignment.strategy"] = "cooperative-sticky"
-        config["session.timeout.ms"] = 10_000
-        config["heartbeat.interval.ms"] = 1_000
-    return config
+        tunable["session.timeout.ms"] = 10_000
+        tunable["heartbeat.interval.ms"] = 1_000
+        fixed["partition.assignment.strategy"] = "cooperative-sticky"
+    return _merge(kafka, tunable, fixed)
 
 
 def transactional_producer_config(
     kafka: KafkaSettings, transactional_id: str, client_id: str
 ) -> dict[str, Any]:
-    return {
-        **kafka.common(),
+    tunable = {
+        "linger.ms": kafka.linger_ms,
+        "compression.type": kafka.compression_type,
+        # Back-to-back transactions meet CONCURRENT_TRANSACTIONS while the previous one's
+        # markers are written; librdkafka's 100 ms default backoff would cap a unit at ~10
+        # batches/s (confluent-kafka-python#967, KAFKA-5477: the Java client uses 20 ms).
+        "retry.backoff.ms": 10,
+    }
+    fixed = {
         "client.id": client_id,
         "transactional.id": transactional_id,
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": kafka.linger_ms,
-        "compression.type": kafka.compression_type,
         "transaction.timeout.ms": kafka.transaction_timeout_ms,
         # Dead letters carry a whole record plus metadata: room for twice the limit.
         "message.max.bytes": 2 * kafka.max_message_bytes + 65_536,
-        "logger": LIBRDKAFKA_LOGGER,
     }
+    return _merge(kafka, tunable, fixed)
 
 
 def idempotent_producer_config(kafka: KafkaSettings, client_id: str) -> dict[str, Any]:
-    return {
-        **kafka.common(),
-        "client.id": client_id,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": kafka.linger_ms,
-        "compression.type": kafka.compression_type,
-        "logger": LIBRDKAFKA_LOGGER,
-    }
+    tunable = {"linger.ms": kafka.linger_ms, "compression.type": kafka.compression_type}
+    fixed = {"client.id": client_id, "enable.idempotence": True, "acks": "all"}
+    return _merge(kafka, tunable, fixed)
 
 
 def admin_config(kafka: KafkaSettings) -> dict[str, Any]:
-    return {**kafka.common(), "logger": LIBRDKAFKA_LOGGER}
+    return _merge(kafka, {}, {})
 
 
 def transactional_id(settings: RouterSettings, role: str) -> str:

@@ -20,8 +20,14 @@ Rules, for each message of a batch, in order:
   unit settles the batch after its Kafka commit, or the lease expires (the unit died).
   Without this fence, an ordinary message decided before a new group took the same free
   destination could be appended after the group's first message: an interleaving.
-* Choosing among candidates: a destination's cost is its load (number of open groups)
-  and, for a new group, whether another batch has it in flight. The cheapest are the
+* Within a batch, a destination whose open groups all had their final message routed
+  earlier in the same batch counts as free: the batch is one transaction from one
+  producer, so what it sends there next is appended after those finals, and if the
+  batch aborts, the replay finds the same entries. (Other batches still see it busy
+  until the batch commits and settles.)
+* Choosing among candidates: a destination's cost is its load (number of open groups
+  not closed earlier in this batch) and, for a new group, whether another batch has it
+  in flight. The cheapest are the
   candidates; the first candidate at or after a rotating cursor wins and the cursor moves
   past it. Deterministic, and it spreads batches and groups over the free destinations.
 * No destination free (new group: none clean; ordinary: every one in charge of a group):
@@ -35,6 +41,7 @@ Rules, for each message of a batch, in order:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -85,7 +92,7 @@ class TraceStep:
     request: RouteRequest
     decision: str
     known: bool  # the group already had an entry
-    free: frozenset[str]  # destinations in charge of no open group
+    free: frozenset[str]  # in charge of no open group (except ones closed in this batch)
     clean: frozenset[str]  # free, and no other batch's ordinary messages in flight
 
 
@@ -108,10 +115,10 @@ class TableModel:
     # (destination, batch ID) -> lease expiry: ordinary messages routed, not yet committed
     inflight: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def _choose(self, fenced: set[str]) -> tuple[int, bool]:
+    def _choose(self, fenced: set[str], freed: Counter[str]) -> tuple[int, bool]:
         """(index of the chosen destination, whether it is busy)."""
         n = len(self.destinations)
-        cost = [(self.load.get(d, 0), d in fenced) for d in self.destinations]
+        cost = [(self.load.get(d, 0) - freed[d], d in fenced) for d in self.destinations]
         best = min(cost)
         for k in range(n):
             i = (self.cursor + k) % n
@@ -131,9 +138,14 @@ class TableModel:
         fenced = {d for (d, b) in self.inflight if b != batch}
         decisions: list[str] = []
 
+        freed: Counter[str] = Counter()  # groups per destination closed in this batch
+        closed_here: set[str] = set()
+
         def record(r: RouteRequest, known: bool) -> None:
             if trace is not None:
-                free = frozenset(d for d in self.destinations if self.load.get(d, 0) == 0)
+                free = frozenset(
+                    d for d in self.destinations if self.load.get(d, 0) - freed[d] == 0
+                )
                 trace.append(TraceStep(r, decisions[-1], known, free, free - fenced))
 
         held_lanes: set[str] = set()
@@ -145,21 +157,32 @@ class TableModel:
                 continue
             entry = self.entries.get(r.guarantee_id) if r.guarantee_id is not None else None
             if entry is not None:
+                assert r.guarantee_id is not None
                 entry.updated_ms = now_ms
                 entry.ttl_ms = r.ttl_ms
-                if r.final:
-                    entry.closing = r.token
-                elif entry.closing:
-                    entry.closing = ""
                 decisions.append(entry.dest)
                 record(r, True)
+                if r.final:
+                    entry.closing = r.token
+                    if r.guarantee_id not in closed_here:
+                        closed_here.add(r.guarantee_id)
+                        freed[entry.dest] += 1
+                elif entry.closing:
+                    entry.closing = ""
+                    if r.guarantee_id in closed_here:  # the ID reused in this very batch
+                        closed_here.discard(r.guarantee_id)
+                        freed[entry.dest] -= 1
                 continue
             ordinary = r.guarantee_id is None
-            if ordinary and batch_dest is not None and self.load.get(batch_dest, 0) == 0:
+            if (
+                ordinary
+                and batch_dest is not None
+                and self.load.get(batch_dest, 0) - freed[batch_dest] == 0
+            ):
                 decisions.append(batch_dest)
                 record(r, False)
                 continue
-            index, busy = self._choose(set() if ordinary else fenced)
+            index, busy = self._choose(set() if ordinary else fenced, freed)
             if busy and self.policy == "hold" and not r.force_share:
                 held += 1
                 held_lanes.add(r.lane)
@@ -182,6 +205,9 @@ class TableModel:
                 )
                 self.load[dest] = self.load.get(dest, 0) + 1
                 created += 1
+                if r.final:
+                    closed_here.add(r.guarantee_id)
+                    freed[dest] += 1
         return RouteResult(decisions, shared, held, created)
 
     def settle(self, batch: str, dests: Iterable[str], finals: Iterable[tuple[str, str]]) -> int:

@@ -145,13 +145,14 @@ class TransferUnit:
 
     def step(self) -> None:
         """One iteration of the loop: wait out a back-off, or handle one batch."""
-        now = time.monotonic()
-        if now < self._backoff_until:
-            self._drain_paused(min(self._backoff_until - now, 0.1))
-            if time.monotonic() >= self._backoff_until:
+        if self._backoff_until:
+            now = time.monotonic()
+            if now < self._backoff_until:
+                self._drain_paused(min(self._backoff_until - now, 0.1))
+            else:
                 self._resume_after_backoff()
         else:
-            self._resume_due_holds(now)
+            self._resume_due_holds(time.monotonic())
             batch = self._poll_batch()
             if batch:
                 self._handle(batch)
@@ -485,6 +486,7 @@ class TransferUnit:
         log.warning("%s; backing off %d ms", reason, self._backoff_ms)
 
     def _resume_after_backoff(self) -> None:
+        """End a back-off: finish the abort if it failed before, resume the partitions."""
         if self._txn_open:
             try:
                 self._producer.abort_transaction(TXN_TIMEOUT_S)
@@ -496,6 +498,7 @@ class TransferUnit:
                 self._backoff_until = time.monotonic() + self._backoff_ms / 1000
                 log.warning("abort still failing, backing off again: %s", exc)
                 return
+        self._backoff_until = 0.0
         held = {tp for tp, h in self._holds.items() if h.resume_at}
         resume = [TopicPartition(t, p) for t, p in self._assigned if (t, p) not in held]
         if resume:

@@ -71,13 +71,19 @@ for s = 1, #want, 1000 do
   end
 end
 
+-- Groups per destination whose final was routed earlier in this batch: the rest of the
+-- batch (one transaction) is appended after those finals, so they do not make it busy.
+local freed = {}
+local closed_here = {}
+local function eff(d) return load[d] - (freed[d] or 0) end
+
 -- The first cheapest destination at or after the cursor: cost is (load, fenced) for a
 -- new group, load alone for an ordinary message. Returns its 0-based index and busy.
 local function choose(use_fence)
   local cost = {}
   local best = nil
   for i = 1, ndest do
-    local c = load[dests[i]] * 2
+    local c = eff(dests[i]) * 2
     if use_fence and fenced[dests[i]] then c = c + 1 end
     cost[i] = c
     if best == nil or c < best then best = c end
@@ -108,9 +114,21 @@ for m = 0, nmsg - 1 do
       decision = e.dest
       e.updated = num(now)
       e.ttl = ttl
-      if final then e.closing = token elseif e.closing ~= '' then e.closing = '' end
+      if final then
+        e.closing = token
+        if not closed_here[gid] then
+          closed_here[gid] = true
+          freed[e.dest] = (freed[e.dest] or 0) + 1
+        end
+      elseif e.closing ~= '' then
+        e.closing = ''
+        if closed_here[gid] then
+          closed_here[gid] = nil
+          freed[e.dest] = freed[e.dest] - 1
+        end
+      end
       if not dirty[gid] then dirty[gid] = true; ndirty = ndirty + 1 end
-    elseif gid == '' and batch_dest ~= nil and load[batch_dest] == 0 then
+    elseif gid == '' and batch_dest ~= nil and eff(batch_dest) == 0 then
       decision = batch_dest
     else
       local i, busy = choose(gid ~= '')
@@ -133,6 +151,10 @@ for m = 0, nmsg - 1 do
                          closing = c, closing0 = '' }
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
+          if final then
+            closed_here[gid] = true
+            freed[decision] = (freed[decision] or 0) + 1
+          end
           if not dirty[gid] then dirty[gid] = true; ndirty = ndirty + 1 end
         end
       end

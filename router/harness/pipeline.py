@@ -1,0 +1,186 @@
+"""A whole routing topology as processes: topics, send units, receive units, a sweeper.
+
+Used by `router demo`, the chaos and benchmark drivers and the multi-process tests:
+
+    with Pipeline(base_settings, PipelineSpec(...), run_dir) as p:
+        ... send with p.settings, read receive queues ...
+        p.stop()          # SIGTERM every process; exit codes in p.exit_codes
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from confluent_kafka.admin import AdminClient
+
+from router import clients
+from router.config import RouterSettings, load_settings
+from router.harness.fleet import Fleet
+from router.metrics import read_all
+from router.side import side_spec, table_for
+from router.table import Side
+from router.topics import ensure_topics, plan
+
+log = logging.getLogger("router.pipeline")
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    send_units: int = 2  # processes
+    receive_units: int = 3  # processes
+    sweepers: int = 1
+    send_queues: int = 2
+    send_queue_partitions: int = 3
+    transfer_partitions: int = 6  # receive-side transfer units (destinations of the send side)
+    receive_queues: int = 6
+    busy_policy: Literal["share", "hold"] = "share"
+    default_ttl_ms: int = 300_000
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class Pipeline:
+    def __init__(
+        self,
+        base: RouterSettings | None,
+        spec: PipelineSpec,
+        run_dir: Path,
+        *,
+        config_file: Path | None = None,
+        name: str | None = None,
+        keep: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.name = name or f"run-{secrets.token_hex(3)}"
+        self.run_dir = run_dir
+        self.keep = keep
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if config_file is None:
+            config_file = run_dir / "router.toml"
+            config_file.write_text("# settings come from ROUTER_* variables\n")
+        self.env = {
+            "ROUTER_TOPOLOGY__NAME": self.name,
+            "ROUTER_TOPOLOGY__SEND_QUEUE_COUNT": str(spec.send_queues),
+            "ROUTER_TOPOLOGY__SEND_QUEUE_PARTITIONS": str(spec.send_queue_partitions),
+            "ROUTER_TOPOLOGY__RECEIVE_UNITS": str(spec.transfer_partitions),
+            "ROUTER_TOPOLOGY__RECEIVE_QUEUE_COUNT": str(spec.receive_queues),
+            "ROUTER_ROUTING__BUSY_POLICY": spec.busy_policy,
+            "ROUTER_ROUTING__DEFAULT_TTL_MS": str(spec.default_ttl_ms),
+            **spec.extra_env,
+        }
+        if base is not None:
+            # The processes must reach the same servers as this one.
+            self.env.setdefault("ROUTER_KAFKA__BOOTSTRAP_SERVERS", base.kafka.bootstrap_servers)
+            self.env.setdefault("ROUTER_REDIS__URL", base.redis.url)
+            self.env.setdefault("ROUTER_REDIS__KEY_PREFIX", base.redis.key_prefix)
+        self.settings = self._settings(config_file)
+        self.fleet = Fleet(config_file, run_dir / "logs", self.env)
+        self.exit_codes: dict[str, int] = {}
+        self._admin = AdminClient(clients.admin_config(self.settings.kafka))
+
+    def _settings(self, config_file: Path) -> RouterSettings:
+        def nested(env: dict[str, str]) -> dict[str, Any]:
+            out: dict[str, Any] = defaultdict(dict)
+            for key, value in env.items():
+                section, _, field_name = key.removeprefix("ROUTER_").lower().partition("__")
+                out[section][field_name] = value
+            return dict(out)
+
+        return load_settings(config_file, **nested(self.env))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Pipeline:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        if not self.keep:
+            self.cleanup()
+
+    def start(self, ready_timeout: float = 90.0) -> None:
+        ensure_topics(self.settings, self._admin)
+        self.fleet.start("send-unit", self.spec.send_units)
+        self.fleet.start("receive-unit", self.spec.receive_units)
+        if self.spec.sweepers:
+            self.fleet.start("sweeper", self.spec.sweepers)
+        self.wait_ready(ready_timeout)
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Until every unit process has joined its group and every partition is assigned."""
+        deadline = time.monotonic() + timeout
+        sides: tuple[Side, ...] = ("send", "receive")
+        for side in sides:
+            spec = side_spec(self.settings, side)
+            meta = self._admin.list_topics(timeout=30).topics
+            wanted = {(t, p) for t in spec.sources for p in meta[t].partitions}
+            while True:
+                dead = self.fleet.crashed()
+                if dead:
+                    raise RuntimeError(
+                        f"{dead[0].name} exited with {dead[0].popen.returncode}:\n{dead[0].tail()}"
+                    )
+                members, assigned = self.membership(spec.group_id)
+                running = len(self.fleet.running(f"{side}-unit"))
+                if assigned >= wanted and members >= min(running, len(wanted)):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{side} units did not take all {len(wanted)} partitions in {timeout}s"
+                    )
+                time.sleep(0.2)
+
+    def membership(self, group: str) -> tuple[int, set[tuple[str, int]]]:
+        """(members holding partitions, partitions assigned) of a consumer group now."""
+        try:
+            desc = self._admin.describe_consumer_groups([group])[group].result(timeout=10)
+        except Exception:
+            return 0, set()
+        holding = [m for m in desc.members if m.assignment.topic_partitions]
+        return len(holding), {
+            (tp.topic, tp.partition) for m in holding for tp in m.assignment.topic_partitions
+        }
+
+    def stop(self, timeout: float = 30.0) -> dict[str, int]:
+        if not self.exit_codes:
+            self.exit_codes = self.fleet.stop_all(timeout)
+        return self.exit_codes
+
+    def cleanup(self) -> None:
+        """Delete the run's topics and tables."""
+        client = clients.redis_client(self.settings.redis)
+        sides: tuple[Side, ...] = ("send", "receive")
+        for side in sides:
+            table_for(self.settings, side, client).drop()
+        names = [s.name for s in plan(self.settings)]
+        for future in self._admin.delete_topics(names, operation_timeout=30).values():
+            try:
+                future.result(timeout=30)
+            except Exception as exc:
+                log.warning("could not delete a topic of %s: %s", self.name, exc)
+
+    # ------------------------------------------------------------------ observing
+
+    def table_stats(self) -> dict[Side, dict[str, int]]:
+        client = clients.redis_client(self.settings.redis)
+        return {
+            side: table_for(self.settings, side, client).stats() for side in ("send", "receive")
+        }
+
+    def unit_metrics(self) -> dict[str, dict[str, int]]:
+        """Counters summed per role over every process that published them."""
+        client = clients.redis_client(self.settings.redis)
+        totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for name, counters in read_all(
+            client, self.settings.redis.key_prefix, self.settings.topology.name
+        ).items():
+            role = name.split(":", 1)[0]
+            for key, value in counters.items():
+                totals[role][key] += value
+        return {role: dict(c) for role, c in totals.items()}

@@ -1,0 +1,191 @@
+"""Realistic traffic: several senders, orders (groups) of varied sizes mixed with stock
+updates (ordinary messages), payloads in Avro (`schemas/demo/OrderEvent.avsc`).
+
+`plan()` is a pure, seeded generator of one sender's messages in send order; `Senders`
+runs one thread per sender, each with its own `router.sender.Sender`, and records every
+message Kafka acknowledged (`Sent`), which is what the verifier expects to receive.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from router import schemas
+from router.config import RouterSettings
+from router.harness.verify import Sent
+from router.sender import DeliveryFailed, Sender
+
+ORDER_EVENT = "router.demo.OrderEvent"
+log = logging.getLogger("router.workload")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    run_id: str
+    senders: int = 4
+    messages: int = 5_000  # in total, over all senders
+    grouped_fraction: float = 0.7  # share of messages that belong to a group
+    max_group: int = 40
+    open_per_sender: int = 1  # groups one sender keeps open at once
+    payload_bytes: int = 200
+    rate: float | None = None  # messages per second per sender; None = as fast as possible
+    seed: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    sent: Sent
+    payload: bytes
+
+
+def group_size(rng: random.Random, max_group: int) -> int:
+    """Mostly small orders, some medium, a few large."""
+    roll = rng.random()
+    if roll < 0.5:
+        return rng.randint(1, min(5, max_group))
+    if roll < 0.85:
+        return rng.randint(min(6, max_group), min(20, max_group))
+    return rng.randint(min(21, max_group), max_group)
+
+
+def encode_event(
+    event_id: str,
+    sender: str,
+    group: str | None,
+    seq: int,
+    final: bool,
+    rng: random.Random,
+    payload_bytes: int,
+) -> bytes:
+    record: dict[str, Any] = {
+        "event_id": event_id,
+        "sender": sender,
+        "kind": "ORDER_LINE" if group else "STOCK_UPDATE",
+        "order_id": group,
+        "line_no": seq,
+        "last_line": final,
+        "sku": f"SKU-{rng.randint(1, 9999):04d}",
+        "quantity": rng.randint(1, 20),
+        "unit_price_cents": rng.randint(99, 99_999),
+        "created_at": int(time.time() * 1000),
+        "note": "",
+    }
+    raw = schemas.encode(ORDER_EVENT, record)
+    if len(raw) < payload_bytes:
+        record["note"] = "x" * (payload_bytes - len(raw) - 2)
+        raw = schemas.encode(ORDER_EVENT, record)
+    return raw
+
+
+def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]]:
+    """One sender's messages in send order: (what the verifier expects, how to build it)."""
+    rng = random.Random(f"{spec.seed}-{index}")
+    sender = f"s{index}"
+    quota = spec.messages // spec.senders + (1 if index < spec.messages % spec.senders else 0)
+    open_groups: dict[str, list[int]] = {}  # group -> [next seq, size]
+    n = groups = 0
+    while n < quota:
+        remaining = quota - n
+        pending = sum(size - nxt for nxt, size in open_groups.values())
+        must_finish = pending >= remaining
+        if not must_finish and rng.random() >= spec.grouped_fraction:
+            group, seq, final = None, 0, False
+        else:
+            if len(open_groups) < spec.open_per_sender and not must_finish:
+                group = f"{spec.run_id}-{sender}-o{groups}"
+                groups += 1
+                size = min(group_size(rng, spec.max_group), remaining - pending)
+                open_groups[group] = [0, size]
+            else:
+                group = rng.choice(sorted(open_groups))
+            seq, size = open_groups[group]
+            final = seq == size - 1
+            open_groups[group][0] += 1
+            if final:
+                del open_groups[group]
+        event_id = f"{spec.run_id}-{sender}-{n}"
+        yield Sent(event_id, group, seq, final), {"sender": sender, "rng": rng}
+        n += 1
+
+
+class Senders:
+    """Runs the workload's senders as threads; `sent` is what Kafka acknowledged."""
+
+    def __init__(self, settings: RouterSettings, spec: WorkloadSpec) -> None:
+        self.settings = settings
+        self.spec = spec
+        self.sent: list[Sent] = []
+        self.failures: list[str] = []
+        self.attempted = 0
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), name=f"sender-{i}", daemon=True)
+            for i in range(spec.senders)
+        ]
+        self.started = 0.0
+        self.finished = 0.0
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        for t in self._threads:
+            t.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            t.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+        done = not any(t.is_alive() for t in self._threads)
+        if done and not self.finished:
+            self.finished = time.monotonic()
+        return done
+
+    def _run(self, index: int) -> None:
+        sender = Sender(self.settings, client_id=f"{self.spec.run_id}-s{index}")
+        interval = 1 / self.spec.rate if self.spec.rate else 0.0
+        next_at = time.monotonic()
+        try:
+            for expected, ctx in plan(self.spec, index):
+
+                def delivered(err: Any, _msg: Any, expected: Sent = expected) -> None:
+                    if err is None:
+                        with self._lock:
+                            self.sent.append(expected)
+
+                payload = encode_event(
+                    expected.event_id,
+                    ctx["sender"],
+                    expected.group,
+                    expected.seq,
+                    expected.final,
+                    ctx["rng"],
+                    self.spec.payload_bytes,
+                )
+                sender.send(
+                    payload,
+                    guarantee_id=expected.group,
+                    final=expected.final,
+                    key=(expected.group or expected.event_id).encode(),
+                    on_delivery=delivered,
+                )
+                with self._lock:
+                    self.attempted += 1
+                if interval:
+                    next_at += interval
+                    delay = next_at - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)  # pacing the offered load
+            sender.flush(60)
+        except DeliveryFailed as exc:
+            with self._lock:
+                self.failures.extend(exc.failures)
+            log.error("sender %d: %s", index, exc)
+        except Exception as exc:  # a dead sender thread must be visible in the summary
+            with self._lock:
+                self.failures.append(f"sender {index} crashed: {exc!r}")
+            log.exception("sender %d crashed", index)

@@ -1,0 +1,211 @@
+"""The sender library: put messages on the send queues, groups on one partition in order.
+
+As the patent's sender does, a new group or an ordinary message goes to the send-queue
+partition with the least backlog (messages not yet consumed by the send units); every
+later message of the group goes to the same partition, so the group keeps its order. The
+producer is idempotent (no duplicates or reordering on retries). Delivery failures are
+never silent: `flush()` raises `DeliveryFailed` listing them.
+
+Backlog = high watermark - the send units' committed offset, read with one admin request
+per refresh (every `backlog_refresh_s`), plus what this sender produced since.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from router import clients, contract
+from router.config import RouterSettings
+
+log = logging.getLogger("router.sender")
+
+TP = tuple[str, int]
+
+
+class DeliveryFailed(Exception):
+    """Messages Kafka did not acknowledge; they were not sent."""
+
+    def __init__(self, failures: Sequence[str]) -> None:
+        super().__init__(f"{len(failures)} messages not delivered: {'; '.join(failures[:5])}")
+        self.failures = list(failures)
+
+
+@dataclass
+class _OpenGroup:
+    tp: TP
+    next_seq: int
+    last_used: float
+
+
+@dataclass(frozen=True, slots=True)
+class SendReceipt:
+    topic: str
+    partition: int
+    seq: int | None  # the message's sequence number in its group
+
+
+class Sender:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        *,
+        client_id: str | None = None,
+        backlog_refresh_s: float = 1.0,
+        producer_overrides: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        cid = client_id or f"sender-{clients.instance_id()}"
+        config = clients.idempotent_producer_config(settings.kafka, cid)
+        config.update(producer_overrides or {})
+        self._producer = Producer(config)
+        self._admin = AdminClient(clients.admin_config(settings.kafka))
+        self._queues = list(settings.topology.send_queues)
+        self._partitions = self._discover()
+        self._backlog: dict[TP, int] = dict.fromkeys(self._partitions, 0)
+        self._refresh_every = backlog_refresh_s
+        self._refreshed = 0.0
+        self._open: dict[str, _OpenGroup] = {}
+        self._max_idle = (
+            max([settings.routing.default_ttl_ms, *settings.routing.ttl_by_type.values()]) / 1000
+        )
+        self._failures: list[str] = []
+        self._lock = threading.Lock()
+        self.sent = 0
+        self.delivered = 0
+
+    def _discover(self) -> list[TP]:
+        meta = self._admin.list_topics(timeout=30).topics
+        missing = [q for q in self._queues if q not in meta]
+        if missing:
+            raise RuntimeError(
+                f"send queues {missing} do not exist (run `router topics create` first)"
+            )
+        return [(q, p) for q in self._queues for p in sorted(meta[q].partitions)]
+
+    # ------------------------------------------------------------------ backlog
+
+    def backlog(self) -> dict[TP, int]:
+        """Estimated unconsumed messages per send-queue partition."""
+        now = time.monotonic()
+        if now - self._refreshed >= self._refresh_every:
+            self._refreshed = now
+            try:
+                self._backlog = self._measure()
+            except (KafkaException, TimeoutError) as exc:
+                log.warning("could not refresh send-queue backlog, keeping estimates: %s", exc)
+        return self._backlog
+
+    def _measure(self) -> dict[TP, int]:
+        tps = [TopicPartition(t, p) for t, p in self._partitions]
+        latest = self._admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})
+        ends = {(tp.topic, tp.partition): f.result(timeout=10).offset for tp, f in latest.items()}
+        group = self.settings.topology.send_group
+        request = ConsumerGroupTopicPartitions(group, tps)
+        result = self._admin.list_consumer_group_offsets([request])[group].result(timeout=10)
+        done = {
+            (tp.topic, tp.partition): max(tp.offset, 0)
+            for tp in result.topic_partitions
+            if tp.error is None
+        }
+        return {tp: max(ends[tp] - done.get(tp, 0), 0) for tp in self._partitions}
+
+    def _least_backlog(self) -> TP:
+        backlog = self.backlog()
+        return min(self._partitions, key=lambda tp: (backlog.get(tp, 0), tp))
+
+    # ------------------------------------------------------------------ sending
+
+    def send(
+        self,
+        value: bytes | None,
+        *,
+        guarantee_id: str | None = None,
+        final: bool = False,
+        key: bytes | None = None,
+        message_type: str | None = None,
+        ttl_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> SendReceipt:
+        """Send one message; a group's messages go to one partition in the order sent."""
+        now = time.monotonic()
+        seq: int | None = None
+        if guarantee_id is None:
+            if final:
+                raise ValueError("an ordinary message (no guarantee ID) cannot be final")
+            tp = self._least_backlog()
+        else:
+            group = self._open.get(guarantee_id)
+            if group is None:
+                group = self._open[guarantee_id] = _OpenGroup(self._least_backlog(), 0, now)
+            tp, seq = group.tp, group.next_seq
+            group.next_seq += 1
+            group.last_used = now
+            if final:
+                del self._open[guarantee_id]
+        routing = contract.headers_for(
+            guarantee_id, final=final, seq=seq, message_type=message_type, ttl_ms=ttl_ms
+        )
+        self._produce(tp, key, value, [*routing, *headers], on_delivery)
+        self._backlog[tp] = self._backlog.get(tp, 0) + 1
+        if len(self._open) > 10_000:
+            self._forget_idle(now)
+        return SendReceipt(tp[0], tp[1], seq)
+
+    def _produce(
+        self,
+        tp: TP,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+        on_delivery: Callable[[Any, Any], None] | None,
+    ) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            with self._lock:
+                if err is None:
+                    self.delivered += 1
+                else:
+                    self._failures.append(f"{tp[0]}[{tp[1]}]: {err}")
+            if on_delivery is not None:
+                on_delivery(err, msg)
+
+        while True:
+            try:
+                self._producer.produce(
+                    tp[0], value, key, partition=tp[1], headers=headers, on_delivery=delivered
+                )
+                break
+            except BufferError:
+                self._producer.poll(0.05)  # local queue full: serve deliveries, then retry
+        self.sent += 1
+        self._producer.poll(0)
+
+    def _forget_idle(self, now: float) -> None:
+        """Groups a sender never finished stop pinning a partition after the longest TTL."""
+        idle = [g for g, o in self._open.items() if now - o.last_used > self._max_idle]
+        for g in idle:
+            del self._open[g]
+
+    def open_groups(self) -> dict[str, TP]:
+        return {g: o.tp for g, o in self._open.items()}
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait for every message to be acknowledged; raise DeliveryFailed if any was not."""
+        remaining = self._producer.flush(timeout)
+        with self._lock:
+            failures, self._failures = self._failures, []
+        if remaining:
+            failures.append(f"{remaining} messages still unacknowledged after {timeout}s")
+        if failures:
+            raise DeliveryFailed(failures)
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.flush(timeout)
