@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast clean
+.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,6 +44,9 @@ fmt: venv ## Apply ruff's fixes and formatting
 
 test: venv jars lint ## Everything from a fresh clone: venv, jars, lint, stack, the whole suite
 	$(BIN)/pytest
+
+demo: venv jars stack-up ## Run the whole system end to end and check every guarantee
+	$(BIN)/router demo
 
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit

@@ -242,7 +242,7 @@ def metrics(ctx: click.Context) -> None:
     show_default=True,
     help="Receive-side transfer units (partitions of the transfer topic).",
 )
-@click.option("--receive-queues", default=12, show_default=True)
+@click.option("--receive-queues", default=16, show_default=True)
 @click.option(
     "--policy",
     type=click.Choice(["share", "hold"]),

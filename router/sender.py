@@ -2,9 +2,14 @@
 
 As the patent's sender does, a new group or an ordinary message goes to the send-queue
 partition with the least backlog (messages not yet consumed by the send units); every
-later message of the group goes to the same partition, so the group keeps its order. The
-producer is idempotent (no duplicates or reordering on retries). Delivery failures are
-never silent: `flush()` raises `DeliveryFailed` listing them.
+later message of the group goes to the same partition, so the group keeps its order.
+Backlogs within `sticky_slack` messages of the least count as equal, and among equals a
+new group goes where this sender's previous group went: one sender's consecutive groups
+then sit in one partition and are consumed in the order sent, instead of being opened
+at once from several partitions consumed at different paces (which would make them hold
+several destinations at the same time). The producer is idempotent (no duplicates or
+reordering on retries). Delivery failures are never silent: `flush()` raises
+`DeliveryFailed` listing them.
 
 Backlog = high watermark - the send units' committed offset, read with one admin request
 per refresh (every `backlog_refresh_s`), plus what this sender produced since.
@@ -59,6 +64,7 @@ class Sender:
         *,
         client_id: str | None = None,
         backlog_refresh_s: float = 1.0,
+        sticky_slack: int = 100,
         producer_overrides: dict[str, Any] | None = None,
     ) -> None:
         self.settings = settings
@@ -72,6 +78,8 @@ class Sender:
         self._backlog: dict[TP, int] = dict.fromkeys(self._partitions, 0)
         self._refresh_every = backlog_refresh_s
         self._refreshed = 0.0
+        self._slack = sticky_slack
+        self._last_group_tp: TP | None = None
         self._open: dict[str, _OpenGroup] = {}
         self._max_idle = (
             max([settings.routing.default_ttl_ms, *settings.routing.ttl_by_type.values()]) / 1000
@@ -117,9 +125,13 @@ class Sender:
         }
         return {tp: max(ends[tp] - done.get(tp, 0), 0) for tp in self._partitions}
 
-    def _least_backlog(self) -> TP:
+    def _least_backlog(self, sticky: bool = False) -> TP:
         backlog = self.backlog()
-        return min(self._partitions, key=lambda tp: (backlog.get(tp, 0), tp))
+        best = min(self._partitions, key=lambda tp: (backlog.get(tp, 0), tp))
+        last = self._last_group_tp
+        if sticky and last is not None and backlog.get(last, 0) <= backlog[best] + self._slack:
+            return last
+        return best
 
     # ------------------------------------------------------------------ sending
 
@@ -145,7 +157,9 @@ class Sender:
         else:
             group = self._open.get(guarantee_id)
             if group is None:
-                group = self._open[guarantee_id] = _OpenGroup(self._least_backlog(), 0, now)
+                tp = self._least_backlog(sticky=True)
+                self._last_group_tp = tp
+                group = self._open[guarantee_id] = _OpenGroup(tp, 0, now)
             tp, seq = group.tp, group.next_seq
             group.next_seq += 1
             group.last_used = now

@@ -23,6 +23,11 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from router import clients
+from router.config import KafkaSettings, RedisSettings, RouterSettings
+from router.harness.pipeline import Pipeline, PipelineSpec
+from router.side import table_for
+from router.topics import ensure_topics, plan
 from tests.helpers import unique, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,3 +190,75 @@ def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
 @pytest.fixture
 def group_id() -> str:
     return unique("group")
+
+
+@pytest.fixture
+def base_settings(kafka_bootstrap: str, redis_url: str) -> RouterSettings:
+    """Settings pointing at the test stack (topology names come from each test)."""
+    return RouterSettings(
+        kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
+        redis=RedisSettings(url=redis_url, key_prefix="router-test"),
+    )
+
+
+PipelineFactory = Callable[..., Pipeline]
+
+
+@pytest.fixture
+def pipeline(base_settings: RouterSettings, tmp_path: Path) -> Iterator[PipelineFactory]:
+    """Start whole topologies (unit processes) for one test; stopped and deleted after."""
+    started: list[Pipeline] = []
+
+    def make(spec: PipelineSpec | None = None, start: bool = True, **kwargs: object) -> Pipeline:
+        p = Pipeline(
+            base_settings,
+            spec or PipelineSpec(),
+            tmp_path / f"pipeline-{len(started)}",
+            name=unique("rt"),
+            **kwargs,  # type: ignore[arg-type]
+        )
+        started.append(p)
+        if start:
+            p.start()
+        return p
+
+    yield make
+    for p in started:
+        codes = p.stop()
+        p.cleanup()
+        crashed = {n: c for n, c in codes.items() if c not in (0, -9)}
+        if crashed:
+            logs = "\n".join(f"--- {x.name}\n{x.tail(30)}" for x in p.fleet.procs)
+            pytest.fail(f"router processes exited badly: {crashed}\n{logs}")
+
+
+TopologyFactory = Callable[..., RouterSettings]
+
+
+@pytest.fixture
+def topology(base_settings: RouterSettings, admin: AdminClient) -> Iterator[TopologyFactory]:
+    """Settings for a fresh topology with its topics created (no unit processes);
+    topics and tables are deleted afterwards. Keyword arguments replace whole sections:
+    topology=dict(...), routing=dict(...), sweeper=dict(...), unit=dict(...)."""
+    made: list[RouterSettings] = []
+
+    def make(**sections: dict[str, object]) -> RouterSettings:
+        topo = {"name": unique("topo"), **sections.pop("topology", {})}
+        data = {**base_settings.model_dump(), "topology": topo, **sections}
+        data["kafka"] = base_settings.kafka
+        settings = RouterSettings.model_validate(data)
+        ensure_topics(settings, admin)
+        made.append(settings)
+        return settings
+
+    yield make
+    for settings in made:
+        client = clients.redis_client(settings.redis)
+        for side in ("send", "receive"):
+            table_for(settings, side, client).drop()  # type: ignore[arg-type]
+        names = [spec.name for spec in plan(settings)]
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            try:
+                future.result(timeout=30)
+            except Exception as exc:
+                logging.getLogger(__name__).warning("could not delete test topic: %s", exc)

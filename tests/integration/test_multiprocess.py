@@ -1,0 +1,74 @@
+"""Many senders, 2 send units, 3 receive units (separate processes), hundreds of groups of
+random sizes mixed with ordinary messages: same queue, order, no interleaving while
+capacity allows, exact counts. And the same while unit processes join and leave."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.demo import run_pipeline_workload
+from router.harness.collect import Collector
+from router.harness.pipeline import PipelineSpec
+from router.harness.verify import verify
+from router.harness.workload import Senders, WorkloadSpec
+from tests.conftest import PipelineFactory
+from tests.helpers import unique, wait_until
+
+pytestmark = pytest.mark.slow
+
+SPEC = PipelineSpec(send_units=2, receive_units=3, transfer_partitions=8, receive_queues=12)
+
+
+def test_many_groups_through_separate_unit_processes(pipeline: PipelineFactory) -> None:
+    p = pipeline(SPEC)
+    workload = WorkloadSpec(run_id=p.name, senders=4, messages=3000, rate=250, max_group=40)
+    result = run_pipeline_workload(p, workload, say=lambda _: None, timeout=240)
+    r = result.report
+    assert r.groups_sent >= 150, "the workload should hold hundreds of groups"
+    assert r.ordinary_sent > 0
+    assert r.sent == workload.messages and r.received == r.sent
+    assert (r.lost, r.duplicated, r.unexpected, r.reordered, r.split_groups) == (0, 0, 0, 0, 0)
+    assert r.groups_complete == r.groups_sent
+    if result.shared["receive"] == 0:
+        assert r.interleaved == 0, "interleaving although no busy receive queue was shared"
+    assert all(code == 0 for code in result.exit_codes.values()), result.exit_codes
+    assert result.ok, result.violations
+
+
+def test_groups_survive_units_joining_and_leaving(pipeline: PipelineFactory) -> None:
+    p = pipeline(SPEC)
+    workload = WorkloadSpec(run_id=p.name, senders=4, messages=4000, rate=200, max_group=40)
+    collector = Collector(p.settings, group_id=unique("checker"))
+    collector.start()
+    senders = Senders(p.settings, workload)
+    senders.start()
+    send_group = p.settings.topology.send_group
+    receive_group = p.settings.topology.receive_group
+
+    wait_until(lambda: collector.count() > 800, 120, "traffic to flow")
+    newcomers = p.fleet.start("send-unit") + p.fleet.start("receive-unit")
+
+    def newcomers_hold_partitions() -> bool:
+        return p.membership(send_group)[0] == 3 and p.membership(receive_group)[0] == 4
+
+    wait_until(newcomers_hold_partitions, 60, "the new unit processes to get partitions")
+    leaving = [p.fleet.running("send-unit")[0], p.fleet.running("receive-unit")[0]]
+    assert all(proc not in newcomers for proc in leaving)
+    for proc in leaving:
+        assert proc.stop(timeout=60) == 0, proc.tail()
+
+    def rebalanced_again() -> bool:
+        return p.membership(send_group)[0] == 2 and p.membership(receive_group)[0] == 3
+
+    wait_until(rebalanced_again, 60, "the leavers' partitions to move on")
+    assert senders.join(timeout=180), "senders did not finish"
+    assert collector.wait_for(len(senders.sent), timeout=120)
+    collector.stop()
+    r = verify(senders.sent, collector.seen)
+    assert senders.failures == []
+    assert r.sent == workload.messages and r.received == r.sent
+    assert (r.lost, r.duplicated, r.reordered, r.split_groups) == (0, 0, 0, 0)
+    assert r.groups_complete == r.groups_sent
+    shared = p.table_stats()["receive"].get("shared", 0)
+    if shared == 0:
+        assert r.interleaved == 0

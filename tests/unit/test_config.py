@@ -1,0 +1,42 @@
+"""Settings: file < environment < arguments; derived names; secrets never printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from router.config import RoutingSettings, load_settings
+
+
+def test_topic_names_are_derived_from_the_topology_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ROUTER_CONFIG", raising=False)
+    s = load_settings(topology={"name": "shop", "send_queue_count": 2, "receive_queue_count": 3})
+    assert s.topology.send_queues == ["shop.send.1", "shop.send.2"]
+    assert s.topology.receive_queues == ["shop.recv.1", "shop.recv.2", "shop.recv.3"]
+    assert s.topology.transfer_topic == "shop.transfer"
+    assert s.topology.send_group == "shop.send-units"
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(
+        '[kafka]\nbootstrap_servers = "file:9092"\nsasl_password = "s3cret"\n'
+        '[topology]\nname = "fromfile"\nreceive_units = 4\n'
+    )
+    monkeypatch.setenv("ROUTER_KAFKA__BOOTSTRAP_SERVERS", "env:9092")
+    s = load_settings(config)
+    assert s.kafka.bootstrap_servers == "env:9092"
+    assert s.topology.name == "fromfile" and s.topology.receive_units == 4
+    assert s.kafka.common()["sasl.password"] == "s3cret"
+    assert "s3cret" not in s.model_dump_json() and "s3cret" not in repr(s)
+
+
+def test_invalid_settings_are_refused_with_the_reason() -> None:
+    with pytest.raises(ValidationError, match="outside the bounds"):
+        RoutingSettings(ttl_by_type={"x": 10}, min_ttl_ms=1000)
+    with pytest.raises(ValidationError, match="topology name"):
+        load_settings(topology={"name": "bad name"})
+    with pytest.raises(FileNotFoundError):
+        load_settings("/nonexistent/router.toml")

@@ -1,0 +1,60 @@
+"""Routing headers: what the router accepts, and the exact reason for what it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.config import RoutingSettings
+from router.contract import BadInput, Routing, headers_for, parse
+
+RULES = RoutingSettings(ttl_by_type={"split-file": 60_000, "slips": 3_600_000})
+
+
+def test_no_headers_is_an_ordinary_message() -> None:
+    assert parse(None, RULES) == Routing(None, False, RULES.default_ttl_ms)
+    assert parse([("trace-id", b"abc")], RULES) == Routing(None, False, RULES.default_ttl_ms)
+
+
+def test_grouped_message_with_every_header() -> None:
+    headers = [
+        ("guarantee-id", "Bestellung-ü".encode()),
+        ("guarantee-final", b"true"),
+        ("guarantee-seq", b"7"),
+        ("message-type", b"slips"),
+        ("other", None),
+    ]
+    assert parse(headers, RULES) == Routing("Bestellung-ü", True, 3_600_000, 7, "slips")
+
+
+def test_ttl_header_overrides_the_type_within_bounds() -> None:
+    r = parse([("guarantee-id", b"g"), ("guarantee-ttl-ms", b"5000")], RULES)
+    assert r.ttl_ms == 5000
+
+
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [
+        ([("guarantee-id", b"\xff\xfe")], "bad-guarantee-id"),
+        ([("guarantee-id", b"x" * 257)], "bad-guarantee-id"),
+        ([("guarantee-id", b"g"), ("guarantee-final", b"yes")], "bad-final-flag"),
+        ([("guarantee-final", b"true")], "final-without-guarantee-id"),
+        ([("guarantee-id", b"g"), ("message-type", b"unknown")], "unknown-message-type"),
+        ([("guarantee-id", b"g"), ("guarantee-ttl-ms", b"1")], "bad-ttl"),
+        ([("guarantee-id", b"g"), ("guarantee-ttl-ms", b"-5")], "bad-ttl"),
+        ([("guarantee-id", b"g"), ("guarantee-seq", b"1.5")], "bad-seq"),
+        ([("guarantee-id", b"a"), ("guarantee-id", b"b")], "duplicate-header"),
+    ],
+)
+def test_malformed_headers_name_their_reason(headers: list[tuple[str, bytes]], code: str) -> None:
+    with pytest.raises(BadInput) as raised:
+        parse(headers, RULES)
+    assert raised.value.code == code
+    assert raised.value.detail
+
+
+def test_headers_for_round_trips_through_parse() -> None:
+    h = headers_for("order-1", final=True, seq=3, message_type="split-file", ttl_ms=2000)
+    assert parse(h, RULES) == Routing("order-1", True, 2000, 3, "split-file")
+    assert parse(headers_for(None), RULES) == Routing(None, False, RULES.default_ttl_ms)
+    with pytest.raises(ValueError, match="cannot be final"):
+        headers_for(None, final=True)
