@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -17,6 +18,7 @@ from router import __version__
 from router.clients import admin_config, redis_client
 from router.config import RouterSettings, load_settings
 from router.demo import run_demo
+from router.faults import Faults
 from router.harness.pipeline import PipelineSpec
 from router.harness.workload import WorkloadSpec
 from router.metrics import read_all
@@ -96,8 +98,9 @@ def receive_unit(ctx: click.Context) -> None:
 
 
 def _run_unit(settings: RouterSettings, side: str) -> None:
-
-    unit = TransferUnit(settings, side_spec(settings, side))  # type: ignore[arg-type]
+    # Test-only fault injection (see router/faults.py); off unless ROUTER_FAULTS is set.
+    faults = Faults(os.environ.get("ROUTER_FAULTS", ""))
+    unit = TransferUnit(settings, side_spec(settings, side), faults=faults)  # type: ignore[arg-type]
     try:
         _run_until_signalled(unit)
     except FatalUnitError as exc:

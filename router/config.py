@@ -152,6 +152,17 @@ class RoutingSettings(_Section):
     min_ttl_ms: int = Field(1_000, ge=1)
     max_ttl_ms: int = Field(7 * 24 * 3600 * 1000, ge=1)
     max_guarantee_id_bytes: int = Field(256, ge=1, le=4096)
+    # A bad message inside a group: "dead-letter" it and let the group continue, or
+    # "stop-group": dead-letter it, park every later message of the group in order, and
+    # raise a GroupStopped event. By message type, else the default; a group can choose
+    # with the guarantee-on-poison header.
+    poison_policy: Literal["dead-letter", "stop-group"] = "dead-letter"
+    poison_policy_by_type: dict[str, Literal["dead-letter", "stop-group"]] = Field(
+        default_factory=dict
+    )
+    # Message types whose payload must decode with an Avro schema from schemas/ (its full
+    # name); checked by the send units, so undecodable payloads never enter the path.
+    schema_by_type: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _ttls_in_bounds(self) -> RoutingSettings:

@@ -10,6 +10,7 @@ without this library, and the router never decodes a payload to route it.
 | `guarantee-seq`     | decimal sequence number in the group    | no sequence checking    |
 | `message-type`      | a type from `routing.ttl_by_type`       | the default TTL         |
 | `guarantee-ttl-ms`  | entry deletion time for this group, ms  | the type's TTL          |
+| `guarantee-on-poison` | `dead-letter` or `stop-group`         | the type's policy       |
 
 The router adds `router-origin` (`topic/partition/offset` of the send queue record) when
 it forwards, and keeps every other header, the key, the value and the timestamp.
@@ -17,8 +18,10 @@ it forwards, and keeps every other header, the key, the value and the timestamp.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from router.config import RoutingSettings
 
@@ -27,23 +30,33 @@ FINAL = "guarantee-final"
 SEQ = "guarantee-seq"
 MESSAGE_TYPE = "message-type"
 TTL_MS = "guarantee-ttl-ms"
+ON_POISON = "guarantee-on-poison"
 ORIGIN = "router-origin"
 
-ROUTING_HEADERS = frozenset({GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS})
+ROUTING_HEADERS = frozenset({GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS, ON_POISON})
+POISON_POLICIES = ("dead-letter", "stop-group")
 
 _TRUE = frozenset({b"true", b"1", b"True", b"TRUE"})
 _FALSE = frozenset({b"false", b"0", b"False", b"FALSE"})
 
 Headers = Sequence[tuple[str, bytes | None]]
+T = TypeVar("T")
 
 
 class BadInput(Exception):
-    """A message the router cannot route; it is dead-lettered with this reason."""
+    """A message the router cannot route; it is dead-lettered with this reason.
+
+    When the message's group is known (its guarantee ID was readable), `guarantee_id`,
+    `seq`, `message_type` and `on_poison` say so, and the group's poison policy applies."""
 
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail
+        self.guarantee_id: str | None = None
+        self.seq: int | None = None
+        self.message_type: str | None = None
+        self.on_poison: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +68,18 @@ class Routing:
     ttl_ms: int
     seq: int | None = None
     message_type: str | None = None
+    on_poison: str | None = None
 
     @property
     def grouped(self) -> bool:
         return self.guarantee_id is not None
+
+    def bad(self, code: str, detail: str) -> BadInput:
+        """A BadInput for this (well-formed) message, e.g. its payload cannot be decoded."""
+        error = BadInput(code, detail)
+        error.guarantee_id, error.seq = self.guarantee_id, self.seq
+        error.message_type, error.on_poison = self.message_type, self.on_poison
+        return error
 
 
 def _int(name: str, raw: bytes) -> int:
@@ -83,20 +104,45 @@ def parse(headers: Headers | None, rules: RoutingSettings) -> Routing:
             seen[key] = value
     if not seen:
         return Routing(None, False, rules.default_ttl_ms)
+    gid = _guarantee_id(seen.get(GUARANTEE_ID), rules)
+    try:
+        return _parse_rest(seen, gid, rules)
+    except BadInput as error:
+        # The group is known: say which, so that its poison policy can apply.
+        error.guarantee_id = gid
+        error.seq = _lenient(partial(_int, "seq", seen.get(SEQ) or b""), SEQ in seen)
+        raw_type = seen.get(MESSAGE_TYPE)
+        error.message_type = _lenient(partial(raw_type.decode), True) if raw_type else None
+        raw = seen.get(ON_POISON)
+        policy = raw.decode("utf-8", "replace") if raw else None
+        error.on_poison = policy if policy in POISON_POLICIES else None
+        raise
 
-    gid: str | None = None
-    raw_gid = seen.get(GUARANTEE_ID)
-    if raw_gid:
-        if len(raw_gid) > rules.max_guarantee_id_bytes:
-            raise BadInput(
-                "bad-guarantee-id",
-                f"guarantee ID is {len(raw_gid)} bytes, more than {rules.max_guarantee_id_bytes}",
-            )
-        try:
-            gid = raw_gid.decode("utf-8")
-        except UnicodeDecodeError:
-            raise BadInput("bad-guarantee-id", "guarantee ID is not valid UTF-8") from None
 
+def _lenient(read: Callable[[], T], present: bool) -> T | None:
+    if not present:
+        return None
+    try:
+        return read() or None
+    except (BadInput, UnicodeDecodeError):
+        return None
+
+
+def _guarantee_id(raw: bytes | None, rules: RoutingSettings) -> str | None:
+    if not raw:
+        return None
+    if len(raw) > rules.max_guarantee_id_bytes:
+        raise BadInput(
+            "bad-guarantee-id",
+            f"guarantee ID is {len(raw)} bytes, more than {rules.max_guarantee_id_bytes}",
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput("bad-guarantee-id", "guarantee ID is not valid UTF-8") from None
+
+
+def _parse_rest(seen: dict[str, bytes | None], gid: str | None, rules: RoutingSettings) -> Routing:
     final = False
     if FINAL in seen:
         raw = seen[FINAL] or b""
@@ -133,7 +179,17 @@ def parse(headers: Headers | None, rules: RoutingSettings) -> Routing:
     if raw_seq:
         seq = _int("seq", raw_seq)
 
-    return Routing(gid, final, ttl, seq, message_type)
+    on_poison: str | None = None
+    raw_policy = seen.get(ON_POISON)
+    if raw_policy:
+        on_poison = raw_policy.decode("utf-8", "replace")
+        if on_poison not in POISON_POLICIES:
+            raise BadInput(
+                "bad-poison-policy",
+                f"{ON_POISON} {on_poison[:32]!r} is not one of {POISON_POLICIES}",
+            )
+
+    return Routing(gid, final, ttl, seq, message_type, on_poison)
 
 
 def headers_for(
@@ -143,6 +199,7 @@ def headers_for(
     seq: int | None = None,
     message_type: str | None = None,
     ttl_ms: int | None = None,
+    on_poison: str | None = None,
 ) -> list[tuple[str, bytes]]:
     """The routing headers a sender attaches (the inverse of `parse`)."""
     out: list[tuple[str, bytes]] = []
@@ -154,6 +211,8 @@ def headers_for(
             out.append((SEQ, str(seq).encode("ascii")))
         if ttl_ms is not None:
             out.append((TTL_MS, str(ttl_ms).encode("ascii")))
+        if on_poison is not None:
+            out.append((ON_POISON, on_poison.encode("ascii")))
     elif final:
         raise ValueError("an ordinary message (no guarantee ID) cannot be final")
     if message_type is not None:

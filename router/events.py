@@ -7,10 +7,12 @@ from typing import Any
 
 from router import schemas
 from router.contract import BadInput
-from router.routing import Swept
+from router.routing import STOPPED, Swept
 
 ABANDONED_GROUP = "router.events.AbandonedGroup"
 DEAD_LETTER = "router.events.DeadLetter"
+GROUP_STOPPED = "router.events.GroupStopped"
+TABLE_RESET = "router.events.TableReset"
 
 SIDES = {"send": "SEND", "receive": "RECEIVE"}
 
@@ -28,7 +30,53 @@ def abandoned_group(swept: Swept, side: str, topology: str) -> bytes:
             "last_update_at": e.updated_ms,
             "ttl_ms": e.ttl_ms,
             "swept_at": swept.swept_ms,
-            "final_routed": bool(e.closing),
+            "final_routed": bool(e.closing) and e.closing != STOPPED,
+            "stopped": e.closing == STOPPED,
+        },
+    )
+
+
+def group_stopped(
+    gid: str,
+    error: BadInput,
+    *,
+    side: str,
+    topology: str,
+    unit: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    now_ms: int,
+) -> bytes:
+    return schemas.encode(
+        GROUP_STOPPED,
+        {
+            "guarantee_id": gid,
+            "side": SIDES[side],
+            "topology": topology,
+            "reason_code": error.code,
+            "reason": error.detail,
+            "source_topic": topic,
+            "source_partition": partition,
+            "source_offset": offset,
+            "unit": unit,
+            "stopped_at": now_ms,
+        },
+    )
+
+
+def table_reset(
+    *, side: str, topology: str, previous: str, epoch: str, unit: str, now_ms: int
+) -> bytes:
+    return schemas.encode(
+        TABLE_RESET,
+        {
+            "side": SIDES[side],
+            "topology": topology,
+            "previous_epoch": previous,
+            "epoch": epoch,
+            "unit": unit,
+            "detected_at": now_ms,
         },
     )
 

@@ -21,6 +21,11 @@ MetricName = Literal[
     "ordinary",
     "finals",
     "dead_letters",
+    "parked",  # messages of stopped groups and orphans, on the dead-letter topic
+    "groups_stopped",  # poison messages that stopped their group (policy stop-group)
+    "orphans",  # continuations with no table entry (table decisions)
+    "orphans_parked",
+    "table_resets",  # the table's epoch changed: Redis lost its data
     "batches",
     "redis_round_trips",
     "redis_errors",

@@ -35,6 +35,17 @@ Rules, for each message of a batch, in order:
   answers HELD and every later message from the same lane (source partition) in this
   batch answers SKIPPED, so the unit can stop that partition at the held offset. A
   request with `force_share` (its hold timed out) is shared regardless of policy.
+* Poison and orphans (the unit decides what is bad; the table keeps groups whole):
+  - a request with `dead` (a bad message of a group under the dead-letter policy) is
+    routed like a non-final message, so its group keeps its entry and continues; the unit
+    dead-letters the message itself;
+  - a request with `poison_stop` (a bad message under the stop-group policy) marks its
+    group's entry stopped (creating one without a destination if the group is new) and
+    answers PARKED; every later message of a stopped group answers PARKED too, so the
+    unit parks them in order and forwards nothing more of that group;
+  - a request with `continuation` (sequence number > 0) for a group with no entry answers
+    ORPHAN and creates nothing: its entry expired or the table was lost, and routing it as
+    a new group could send the rest of the group to another destination.
 * `sweep(now)` removes entries idle past their TTL (now > update time + TTL), oldest
   deadline first.
 """
@@ -48,6 +59,10 @@ from typing import Literal
 
 HELD = "!h"
 SKIPPED = "!s"
+PARKED = "!p"  # a message of a stopped group
+ORPHAN = "!o"  # a continuation of a group that has no entry
+STOPPED = "!stop"  # Entry.closing of a stopped group
+NO_DEST = "!"  # Entry.dest of a group stopped before it had a destination
 
 Policy = Literal["share", "hold"]
 
@@ -62,6 +77,9 @@ class RouteRequest:
     token: str  # source position "topic/partition/offset": identifies a final's release
     lane: str  # source partition "topic/partition"
     force_share: bool = False
+    dead: bool = False  # a bad message of this group, dead-lettered (group continues)
+    poison_stop: bool = False  # a bad message of this group, which stops the group
+    continuation: bool = False  # sequence number > 0: the group must already have an entry
 
 
 @dataclass(slots=True)
@@ -83,6 +101,8 @@ class RouteResult:
     shared: int  # placed on a busy destination (policy share, or a hold that timed out)
     held: int
     created: int  # new entries
+    stopped: int = 0  # groups stopped by a poison message
+    orphans: int = 0  # continuations without an entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,29 +169,54 @@ class TableModel:
                 trace.append(TraceStep(r, decisions[-1], known, free, free - fenced))
 
         held_lanes: set[str] = set()
-        shared = held = created = 0
+        shared = held = created = stopped = orphans = 0
         batch_dest: str | None = None
         for r in requests:
             if r.lane in held_lanes:
                 decisions.append(SKIPPED)
                 continue
-            entry = self.entries.get(r.guarantee_id) if r.guarantee_id is not None else None
+            gid = r.guarantee_id
+            entry = self.entries.get(gid) if gid is not None else None
             if entry is not None:
-                assert r.guarantee_id is not None
+                assert gid is not None
                 entry.updated_ms = now_ms
+                if entry.closing == STOPPED:
+                    decisions.append(PARKED)
+                    record(r, True)
+                    continue
+                if r.poison_stop:
+                    if gid in closed_here:
+                        closed_here.discard(gid)
+                        freed[entry.dest] -= 1
+                    entry.closing = STOPPED
+                    stopped += 1
+                    decisions.append(PARKED)
+                    record(r, True)
+                    continue
                 entry.ttl_ms = r.ttl_ms
                 decisions.append(entry.dest)
                 record(r, True)
-                if r.final:
+                if r.final and not r.dead:
                     entry.closing = r.token
-                    if r.guarantee_id not in closed_here:
-                        closed_here.add(r.guarantee_id)
+                    if gid not in closed_here:
+                        closed_here.add(gid)
                         freed[entry.dest] += 1
                 elif entry.closing:
                     entry.closing = ""
-                    if r.guarantee_id in closed_here:  # the ID reused in this very batch
-                        closed_here.discard(r.guarantee_id)
+                    if gid in closed_here:  # the ID reused in this very batch
+                        closed_here.discard(gid)
                         freed[entry.dest] -= 1
+                continue
+            if gid is not None and r.continuation:
+                orphans += 1
+                decisions.append(ORPHAN)
+                record(r, False)
+                continue
+            if gid is not None and r.poison_stop:
+                self.entries[gid] = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, STOPPED)
+                stopped += 1
+                decisions.append(PARKED)
+                record(r, False)
                 continue
             ordinary = r.guarantee_id is None
             if (
@@ -200,15 +245,16 @@ class TableModel:
                 self.inflight[(dest, batch)] = now_ms + lease_ms
             else:
                 assert r.guarantee_id is not None
+                final = r.final and not r.dead
                 self.entries[r.guarantee_id] = Entry(
-                    dest, now_ms, now_ms, r.ttl_ms, r.token if r.final else ""
+                    dest, now_ms, now_ms, r.ttl_ms, r.token if final else ""
                 )
                 self.load[dest] = self.load.get(dest, 0) + 1
                 created += 1
-                if r.final:
+                if final:
                     closed_here.add(r.guarantee_id)
                     freed[dest] += 1
-        return RouteResult(decisions, shared, held, created)
+        return RouteResult(decisions, shared, held, created, stopped, orphans)
 
     def settle(self, batch: str, dests: Iterable[str], finals: Iterable[tuple[str, str]]) -> int:
         """After a batch's commit: end its in-flight leases and release its finals."""
@@ -218,9 +264,10 @@ class TableModel:
 
     def _remove(self, gid: str) -> Entry:
         entry = self.entries.pop(gid)
-        self.load[entry.dest] -= 1
-        if self.load[entry.dest] == 0:
-            del self.load[entry.dest]
+        if entry.dest != NO_DEST:
+            self.load[entry.dest] -= 1
+            if self.load[entry.dest] == 0:
+                del self.load[entry.dest]
         return entry
 
     def release(self, finals: Iterable[tuple[str, str]]) -> int:

@@ -44,6 +44,7 @@ class TableKeys:
     outbox: str
     stats: str
     inflight: str
+    epoch: str
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:
@@ -87,7 +88,11 @@ class ManagementTable:
             keys.closing,
             keys.stats,
             keys.inflight,
+            keys.epoch,
         ]
+        # The table's epoch as last seen; a different one means the table was lost.
+        self.epoch = ""
+        self.resets = 0
         self._settle_keys = [
             keys.entries,
             keys.deadlines,
@@ -106,7 +111,13 @@ class ManagementTable:
         """Decide a destination for every request of a batch (one round trip)."""
         args = self.head_args(batch, now_ms)
         for r in requests:
-            flags = ("f" if r.final else "") + ("s" if r.force_share else "")
+            flags = (
+                ("f" if r.final else "")
+                + ("s" if r.force_share else "")
+                + ("d" if r.dead else "")
+                + ("p" if r.poison_stop else "")
+                + ("c" if r.continuation else "")
+            )
             args += (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
         return self.route_raw(args, len(requests))
 
@@ -115,11 +126,29 @@ class ManagementTable:
         if count == 0:
             return RouteResult([], 0, 0, 0)
         out = self._route(keys=self._route_keys, args=args)
-        return RouteResult([_text(d) for d in out[3:]], int(out[0]), int(out[1]), int(out[2]))
+        epoch = _text(out[5])
+        if int(out[6]):
+            self.resets += 1
+        self.epoch = epoch
+        return RouteResult(
+            [_text(d) for d in out[7:]],
+            int(out[0]),
+            int(out[1]),
+            int(out[2]),
+            int(out[3]),
+            int(out[4]),
+        )
 
     def head_args(self, batch: str, now_ms: int | None = None) -> list[Any]:
         """The leading arguments of `route_raw`; append 5 values per message."""
-        return ["" if now_ms is None else now_ms, self.policy, batch, self.lease_ms, *self._dests]
+        return [
+            "" if now_ms is None else now_ms,
+            self.policy,
+            batch,
+            self.lease_ms,
+            self.epoch,
+            *self._dests,
+        ]
 
     def settle(
         self, batch: str, dests: Iterable[str], finals: Iterable[tuple[str, str]] = ()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
@@ -72,15 +74,14 @@ def ensure_topics(settings: RouterSettings, admin: AdminClient, timeout: float =
             try:
                 future.result(timeout=timeout)
                 report.created.append(name)
-            except Exception as exc:  # created concurrently by another process is fine
-                if "TOPIC_ALREADY_EXISTS" in str(exc):
-                    report.existing.append(name)
-                else:
+            except Exception as exc:  # created meanwhile (or not yet in metadata): check it
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
+        existing = _metadata(admin, [s.name for s in specs], timeout)
     grow = []
     for s in specs:
         meta = existing.get(s.name)
-        if meta is None:
+        if meta is None or s.name in report.created:
             continue
         report.existing.append(s.name)
         have = len(meta.partitions)
@@ -98,3 +99,17 @@ def ensure_topics(settings: RouterSettings, admin: AdminClient, timeout: float =
     for w in report.warnings:
         log.warning(w)
     return report
+
+
+def _metadata(admin: AdminClient, names: list[str], timeout: float) -> dict[str, Any]:
+    """Topic metadata once every name is visible (a new topic reaches metadata shortly
+    after it is created)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        topics = admin.list_topics(timeout=timeout).topics
+        if all(n in topics and topics[n].error is None for n in names):
+            return dict(topics)
+        if time.monotonic() > deadline:
+            missing = [n for n in names if n not in topics]
+            raise TimeoutError(f"topics {missing} not in metadata after {timeout}s")
+        time.sleep(0.1)

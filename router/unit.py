@@ -1,20 +1,22 @@
 """A transfer unit: consume a batch, route it with one Redis round trip, forward it in a
-Kafka transaction that also commits the consumed offsets, then release finished groups.
+Kafka transaction that also commits the consumed offsets, then settle the batch.
 
 The same loop serves both sides (`SideSpec`): send units consume the send queues and
 forward to partitions of the transfer topic; receive units consume the transfer topic and
 forward to receive queues.
 
 Per batch:
-1. parse routing headers (bad input is dead-lettered, never dropped, never fatal);
-2. one `route` round trip to the side's management table decides every destination;
-3. one transaction: produce every message (order within a source partition is kept),
-   dead letters, and the consumed offsets (`send_offsets_to_transaction`), then commit;
-4. after the commit, one `settle` round trip ends the batch's in-flight lease (the
-   destination its ordinary messages went to) and removes the entries of groups whose
-   final message was in the batch. If the unit dies before this, the lease expires and
-   the entry stays "closing" until the sweeper sees the committed offset and releases it,
-   so a replay can never send the rest of a group elsewhere.
+1. read each message's routing headers once; bad input becomes a dead letter with its
+   reason (see `router.contract`), never a crash and never a silent drop;
+2. one `route` round trip decides every destination, and keeps the groups of bad messages
+   whole (poison policy: dead-letter the message and continue the group, or stop the group
+   and park its later messages; a continuation with no entry is parked as an orphan);
+3. one transaction: forwarded messages (order within a source partition is kept), dead
+   letters and parked messages, alert events, and the consumed offsets, then commit;
+4. after the commit, one `settle` round trip ends the batch's in-flight lease and releases
+   the groups whose final message it committed. If the unit dies before this, the lease
+   expires and the sweeper releases the finals once it sees the committed offsets, so a
+   replay can never send the rest of a group elsewhere.
 
 Redis or Kafka unavailable: nothing is forwarded, the batch is rewound, partitions are
 paused while the unit backs off (it keeps polling, so it stays in its consumer group).
@@ -22,12 +24,15 @@ paused while the unit backs off (it keeps polling, so it stays in its consumer g
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import fastavro
 import redis
 from confluent_kafka import (
     Consumer,
@@ -38,17 +43,26 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from router import clients, contract, events
+from router import clients, contract, events, schemas
 from router.config import RouterSettings
 from router.contract import BadInput, Routing
+from router.faults import Faults
 from router.metrics import Metrics, MetricsPublisher, metrics_key
-from router.routing import HELD
+from router.routing import HELD, ORPHAN, PARKED
 from router.side import SideSpec, table_for
 
 log = logging.getLogger("router.unit")
 
 TP = tuple[str, int]
 TXN_TIMEOUT_S = 30.0
+TRACK_DELIVERY_BYTES = 65_536  # larger records get a delivery report (broker rejections)
+BROKER_REJECTIONS = {
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.INVALID_MSG,
+    KafkaError.INVALID_MSG_SIZE,
+}
 
 
 class FatalUnitError(RuntimeError):
@@ -63,9 +77,20 @@ class _Hold:
 
 
 @dataclass(slots=True)
+class _Item:
+    """One consumed message, as the batch handles it."""
+
+    m: Message
+    headers: list[tuple[str, bytes | None]] | None
+    routing: Routing | None  # None: bad input
+    bad: BadInput | None = None
+    stop: bool = False  # bad, and its group's policy is stop-group
+    routed: bool = False  # part of the route call
+
+
+@dataclass(slots=True)
 class _Batch:
-    routed: list[tuple[Message, Routing]] = field(default_factory=list)
-    dead: list[tuple[Message, BadInput]] = field(default_factory=list)
+    items: list[_Item] = field(default_factory=list)
     first: dict[TP, int] = field(default_factory=dict)
     last: dict[TP, int] = field(default_factory=dict)
 
@@ -81,12 +106,14 @@ class TransferUnit:
         spec: SideSpec,
         *,
         redis_client: redis.Redis | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.settings = settings
         self.spec = spec
         self.role = f"{spec.side}-unit"
         self.instance = clients.instance_id()
         self.metrics = Metrics()
+        self.faults = faults or Faults()
         self._stop = threading.Event()
         self._redis = redis_client or clients.redis_client(settings.redis)
         self.table = table_for(settings, spec.side, self._redis)
@@ -113,6 +140,25 @@ class TransferUnit:
         self._backoff_until = 0.0
         self._batches = 0
         self._max_record = kafka.max_message_bytes
+        # Source positions whose record the broker refused (e.g. too large for the
+        # destination topic): dead-lettered when the batch is replayed.
+        self._rejected: dict[tuple[str, int, int], str] = {}
+        self._validators = self._payload_validators() if spec.side == "send" else {}
+
+    def _payload_validators(self) -> dict[str, Callable[[bytes], None]]:
+        """Message type -> a check that the payload decodes with the type's Avro schema."""
+        out: dict[str, Callable[[bytes], None]] = {}
+        for message_type, name in self.settings.routing.schema_by_type.items():
+            schema = schemas.load(name)  # fails at start-up if the schema is missing
+
+            def check(payload: bytes, schema: Any = schema) -> None:
+                buffer = io.BytesIO(payload)
+                fastavro.schemaless_reader(buffer, schema, None)
+                if buffer.tell() != len(payload):
+                    raise ValueError(f"{len(payload) - buffer.tell()} bytes left over")
+
+            out[message_type] = check
+        return out
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -122,12 +168,13 @@ class TransferUnit:
 
     def run(self) -> int:
         log.info(
-            "%s %s starting: %s -> %d destinations, group %s",
+            "%s %s starting: %s -> %d destinations, group %s%s",
             self.role,
             self.instance,
             ",".join(self.spec.sources),
             len(self.spec.destinations),
             self.spec.group_id,
+            f", FAULT INJECTION {self.faults.probability}" if self.faults else "",
         )
         self._producer.init_transactions(TXN_TIMEOUT_S)
         self._consumer.subscribe(
@@ -240,41 +287,76 @@ class TransferUnit:
         args = self.table.head_args(batch_id)
         now = time.monotonic()
         hold_timeout = self.settings.routing.hold_timeout_ms / 1000
-        for m, r in batch.routed:
+        routed: list[_Item] = []
+        for item in batch.items:
+            m = item.m
+            if item.routing is not None:
+                gid, final, ttl, seq = (
+                    item.routing.guarantee_id,
+                    item.routing.final,
+                    item.routing.ttl_ms,
+                    item.routing.seq,
+                )
+                flags = "f" if final else ""
+                if item.bad is not None:  # e.g. an undecodable payload: poison in its group
+                    flags += "p" if item.stop else "d"
+            elif item.bad is not None and item.bad.guarantee_id is not None:
+                gid, final, ttl, seq = (
+                    item.bad.guarantee_id,
+                    False,
+                    self.settings.routing.default_ttl_ms,
+                    item.bad.seq,
+                )
+                flags = "p" if item.stop else "d"
+            else:
+                continue  # bad, and no group to keep whole: dead-lettered as it is
             tp = (m.topic(), m.partition())
             lane = self._lane(tp)
-            flags = "f" if r.final else ""
             hold = self._holds.get(tp)
             if hold is not None and hold.offset == m.offset() and now - hold.since >= hold_timeout:
                 flags += "s"
                 self.metrics.inc("hold_timeouts")
-            args += (
-                r.guarantee_id or "",
-                flags,
-                r.ttl_ms,
-                f"{lane}/{m.offset()}" if r.final else "",
-                lane,
-            )
+            if gid is not None and seq:
+                flags += "c"
+            args += (gid or "", flags, ttl, f"{lane}/{m.offset()}" if final else "", lane)
+            item.routed = True
+            routed.append(item)
         t0 = time.perf_counter_ns()
+        epoch = self.table.epoch
+        resets = self.table.resets
         try:
-            result = self.table.route_raw(args, len(batch.routed))
+            result = self.table.route_raw(args, len(routed))
         except redis.RedisError as exc:
             self.metrics.inc("redis_errors")
             self._fail(f"Redis unavailable, nothing forwarded: {exc}", batch)
             return
-        if batch.routed:
+        if routed:
             self.metrics.inc("redis_round_trips")
             self.metrics.inc("route_us", (time.perf_counter_ns() - t0) // 1000)
         self.metrics.inc("busy_shared", result.shared)
         self.metrics.inc("busy_held", result.held)
-
+        self.metrics.inc("orphans", result.orphans)
+        table_reset = self.table.resets > resets
+        if table_reset:
+            self.metrics.inc("table_resets")
+            log.error(
+                "%s table lost (epoch %s -> %s): Redis came back without its data? Groups "
+                "with sequence numbers are protected; open groups without them may split.",
+                self.spec.side,
+                epoch,
+                self.table.epoch,
+            )
+        decisions = dict(zip((id(i) for i in routed), result.decisions, strict=True))
         held_at: dict[TP, int] = {}
-        for (m, _), d in zip(batch.routed, result.decisions, strict=True):
-            if d == HELD:
-                held_at[(m.topic(), m.partition())] = m.offset()
-
+        for item in routed:
+            if decisions[id(item)] == HELD:
+                held_at[(item.m.topic(), item.m.partition())] = item.m.offset()
+        if self.faults.hit("after_route"):
+            self.faults.die("after_route")
         try:
-            ordinary_dests, finals = self._forward(batch, result.decisions, held_at)
+            ordinary_dests, finals = self._forward(
+                batch, decisions, held_at, (epoch, self.table.epoch) if table_reset else None
+            )
         except KafkaException as exc:
             err = exc.args[0]
             self.metrics.inc("kafka_errors")
@@ -282,6 +364,8 @@ class TransferUnit:
                 raise FatalUnitError(f"fatal producer error: {err}") from exc
             self._fail(f"Kafka transaction failed, batch rewound: {err}", batch)
             return
+        if self.faults.hit("after_commit"):
+            self.faults.die("after_commit")
 
         self._backoff_ms = 0
         if finals or ordinary_dests:
@@ -303,6 +387,7 @@ class TransferUnit:
     def _classify(self, messages: list[Message]) -> _Batch:
         batch = _Batch()
         rules = self.settings.routing
+        validators = self._validators
         for m in messages:
             tp = (m.topic(), m.partition())
             if tp not in batch.first:
@@ -310,25 +395,55 @@ class TransferUnit:
             batch.last[tp] = m.offset()
             try:
                 headers = m.headers()
+            except Exception:  # confluent-kafka raises on a header name that is not UTF-8
+                bad = BadInput("bad-headers", "the headers cannot be read (a name is not UTF-8)")
+                batch.items.append(_Item(m, None, None, bad))
+                continue
+            item = _Item(m, headers, None)
+            try:
                 r = contract.parse(headers, rules)
+                item.routing = r
                 value, key = m.value(), m.key()
                 size = (len(value) if value else 0) + (len(key) if key else 0)
                 if headers:
                     size += sum(len(k) + (len(v) if v else 0) for k, v in headers)
                 if size > self._max_record:
-                    raise BadInput(
+                    raise r.bad(
                         "oversized",
                         f"record of {size} bytes exceeds the {self._max_record} bytes "
                         "a destination accepts (kafka.max_message_bytes)",
                     )
+                rejected = self._rejected.pop((tp[0], tp[1], m.offset()), None)
+                if rejected is not None:
+                    raise r.bad("rejected-by-broker", rejected)
+                check = validators.get(r.message_type or "") if validators else None
+                if check is not None:
+                    try:
+                        check(value or b"")
+                    except Exception as exc:
+                        raise r.bad(
+                            "undecodable-payload",
+                            f"payload is not a {rules.schema_by_type[r.message_type or '']}: {exc}"[
+                                :500
+                            ],
+                        ) from None
             except BadInput as bad:
-                batch.dead.append((m, bad))
-                continue
-            batch.routed.append((m, r))
+                item.bad = bad
+                policy = (
+                    bad.on_poison
+                    or rules.poison_policy_by_type.get(bad.message_type or "")
+                    or rules.poison_policy
+                )
+                item.stop = bad.guarantee_id is not None and policy == "stop-group"
+            batch.items.append(item)
         return batch
 
     def _forward(
-        self, batch: _Batch, decisions: list[str], held_at: dict[TP, int]
+        self,
+        batch: _Batch,
+        decisions: dict[int, str],
+        held_at: dict[TP, int],
+        table_reset: tuple[str, str] | None,
     ) -> tuple[set[str], list[tuple[str, str]]]:
         """Produce the batch and commit it with its offsets in one transaction.
 
@@ -343,54 +458,86 @@ class TransferUnit:
 
         self._producer.begin_transaction()
         self._txn_open = True
+        if table_reset is not None:
+            self._event(
+                events.TABLE_RESET,
+                None,
+                events.table_reset(
+                    side=self.spec.side,
+                    topology=self.settings.topology.name,
+                    previous=table_reset[0],
+                    epoch=table_reset[1],
+                    unit=self.instance,
+                    now_ms=int(time.time() * 1000),
+                ),
+            )
         spec = self.spec
         add_origin = spec.side == "send"
-        forwarded = 0
-        grouped = 0
+        forwarded = grouped = dead = parked = 0
         finals: list[tuple[str, str]] = []
         ordinary_dests: set[str] = set()
-        for (m, r), dest in zip(batch.routed, decisions, strict=True):
-            if dest[0] == "!":
+        for item in batch.items:
+            m = item.m
+            tp = (m.topic(), m.partition())
+            held = held_at.get(tp)
+            if held is not None and m.offset() >= held:
                 continue  # held, or behind a held message of its partition
+            dest = decisions.get(id(item)) if item.routed else None
+            if dest in (PARKED, ORPHAN):
+                parked += 1
+                self._park(item, dest)
+                continue
+            if item.bad is not None:
+                dead += 1
+                self._dead_letter(item.m, item.headers, item.bad)
+                continue
+            assert dest is not None and item.routing is not None
+            r = item.routing
             topic, partition = spec.target(dest)
-            headers = m.headers()
+            headers = item.headers
             if add_origin:
                 origin = (contract.ORIGIN, f"{m.topic()}/{m.partition()}/{m.offset()}".encode())
                 headers = [*headers, origin] if headers else [origin]
-            ts_type, ts = m.timestamp()
-            self._produce(topic, partition, m.key(), m.value(), headers, ts if ts_type else 0)
+            self._produce_forward(topic, partition, m, headers)
             forwarded += 1
             if r.guarantee_id is None:
                 ordinary_dests.add(dest)
             else:
                 grouped += 1
                 if r.final:
-                    finals.append(
-                        (r.guarantee_id, f"{self._lane((m.topic(), m.partition()))}/{m.offset()}")
-                    )
-        dead = 0
-        for m, bad in batch.dead:
-            held = held_at.get((m.topic(), m.partition()))
-            if held is not None and m.offset() > held:
-                continue
-            self._dead_letter(m, bad)
-            dead += 1
+                    finals.append((r.guarantee_id, f"{self._lane(tp)}/{m.offset()}"))
         self._producer.send_offsets_to_transaction(
             offsets, self._consumer.consumer_group_metadata(), TXN_TIMEOUT_S
         )
+        if self.faults.hit("after_produce"):
+            self._producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
+            self.faults.die("after_produce")
         self._commit()
         self._txn_open = False
 
-        m_in = forwarded + dead
         self.metrics.inc("batches")
         self.metrics.inc("txn_commits")
-        self.metrics.inc("messages_in", m_in)
+        self.metrics.inc("messages_in", forwarded + dead + parked)
         self.metrics.inc("messages_out", forwarded)
         self.metrics.inc("grouped", grouped)
         self.metrics.inc("ordinary", forwarded - grouped)
         self.metrics.inc("finals", len(finals))
         self.metrics.inc("dead_letters", dead)
+        self.metrics.inc("parked", parked)
         return ordinary_dests, finals
+
+    def _produce_forward(self, topic: str, partition: int, m: Message, headers: Any) -> None:
+        value, key = m.value(), m.key()
+        ts_type, ts = m.timestamp()
+        on_delivery = None
+        if value is not None and len(value) > TRACK_DELIVERY_BYTES:
+            source = (m.topic(), m.partition(), m.offset())
+
+            def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+                if err is not None and err.code() in BROKER_REJECTIONS:
+                    self._rejected[source] = f"the broker refused the record: {err}"
+
+        self._produce(topic, partition, key, value, headers, ts if ts_type else 0, on_delivery)
 
     def _produce(
         self,
@@ -399,18 +546,37 @@ class TransferUnit:
         key: bytes | None,
         value: bytes | None,
         headers: Any,
-        timestamp: int,
+        timestamp: int = 0,
+        on_delivery: Callable[[Any, Any], None] | None = None,
     ) -> None:
         while True:
             try:
-                self._producer.produce(
-                    topic, value, key, partition=partition, headers=headers, timestamp=timestamp
-                )
+                if on_delivery is None:
+                    self._producer.produce(
+                        topic,
+                        value,
+                        key,
+                        partition=partition,
+                        headers=headers,
+                        timestamp=timestamp,
+                    )
+                else:
+                    self._producer.produce(
+                        topic,
+                        value,
+                        key,
+                        partition=partition,
+                        headers=headers,
+                        timestamp=timestamp,
+                        on_delivery=on_delivery,
+                    )
                 return
             except BufferError:
                 self._producer.poll(0.05)  # the local queue is full: let deliveries drain
 
-    def _dead_letter(self, m: Message, bad: BadInput) -> None:
+    def _dead_letter(
+        self, m: Message, headers: list[tuple[str, bytes | None]] | None, bad: BadInput
+    ) -> None:
         ts_type, ts = m.timestamp()
         record = events.dead_letter(
             bad,
@@ -422,13 +588,66 @@ class TransferUnit:
             timestamp_ms=ts if ts_type else None,
             key=m.key(),
             value=m.value(),
-            headers=m.headers(),
+            headers=headers,
             now_ms=int(time.time() * 1000),
             max_value_bytes=self._max_record,
         )
-        headers = [("schema", events.DEAD_LETTER.encode()), ("reason", bad.code.encode())]
-        self._produce(self.settings.topology.dead_letter_topic, -1, m.key(), record, headers, 0)
+        out_headers = [
+            (schemas.SCHEMA_HEADER, events.DEAD_LETTER.encode()),
+            ("reason", bad.code.encode()),
+        ]
+        self._produce(self.settings.topology.dead_letter_topic, -1, m.key(), record, out_headers)
         log.warning("dead-lettered %s: %s", _where(m), bad)
+
+    def _park(self, item: _Item, decision: str) -> None:
+        """A message of a stopped group, or an orphan: dead-lettered with the group's
+        reason, in order, and forwarded nowhere."""
+        m = item.m
+        gid = (
+            (item.routing.guarantee_id if item.routing else None)
+            or (item.bad.guarantee_id if item.bad else None)
+            or ""
+        )
+        if decision == ORPHAN:
+            reason = BadInput(
+                "group-entry-missing",
+                f"group {gid!r} continues (sequence > 0) but has no table entry: it expired "
+                "or the table was lost; routing it anew could split the group",
+            )
+            self.metrics.inc("orphans_parked")
+        elif item.bad is not None and item.stop:
+            reason = item.bad
+            self.metrics.inc("groups_stopped")
+            log.error("stopping group %r at %s: %s (policy stop-group)", gid, _where(m), item.bad)
+            self._event(
+                events.GROUP_STOPPED,
+                gid.encode(),
+                events.group_stopped(
+                    gid,
+                    item.bad,
+                    side=self.spec.side,
+                    topology=self.settings.topology.name,
+                    unit=self.instance,
+                    topic=m.topic(),
+                    partition=m.partition(),
+                    offset=m.offset(),
+                    now_ms=int(time.time() * 1000),
+                ),
+            )
+        else:
+            reason = BadInput("group-stopped", f"group {gid!r} is stopped; message parked")
+            if item.bad is not None:
+                reason = BadInput("group-stopped", f"group {gid!r} is stopped; also {item.bad}")
+        self._dead_letter(m, item.headers, reason)
+
+    def _event(self, schema: str, key: bytes | None, record: bytes) -> None:
+        self._produce(
+            self.settings.topology.events_topic,
+            -1,
+            key,
+            record,
+            [(schemas.SCHEMA_HEADER, schema.encode())],
+        )
 
     def _commit(self) -> None:
         for attempt in range(5):

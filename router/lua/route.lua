@@ -4,14 +4,20 @@
 --       2 deadlines (zset gid -> updated + ttl)   3 load (hash dest -> open groups)
 --       4 cursor (string)   5 closing (zset gid -> time marked)   6 stats (hash)
 --       7 inflight (zset "dest|batch" -> lease expiry): ordinary messages not yet committed
+--       8 epoch (string): created with the table; missing again means the table was lost
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold'
---       3 batch ID   4 lease ms   5 n destinations, then n destination names
+--       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
+--       6 n destinations, then n destination names
 --       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
---       's' force share), TTL ms, token (source position), lane (source partition)
--- Returns: {shared, held, created, decision_1, ..., decision_m}; a decision is a
---          destination name, '!h' (held) or '!s' (skipped: its lane is held).
-local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+--       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
+--       its group, 'c' continuation: sequence number > 0), TTL ms, token (source
+--       position), lane (source partition)
+-- Returns: {shared, held, created, stopped, orphans, epoch, reset, decision_1, ...}; a
+--          decision is a destination name, '!h' (held), '!s' (skipped: its lane is held),
+--          '!p' (parked: its group is stopped) or '!o' (orphan: a continuation without an
+--          entry). reset is 1 if the caller's epoch is gone: the table was lost.
+local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, K_EPOCH =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -21,11 +27,12 @@ end
 local hold = ARGV[2] == 'hold'
 local batch = ARGV[3]
 local lease = tonumber(ARGV[4])
-local ndest = tonumber(ARGV[5])
+local seen_epoch = ARGV[5]
+local ndest = tonumber(ARGV[6])
 local dests = {}
 local load = {}
 for i = 1, ndest do
-  dests[i] = ARGV[5 + i]
+  dests[i] = ARGV[6 + i]
   load[dests[i]] = 0
 end
 local raw = redis.call('HGETALL', K_LOAD)
@@ -35,9 +42,21 @@ for d, l in pairs(load) do load0[d] = l end
 local cursor = tonumber(redis.call('GET', K_CURSOR) or '0') % ndest
 local cursor0 = cursor
 
-local base = 5 + ndest
+local base = 6 + ndest
 
 local function num(x) return string.format('%.0f', x) end
+
+-- The table's epoch: a table that disappeared (Redis restarted without its data) comes
+-- back with a new epoch, and the caller learns that its table was lost.
+local epoch = redis.call('GET', K_EPOCH)
+local reset = 0
+if not epoch then
+  epoch = num(now) .. '-' .. batch
+  redis.call('SET', K_EPOCH, epoch)
+  if seen_epoch ~= '' then reset = 1 end
+elseif seen_epoch ~= '' and seen_epoch ~= epoch then
+  reset = 1
+end
 
 -- Destinations with ordinary messages of another batch in flight are not clean.
 redis.call('ZREMRANGEBYSCORE', K_INFLIGHT, '-inf', num(now))
@@ -94,45 +113,66 @@ local function choose(use_fence)
   end
 end
 
-local out = { 0, 0, 0 }
+local out = { 0, 0, 0, 0, 0, epoch, reset }
 local held_lanes = {}
 local batch_dest = nil
 local marks = {}
 local dirty = {}
-local ndirty = 0
+local function touch(gid) dirty[gid] = true end
 for m = 0, nmsg - 1 do
   local b = base + m * 5
   local gid, flags, ttl, token, lane = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local function has(c) return string.find(flags, c, 1, true) ~= nil end
   local decision
   if held_lanes[lane] then
     decision = '!s'
   else
-    local final = string.find(flags, 'f', 1, true) ~= nil
     local e = false
     if gid ~= '' then e = cache[gid] end
     if e then
-      decision = e.dest
       e.updated = num(now)
-      e.ttl = ttl
-      if final then
-        e.closing = token
-        if not closed_here[gid] then
-          closed_here[gid] = true
-          freed[e.dest] = (freed[e.dest] or 0) + 1
-        end
-      elseif e.closing ~= '' then
-        e.closing = ''
+      touch(gid)
+      if e.closing == '!stop' then
+        decision = '!p'
+      elseif has('p') then
         if closed_here[gid] then
           closed_here[gid] = nil
           freed[e.dest] = freed[e.dest] - 1
         end
+        e.closing = '!stop'
+        out[4] = out[4] + 1
+        decision = '!p'
+      else
+        decision = e.dest
+        e.ttl = ttl
+        if has('f') and not has('d') then
+          e.closing = token
+          if not closed_here[gid] then
+            closed_here[gid] = true
+            freed[e.dest] = (freed[e.dest] or 0) + 1
+          end
+        elseif e.closing ~= '' then
+          e.closing = ''
+          if closed_here[gid] then
+            closed_here[gid] = nil
+            freed[e.dest] = freed[e.dest] - 1
+          end
+        end
       end
-      if not dirty[gid] then dirty[gid] = true; ndirty = ndirty + 1 end
+    elseif gid ~= '' and has('c') then
+      out[5] = out[5] + 1
+      decision = '!o'
+    elseif gid ~= '' and has('p') then
+      cache[gid] = { dest = '!', opened = num(now), updated = num(now), ttl = ttl,
+                     closing = '!stop', closing0 = '' }
+      touch(gid)
+      out[4] = out[4] + 1
+      decision = '!p'
     elseif gid == '' and batch_dest ~= nil and eff(batch_dest) == 0 then
       decision = batch_dest
     else
       local i, busy = choose(gid ~= '')
-      if busy and hold and string.find(flags, 's', 1, true) == nil then
+      if busy and hold and not has('s') then
         out[2] = out[2] + 1
         held_lanes[lane] = true
         decision = '!h'
@@ -145,17 +185,18 @@ for m = 0, nmsg - 1 do
           marks[#marks + 1] = num(now + lease)
           marks[#marks + 1] = decision .. '|' .. batch
         else
+          local final = has('f') and not has('d')
           local c = ''
           if final then c = token end
           cache[gid] = { dest = decision, opened = num(now), updated = num(now), ttl = ttl,
                          closing = c, closing0 = '' }
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
+          touch(gid)
           if final then
             closed_here[gid] = true
             freed[decision] = (freed[decision] or 0) + 1
           end
-          if not dirty[gid] then dirty[gid] = true; ndirty = ndirty + 1 end
         end
       end
     end
@@ -177,10 +218,11 @@ for gid in pairs(dirty) do
   hset[#hset + 1] = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|' .. e.closing
   zadd[#zadd + 1] = num(tonumber(e.updated) + tonumber(e.ttl))
   zadd[#zadd + 1] = gid
-  if e.closing ~= '' and e.closing ~= e.closing0 then
+  if e.closing ~= '' and e.closing ~= '!stop' and e.closing ~= e.closing0 then
     cadd[#cadd + 1] = num(now)
     cadd[#cadd + 1] = gid
-  elseif e.closing == '' and e.closing0 ~= '' then
+  elseif (e.closing == '' or e.closing == '!stop') and e.closing0 ~= ''
+      and e.closing0 ~= '!stop' then
     crem[#crem + 1] = gid
   end
   flush('HSET', K_ENTRIES, hset, false)
@@ -199,7 +241,8 @@ end
 if cursor ~= cursor0 then redis.call('SET', K_CURSOR, cursor) end
 if #marks > 0 then redis.call('ZADD', K_INFLIGHT, unpack(marks)) end
 redis.call('HINCRBY', K_STATS, 'messages', nmsg)
-if out[1] > 0 then redis.call('HINCRBY', K_STATS, 'shared', out[1]) end
-if out[2] > 0 then redis.call('HINCRBY', K_STATS, 'held', out[2]) end
-if out[3] > 0 then redis.call('HINCRBY', K_STATS, 'created', out[3]) end
+local counters = { 'shared', 'held', 'created', 'stopped', 'orphans' }
+for i = 1, 5 do
+  if out[i] > 0 then redis.call('HINCRBY', K_STATS, counters[i], out[i]) end
+end
 return out

@@ -23,7 +23,9 @@ for i = 3 + ndest, #ARGV, 2 do
       redis.call('HDEL', K_ENTRIES, gid)
       redis.call('ZREM', K_DEADLINES, gid)
       redis.call('ZREM', K_CLOSING, gid)
-      if redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then redis.call('HDEL', K_LOAD, d) end
+      if d ~= '!' and redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then
+        redis.call('HDEL', K_LOAD, d)
+      end
       released = released + 1
     end
   end

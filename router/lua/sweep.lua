@@ -22,7 +22,9 @@ for _, gid in ipairs(ids) do
     local d = string.match(v, '^([^|]*)|')
     redis.call('HDEL', K_ENTRIES, gid)
     redis.call('ZREM', K_CLOSING, gid)
-    if redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then redis.call('HDEL', K_LOAD, d) end
+    if d ~= '!' and redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then
+        redis.call('HDEL', K_LOAD, d)
+      end
     redis.call('RPUSH', K_OUTBOX, v .. '|' .. snow .. '|' .. gid)
     out[#out + 1] = gid
     out[#out + 1] = v

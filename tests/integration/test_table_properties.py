@@ -11,7 +11,10 @@ After every step the real table (real Redis) must equal the model, and:
   with another batch's ordinary messages in flight) while a clean one exists;
 * an entry disappears only by a release with its final's token (or an operator's "*"),
   or by a sweep past its TTL;
-* the load of each destination equals the number of open groups assigned to it.
+* the load of each destination equals the number of open groups assigned to it;
+* a stopped group (poison, stop policy) gets every later message parked, a continuation
+  without an entry is an orphan and creates nothing, a dead-lettered message keeps its
+  group going like any non-final message.
 """
 
 from __future__ import annotations
@@ -23,7 +26,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from router.routing import HELD, SKIPPED, RouteRequest, TableModel, TraceStep
+from router.routing import (
+    HELD,
+    NO_DEST,
+    ORPHAN,
+    PARKED,
+    SKIPPED,
+    STOPPED,
+    RouteRequest,
+    TableModel,
+    TraceStep,
+)
 from router.table import ManagementTable, TableKeys
 from tests.helpers import unique
 
@@ -33,20 +46,23 @@ TTLS = [1_000, 5_000]
 UNITS = ["u1", "u2", "u3"]
 LEASE_MS = 3_000
 
-Message = tuple[str | None, bool, int, str, bool]
+Message = tuple[str | None, bool, int, str, bool, str]
 message = st.tuples(
     st.one_of(st.none(), st.sampled_from(GIDS)),  # None: an ordinary message
     st.booleans(),  # final (only meaningful with a guarantee ID)
     st.sampled_from(TTLS),
     st.sampled_from(LANES),
     st.integers(0, 20).map(lambda n: n == 0),  # force share, rarely
+    # "": plain; d: dead-lettered (group continues); p: poison stopping its group;
+    # c: a continuation (sequence number > 0)
+    st.sampled_from(["", "", "", "", "c", "c", "d", "p"]),
 )
 
 
 def check_trace(trace: list[TraceStep]) -> None:
     for step in trace:
         d = step.decision
-        if d in (HELD, SKIPPED) or step.known:
+        if d[0] == "!" or step.known:  # held, skipped, parked, orphan; or a known group
             continue
         if step.request.guarantee_id is None:
             if step.free:
@@ -81,10 +97,23 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
 
         def _requests(self, batch: list[Message]) -> list[RouteRequest]:
             out = []
-            for gid, final, ttl, lane, force in batch:
+            for gid, final, ttl, lane, force, kind in batch:
                 self.counter += 1
                 token = f"{lane}/{self.counter}"
-                out.append(RouteRequest(gid, final and gid is not None, ttl, token, lane, force))
+                grouped = gid is not None
+                out.append(
+                    RouteRequest(
+                        gid,
+                        final and grouped,
+                        ttl,
+                        token,
+                        lane,
+                        force,
+                        dead=kind == "d" and grouped,
+                        poison_stop=kind == "p" and grouped,
+                        continuation=kind == "c" and grouped,
+                    )
+                )
             return out
 
         @precondition(lambda self: self.table is not None)
@@ -95,18 +124,25 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             self.counter += 1
             batch_id = f"{unit}:{self.counter}"
             before = set(self.model.entries)
+            stopped_before = {g for g, e in self.model.entries.items() if e.closing == STOPPED}
             trace: list[TraceStep] = []
             expected = self.model.route(requests, self.now, batch_id, LEASE_MS, trace)
             actual = self.table.route(requests, now_ms=self.now, batch=batch_id)
             assert actual == expected
             check_trace(trace)
+            for step in trace:
+                r, d = step.request, step.decision
+                if r.guarantee_id in stopped_before:
+                    assert d == PARKED, "a stopped group's message was not parked"
+                if d == ORPHAN:
+                    assert r.continuation and not step.known
             self.unsettled[batch_id] = {
                 d
                 for r, d in zip(requests, actual.decisions, strict=True)
-                if r.guarantee_id is None and d not in (HELD, SKIPPED)
+                if r.guarantee_id is None and d[0] != "!"
             }
             for r, d in zip(requests, actual.decisions, strict=True):
-                if r.guarantee_id is None or d in (HELD, SKIPPED):
+                if r.guarantee_id is None or d in (HELD, SKIPPED, PARKED, ORPHAN):
                     continue
                 first = self.assigned.setdefault(r.guarantee_id, d)
                 assert first == d, f"group {r.guarantee_id} moved from {first} to {d}"
@@ -183,9 +219,13 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             assert self.table.cursor() == self.model.cursor
             assert self.table.inflight() == self.model.inflight
             # Load counts are exactly the open groups per destination.
-            assert self.table.loads() == dict(Counter(e.dest for e in self.model.entries.values()))
+            assert self.table.loads() == dict(
+                Counter(e.dest for e in self.model.entries.values() if e.dest != NO_DEST)
+            )
             closing = {g.decode() for g in client.zrange(self.table.keys.closing, 0, -1)}
-            assert closing == {g for g, e in self.model.entries.items() if e.closing}
+            assert closing == {
+                g for g, e in self.model.entries.items() if e.closing and e.closing != STOPPED
+            }
 
     return TableMachine
 
