@@ -6,8 +6,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Router processes started through make record themselves here; stack-down stops them.
+export ROUTER_PID_DIR := $(CURDIR)/.stack/run/units
 
-.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo clean
+.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +49,9 @@ test: venv jars lint ## Everything from a fresh clone: venv, jars, lint, stack, 
 
 demo: venv jars stack-up ## Run the whole system end to end and check every guarantee
 	$(BIN)/router demo
+
+chaos: venv jars stack-up ## Chaos run: 100k messages, 20+ SIGKILLs, a broker and a Redis restart
+	$(BIN)/python ops/chaos.py
 
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit

@@ -3,7 +3,8 @@
 # Maven Central jars, and Redis from Debian's redis-server package, both on 127.0.0.1.
 #
 #   ops/stack.sh up            fetch jars if needed, start Redis and Kafka, wait until both answer
-#   ops/stack.sh down          stop both (graceful, then SIGKILL after a timeout); nothing of ours left
+#   ops/stack.sh down          stop router processes recorded in .stack/run/units (SIGTERM: each
+#                              commits and leaves its group), then both servers; nothing of ours left
 #   ops/stack.sh status        what is running, where
 #   ops/stack.sh env           the addresses, as ROUTER_* environment variables
 #   ops/stack.sh fetch-jars    only resolve the jars (Kafka broker; Spark connector for .venv's pyspark)
@@ -87,6 +88,33 @@ need_maven() {
   command -v mvn >/dev/null 2>&1 \
     || die "Maven ('mvn') is required once, to fetch the Kafka jars from Maven Central, and is not on PATH." \
            "Install it (Debian: apt-get install maven). $DOCKER_HINT"
+}
+
+want_kcat() {  # kcat: for the README's examples and one bad-input test; optional
+  command -v kcat >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian's kcat package"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } \
+      >"$LOG_DIR/apt-kcat.log" 2>&1 || say "could not install kcat (optional): see $LOG_DIR/apt-kcat.log"
+  fi
+}
+
+stop_units() {  # router processes that recorded themselves (ROUTER_PID_DIR) get SIGTERM
+  local dir="$RUN_DIR/units" f pid pids=()
+  [ -d "$dir" ] || return 0
+  for f in "$dir"/*.pid; do
+    [ -e "$f" ] || continue
+    pid="$(cat "$f" 2>/dev/null || true)"
+    if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q router; then
+      kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+    else
+      rm -f "$f"
+    fi
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  say "stopping ${#pids[@]} router processes (SIGTERM: finish the batch, commit, leave the group)"
+  for pid in "${pids[@]}"; do wait_gone "$pid" "router process $pid"; done
+  rm -f "$dir"/*.pid
 }
 
 need_redis() {
@@ -339,11 +367,12 @@ main() {
       need_java
       fetch_kafka_jars
       fetch_spark_jars
+      want_kcat
       redis_start
       kafka_start
       say "stack up in $((SECONDS - t0))s"
       ;;
-    down) with_lock; kafka_stop; redis_stop ;;
+    down) with_lock; stop_units; kafka_stop; redis_stop ;;
     status) status ;;
     env) print_env ;;
     fetch-jars) with_lock; need_java; fetch_kafka_jars; fetch_spark_jars ;;

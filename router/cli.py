@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -40,8 +41,11 @@ def _settings(ctx: click.Context) -> RouterSettings:
     return settings
 
 
-def _run_until_signalled(process: _Stoppable) -> None:
-    """SIGTERM/SIGINT: finish the current batch, commit, leave the group, exit 0."""
+def _run_until_signalled(process: _Stoppable, role: str) -> None:
+    """SIGTERM/SIGINT: finish the current batch, commit, leave the group, exit 0.
+
+    With ROUTER_PID_DIR set (the Makefile sets it to .stack/run/units), the process
+    records itself there while it runs, so that `make stack-down` can stop it gracefully."""
 
     def stop(signum: int, _frame: Any) -> None:
         log.info("received %s: stopping after the current batch", signal.Signals(signum).name)
@@ -49,7 +53,20 @@ def _run_until_signalled(process: _Stoppable) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    sys.exit(process.run())
+    # `kill -USR1 <pid>` writes every thread's stack to the log, even while the process
+    # is blocked inside the Kafka client: the first thing to look at if a unit seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    pid_dir = os.environ.get("ROUTER_PID_DIR")
+    pid_file = Path(pid_dir) / f"{role}-{os.getpid()}.pid" if pid_dir else None
+    if pid_file is not None:
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        code = process.run()
+    finally:
+        if pid_file is not None:
+            pid_file.unlink(missing_ok=True)
+    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -102,7 +119,7 @@ def _run_unit(settings: RouterSettings, side: str) -> None:
     faults = Faults(os.environ.get("ROUTER_FAULTS", ""))
     unit = TransferUnit(settings, side_spec(settings, side), faults=faults)  # type: ignore[arg-type]
     try:
-        _run_until_signalled(unit)
+        _run_until_signalled(unit, f"{side}-unit")
     except FatalUnitError as exc:
         log.critical("%s", exc)
         sys.exit(2)
@@ -119,7 +136,7 @@ def sweeper(ctx: click.Context, once: bool) -> None:
         report = s.run_once()
         click.echo(json.dumps(report.__dict__))
         return
-    _run_until_signalled(s)
+    _run_until_signalled(s, "sweeper")
 
 
 # ---------------------------------------------------------------------- topics

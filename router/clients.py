@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
+import time
 import uuid
 from typing import Any
 
@@ -14,8 +16,35 @@ from redis.retry import Retry
 
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 
+
+class RepeatFilter(logging.Filter):
+    """Let the same librdkafka complaint through once per `every` seconds, with a count
+    of what was suppressed (a broker away makes every client retry many times a second)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        super().__init__()
+        self.every = every
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # The message minus its numbers: "Connect to ipv4#127.0.0.1:9092 failed ..."
+        key = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        last, suppressed = self._seen.get(key, (0.0, 0))
+        if now - last < self.every:
+            self._seen[key] = (last, suppressed + 1)
+            return False
+        if suppressed:
+            record.msg = f"{record.msg} [{suppressed} similar lines suppressed]"
+        self._seen[key] = (now, 0)
+        if len(self._seen) > 1000:
+            self._seen.clear()
+        return True
+
+
 # librdkafka's own log lines, routed through Python logging.
 LIBRDKAFKA_LOGGER = logging.getLogger("router.librdkafka")
+LIBRDKAFKA_LOGGER.addFilter(RepeatFilter())
 
 
 def instance_id() -> str:

@@ -18,10 +18,11 @@ it forwards, and keeps every other header, the key, the value and the timestamp.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from router.config import RoutingSettings
 
@@ -90,6 +91,25 @@ def _int(name: str, raw: bytes) -> int:
         return int(text)
     except (UnicodeDecodeError, ValueError):
         raise BadInput(f"bad-{name}", f"header {name!r} is not a non-negative integer") from None
+
+
+_headers = operator.methodcaller("headers")
+
+
+def read_headers(message: Any) -> list[tuple[str, bytes | None]] | None:
+    """A consumed message's headers, or BadInput("bad-headers") if they cannot be read.
+
+    confluent-kafka fails to convert a header *name* that is not UTF-8 and returns a list
+    with an exception pending. CPython 3.11 notices that only on the generic call path; a
+    hot loop's specialised `m.headers()` call would let it surface later, anywhere. Calling
+    through operator.methodcaller keeps the error at this call.
+    """
+    try:
+        headers: list[tuple[str, bytes | None]] | None = _headers(message)
+    except SystemError as exc:
+        cause = exc.__cause__ or exc
+        raise BadInput("bad-headers", f"the headers cannot be read: {cause}"[:300]) from None
+    return headers
 
 
 def parse(headers: Headers | None, rules: RoutingSettings) -> Routing:

@@ -112,7 +112,17 @@ class Receiver:
                 log.warning("consumer error: %s", err)
             if time.monotonic() >= deadline:
                 return None
-        headers = m.headers() or []
+        try:
+            headers = contract.read_headers(m) or []
+        except contract.BadInput as bad:
+            log.warning(
+                "%s[%d]@%d: %s; delivered without headers",
+                m.topic(),
+                m.partition(),
+                m.offset(),
+                bad,
+            )
+            headers = []
         gid, final, seq = _routing(headers)
         ts_type, ts = m.timestamp()
         self.received += 1

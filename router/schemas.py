@@ -61,3 +61,14 @@ def encode(name: str, record: dict[str, Any]) -> bytes:
 
 def decode(name: str, data: bytes) -> Any:
     return fastavro.schemaless_reader(io.BytesIO(data), load(name), None)
+
+
+def validate(name: str, data: bytes) -> None:
+    """Raise ValueError unless `data` is exactly one record of schema `name`."""
+    buffer = io.BytesIO(data)
+    try:
+        fastavro.schemaless_reader(buffer, load(name), None)
+    except Exception as exc:
+        raise ValueError(f"not a {name}: {exc}") from None
+    if buffer.tell() != len(data):
+        raise ValueError(f"not a {name}: {len(data) - buffer.tell()} bytes left over")

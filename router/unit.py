@@ -24,17 +24,19 @@ paused while the unit backs off (it keeps polling, so it stays in its consumer g
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-import fastavro
 import redis
 from confluent_kafka import (
+    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -126,16 +128,19 @@ class TransferUnit:
             settings.unit.metrics_interval_ms,
         )
         kafka = settings.kafka
-        self._producer = Producer(
-            clients.transactional_producer_config(
-                kafka, clients.transactional_id(settings, spec.side), self.instance
-            )
-        )
+        # One transactional ID per process, kept when the producer is replaced: the new
+        # instance's init_transactions fences the old one, so nothing an old (even stuck)
+        # instance still has in flight can ever commit.
+        self._txn_id = clients.transactional_id(settings, spec.side)
+        self._txn_calls = ThreadPoolExecutor(1, thread_name_prefix="txn")
+        self._producer = self._new_producer()
         self._consumer = Consumer(clients.consumer_config(kafka, spec.group_id, self.instance))
         self._assigned: set[TP] = set()
         self._lanes: dict[TP, str] = {}
         self._holds: dict[TP, _Hold] = {}
         self._txn_open = False
+        self._producer_broken = False
+        self._abort_failures = 0
         self._backoff_ms = 0
         self._backoff_until = 0.0
         self._batches = 0
@@ -149,15 +154,8 @@ class TransferUnit:
         """Message type -> a check that the payload decodes with the type's Avro schema."""
         out: dict[str, Callable[[bytes], None]] = {}
         for message_type, name in self.settings.routing.schema_by_type.items():
-            schema = schemas.load(name)  # fails at start-up if the schema is missing
-
-            def check(payload: bytes, schema: Any = schema) -> None:
-                buffer = io.BytesIO(payload)
-                fastavro.schemaless_reader(buffer, schema, None)
-                if buffer.tell() != len(payload):
-                    raise ValueError(f"{len(payload) - buffer.tell()} bytes left over")
-
-            out[message_type] = check
+            schemas.load(name)  # fails at start-up if the schema is missing
+            out[message_type] = partial(schemas.validate, name)
         return out
 
     # ------------------------------------------------------------------ lifecycle
@@ -176,7 +174,16 @@ class TransferUnit:
             self.spec.group_id,
             f", FAULT INJECTION {self.faults.probability}" if self.faults else "",
         )
-        self._producer.init_transactions(TXN_TIMEOUT_S)
+        while True:
+            try:
+                self._txn(self._producer.init_transactions, TXN_TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                if self._stop.is_set():
+                    return 0
+                log.warning("cannot start transactions yet (broker away?), retrying: %s", exc)
+                if exc.args[0].fatal():
+                    self._producer = self._new_producer()
         self._consumer.subscribe(
             list(self.spec.sources),
             on_assign=self._on_assign,
@@ -203,19 +210,26 @@ class TransferUnit:
             batch = self._poll_batch()
             if batch:
                 self._handle(batch)
-        self._producer.poll(0)
+        try:
+            self._producer.poll(0)
+        except KafkaException as exc:  # confluent-kafka raises a fatal error from poll()
+            if not exc.args[0].fatal():
+                raise
+            if not self._producer_broken:
+                self._producer_broken = True
+                self._start_backoff(f"transactional producer failed: {exc.args[0]}")
         self._publisher.maybe_publish()
 
     def _shutdown(self) -> None:
         log.info("%s %s stopping", self.role, self.instance)
-        if self._txn_open:
-            try:
-                self._producer.abort_transaction(TXN_TIMEOUT_S)
-            except KafkaException as exc:
-                log.warning("abort on shutdown failed: %s", exc)
+        self._abort()
         self._publisher.maybe_publish(force=True)
         self._consumer.close()  # leaves the consumer group now, not at session timeout
-        self._producer.flush(TXN_TIMEOUT_S)
+        try:
+            self._producer.flush(TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            log.warning("flush on shutdown failed: %s", exc)
+        self._txn_calls.shutdown(wait=False)
 
     # ------------------------------------------------------------------ rebalancing
 
@@ -225,6 +239,15 @@ class TransferUnit:
             self._holds.pop((tp.topic, tp.partition), None)
         self.metrics.inc("rebalances")
         log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        # Both group protocols the units use (KIP-848, cooperative-sticky) are incremental.
+        # librdkafka keeps a partition's pause flag across losing and regaining it, so say
+        # explicitly what a (re)assigned partition should be: paused while backing off.
+        consumer.incremental_assign(partitions)
+        if partitions:
+            if self._backoff_until:
+                consumer.pause(partitions)
+            else:
+                consumer.resume(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -361,7 +384,10 @@ class TransferUnit:
             err = exc.args[0]
             self.metrics.inc("kafka_errors")
             if err.fatal():
-                raise FatalUnitError(f"fatal producer error: {err}") from exc
+                # E.g. fenced after the coordinator aborted a transaction that outlived
+                # transaction_timeout_ms (a long broker outage). Nothing of the batch was
+                # committed: start a new producer and replay.
+                self._producer_broken = True
             self._fail(f"Kafka transaction failed, batch rewound: {err}", batch)
             return
         if self.faults.hit("after_commit"):
@@ -394,9 +420,8 @@ class TransferUnit:
                 batch.first[tp] = m.offset()
             batch.last[tp] = m.offset()
             try:
-                headers = m.headers()
-            except Exception:  # confluent-kafka raises on a header name that is not UTF-8
-                bad = BadInput("bad-headers", "the headers cannot be read (a name is not UTF-8)")
+                headers = contract.read_headers(m)
+            except BadInput as bad:  # a header name that is not UTF-8
                 batch.items.append(_Item(m, None, None, bad))
                 continue
             item = _Item(m, headers, None)
@@ -506,8 +531,11 @@ class TransferUnit:
                 grouped += 1
                 if r.final:
                     finals.append((r.guarantee_id, f"{self._lane(tp)}/{m.offset()}"))
-        self._producer.send_offsets_to_transaction(
-            offsets, self._consumer.consumer_group_metadata(), TXN_TIMEOUT_S
+        self._txn(
+            self._producer.send_offsets_to_transaction,
+            offsets,
+            self._consumer.consumer_group_metadata(),
+            TXN_TIMEOUT_S,
         )
         if self.faults.hit("after_produce"):
             self._producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
@@ -600,8 +628,8 @@ class TransferUnit:
         log.warning("dead-lettered %s: %s", _where(m), bad)
 
     def _park(self, item: _Item, decision: str) -> None:
-        """A message of a stopped group, or an orphan: dead-lettered with the group's
-        reason, in order, and forwarded nowhere."""
+        """A message of a stopped group, or an orphan: dead-lettered, in order, and
+        forwarded nowhere. A malformed one keeps its own reason."""
         m = item.m
         gid = (
             (item.routing.guarantee_id if item.routing else None)
@@ -609,12 +637,12 @@ class TransferUnit:
             or ""
         )
         if decision == ORPHAN:
-            reason = BadInput(
+            self.metrics.inc("orphans_parked")
+            reason = item.bad or BadInput(
                 "group-entry-missing",
                 f"group {gid!r} continues (sequence > 0) but has no table entry: it expired "
                 "or the table was lost; routing it anew could split the group",
             )
-            self.metrics.inc("orphans_parked")
         elif item.bad is not None and item.stop:
             reason = item.bad
             self.metrics.inc("groups_stopped")
@@ -635,9 +663,9 @@ class TransferUnit:
                 ),
             )
         else:
-            reason = BadInput("group-stopped", f"group {gid!r} is stopped; message parked")
-            if item.bad is not None:
-                reason = BadInput("group-stopped", f"group {gid!r} is stopped; also {item.bad}")
+            reason = item.bad or BadInput(
+                "group-stopped", f"group {gid!r} is stopped (policy stop-group); parked"
+            )
         self._dead_letter(m, item.headers, reason)
 
     def _event(self, schema: str, key: bytes | None, record: bytes) -> None:
@@ -652,7 +680,7 @@ class TransferUnit:
     def _commit(self) -> None:
         for attempt in range(5):
             try:
-                self._producer.commit_transaction(TXN_TIMEOUT_S)
+                self._txn(self._producer.commit_transaction, TXN_TIMEOUT_S)
                 return
             except KafkaException as exc:
                 err = exc.args[0]
@@ -685,19 +713,85 @@ class TransferUnit:
 
     # ------------------------------------------------------------------ failures
 
+    def _new_producer(self) -> Producer:
+        return Producer(
+            clients.transactional_producer_config(self.settings.kafka, self._txn_id, self.instance)
+        )
+
+    def _txn(self, call: Callable[..., Any], *args: Any) -> Any:
+        """A transactional call that talks to the broker, with a hard deadline. librdkafka
+        has been seen to block past its own timeout when a coordinator disappears; such a
+        call is abandoned (the producer is then replaced and the old one fenced)."""
+        future = self._txn_calls.submit(call, *args)
+        try:
+            return future.result(TXN_TIMEOUT_S + 15)
+        except FuturesTimeout:
+            self._txn_calls.shutdown(wait=False)  # its worker stays blocked; a new one
+            self._txn_calls = ThreadPoolExecutor(1, thread_name_prefix="txn")
+            self._producer_broken = True
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"{call.__name__} did not return")
+            ) from None
+
+    def _replace_producer(self) -> bool:
+        """After a fatal or stuck producer: a new instance with the same transactional ID
+        (init_transactions fences the old one and resolves its transaction), then resume
+        every partition from the group's committed offset, which says exactly what was
+        committed even when the old transaction's outcome was unknown. False if the broker
+        is not back yet (the back-off repeats)."""
+        producer = self._new_producer()
+        try:
+            self._txn(producer.init_transactions, TXN_TIMEOUT_S)
+            assigned = [TopicPartition(t, p) for t, p in self._assigned]
+            committed = (
+                self._consumer.committed(assigned, timeout=TXN_TIMEOUT_S) if assigned else []
+            )
+        except KafkaException as exc:
+            log.warning("a new producer could not start yet: %s", exc)
+            return False
+        self._producer = producer
+        self._producer_broken = False
+        self._txn_open = False
+        self._abort_failures = 0
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            self._seek(tp.topic, tp.partition, offset)
+        self.metrics.inc("producer_restarts")
+        log.warning(
+            "replaced the transactional producer (same transactional ID: the old one is "
+            "fenced); resuming %d partitions from their committed offsets",
+            len(committed),
+        )
+        return True
+
     def _fail(self, reason: str, batch: _Batch) -> None:
-        """Abort, rewind the batch, pause everything and back off."""
-        if self._txn_open:
-            try:
-                self._producer.abort_transaction(TXN_TIMEOUT_S)
-                self._txn_open = False
-                self.metrics.inc("txn_aborts")
-            except KafkaException as exc:
-                if exc.args[0].fatal():
-                    raise FatalUnitError(f"fatal error aborting: {exc}") from exc
-                log.warning("abort failed, will retry before the next batch: %s", exc)
-        for tp, offset in batch.first.items():
-            self._seek(tp[0], tp[1], offset)
+        """Abort, rewind the batch, pause everything and back off. With a broken producer
+        the outcome of its transaction is unknown: the replacement resumes from the
+        committed offsets instead of the batch start."""
+        self._abort()
+        if not self._producer_broken:
+            for tp, offset in batch.first.items():
+                self._seek(tp[0], tp[1], offset)
+        self._start_backoff(reason)
+
+    def _abort(self) -> bool:
+        """Abort the open transaction, if any. False if that is still to be done."""
+        if not self._txn_open or self._producer_broken:
+            return True
+        try:
+            self._txn(self._producer.abort_transaction, TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            self._abort_failures += 1
+            if exc.args[0].fatal() or self._abort_failures >= 2:
+                self._producer_broken = True
+            log.warning("abort failed (%d in a row): %s", self._abort_failures, exc)
+            return False
+        self._txn_open = False
+        self._abort_failures = 0
+        self.metrics.inc("txn_aborts")
+        return True
+
+    def _start_backoff(self, reason: str) -> None:
         u = self.settings.unit
         self._backoff_ms = min(max(self._backoff_ms * 2, u.backoff_initial_ms), u.backoff_max_ms)
         self._backoff_until = time.monotonic() + self._backoff_ms / 1000
@@ -705,18 +799,14 @@ class TransferUnit:
         log.warning("%s; backing off %d ms", reason, self._backoff_ms)
 
     def _resume_after_backoff(self) -> None:
-        """End a back-off: finish the abort if it failed before, resume the partitions."""
-        if self._txn_open:
-            try:
-                self._producer.abort_transaction(TXN_TIMEOUT_S)
-                self._txn_open = False
-                self.metrics.inc("txn_aborts")
-            except KafkaException as exc:
-                if exc.args[0].fatal():
-                    raise FatalUnitError(f"fatal error aborting: {exc}") from exc
-                self._backoff_until = time.monotonic() + self._backoff_ms / 1000
-                log.warning("abort still failing, backing off again: %s", exc)
-                return
+        """End a back-off: finish the abort if it failed before (or replace a broken
+        producer), then resume the partitions."""
+        if not self._abort() and not self._producer_broken:
+            self._backoff_until = time.monotonic() + self._backoff_ms / 1000
+            return
+        if self._producer_broken and not self._replace_producer():
+            self._backoff_until = time.monotonic() + self._backoff_ms / 1000
+            return
         self._backoff_until = 0.0
         held = {tp for tp, h in self._holds.items() if h.resume_at}
         resume = [TopicPartition(t, p) for t, p in self._assigned if (t, p) not in held]

@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from router import clients
 from router.config import KafkaSettings, RedisSettings, RouterSettings
+from router.harness.localstack import LocalStack
 from router.harness.pipeline import Pipeline, PipelineSpec
 from router.side import table_for
 from router.topics import ensure_topics, plan
@@ -262,3 +263,23 @@ def topology(base_settings: RouterSettings, admin: AdminClient) -> Iterator[Topo
                 future.result(timeout=30)
             except Exception as exc:
                 logging.getLogger(__name__).warning("could not delete test topic: %s", exc)
+
+
+@pytest.fixture(scope="session")
+def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """A Kafka + Redis of this session's own (own ports and data), which tests may stop and
+    restart without disturbing the shared stack. Only with ROUTER_STACK=local."""
+    if os.environ.get("ROUTER_STACK", "local") != "local":
+        pytest.skip("stopping and restarting servers needs the project's own local stack")
+    stack = LocalStack.private(STACK_SCRIPT, tmp_path_factory.mktemp("private-stack"))
+    stack.up()
+    yield stack
+    stack.down()
+
+
+@pytest.fixture
+def private_settings(private_stack: LocalStack) -> RouterSettings:
+    return RouterSettings(
+        kafka=KafkaSettings(bootstrap_servers=private_stack.bootstrap),
+        redis=RedisSettings(url=private_stack.redis_url, key_prefix="router-test"),
+    )

@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 
+from confluent_kafka import Consumer, TopicPartition
+
 from router import schemas
 from router.config import RouterSettings
 from router.harness.verify import Seen
@@ -86,3 +88,46 @@ class Collector:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(30)
+
+
+def read_queues(settings: RouterSettings, timeout: float = 120.0) -> tuple[list[Seen], int]:
+    """Read every receive queue from its beginning to its end with read_committed, in a
+    fresh consumer: (what is there, undecodable records). Call when nothing writes any more
+    (the end is the high watermark, which committed transactions' markers reach)."""
+    consumer = Consumer(
+        {
+            **settings.kafka.common(),
+            "group.id": f"{settings.topology.name}.final-check",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    ends: dict[str, int] = {}
+    for queue in settings.topology.receive_queues:
+        low, high = consumer.get_watermark_offsets(TopicPartition(queue, 0), timeout=30)
+        if high > low:
+            ends[queue] = high
+    consumer.assign([TopicPartition(q, 0, 0) for q in ends])
+    seen: list[Seen] = []
+    undecodable = 0
+    done: set[str] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(done) < len(ends):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"receive queues not read to the end: {set(ends) - done}")
+            for m in consumer.consume(1000, 0.5):
+                if m.error() is not None:
+                    continue  # end-of-partition events; position is checked below
+                record = to_seen(m.topic(), m.offset(), m.value())
+                if record is None:
+                    undecodable += 1
+                else:
+                    seen.append(record)
+            for tp in consumer.position([TopicPartition(q, 0) for q in ends if q not in done]):
+                if tp.offset >= ends[tp.topic]:
+                    done.add(tp.topic)
+    finally:
+        consumer.close()
+    return seen, undecodable

@@ -9,6 +9,7 @@ Used by `router demo`, the chaos and benchmark drivers and the multi-process tes
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -88,7 +89,8 @@ class Pipeline:
             out: dict[str, Any] = defaultdict(dict)
             for key, value in env.items():
                 section, _, field_name = key.removeprefix("ROUTER_").lower().partition("__")
-                out[section][field_name] = value
+                # As pydantic-settings reads the environment: complex values are JSON.
+                out[section][field_name] = json.loads(value) if value[:1] in "{[" else value
             return dict(out)
 
         return load_settings(config_file, **nested(self.env))

@@ -1,0 +1,264 @@
+"""Chaos: the full pipeline under fire, then an exact account of every message.
+
+While senders send, unit processes are killed with SIGKILL at random moments and
+restarted; some are restarted with a fault-injection point armed (`router.faults`), so
+they kill themselves exactly between routing and producing, between producing and
+committing, or between committing and settling. The broker is restarted once and Redis
+once (with its append-only file) mid-run. At the end every receive queue is read from the
+beginning with read_committed and checked against what Kafka acknowledged to the senders.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from router.config import RouterSettings
+from router.faults import POINTS
+from router.harness.collect import Collector, read_queues
+from router.harness.fleet import Proc
+from router.harness.localstack import LocalStack
+from router.harness.pipeline import Pipeline, PipelineSpec
+from router.harness.verify import Report, verify
+from router.harness.workload import Senders, WorkloadSpec
+
+UNIT_ROLES = ("send-unit", "receive-unit")
+
+
+@dataclass(frozen=True)
+class ChaosSpec:
+    messages: int = 100_000
+    senders: int = 4
+    rate: float = 300.0  # per sender, messages/s
+    kills: int = 20  # chaos events; each kills a unit process (some then kill themselves)
+    restart_broker: bool = True
+    restart_redis: bool = True
+    send_units: int = 2
+    receive_units: int = 3
+    transfer_partitions: int = 8
+    receive_queues: int = 12
+    transaction_timeout_ms: int = 6_000
+    seed: int = 1
+
+
+@dataclass
+class ChaosResult:
+    report: Report
+    deaths: Counter[str] = field(default_factory=Counter)  # cause -> count
+    restarts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    sender_failures: list[str] = field(default_factory=list)
+    undecodable: int = 0
+    crashes: list[str] = field(default_factory=list)  # exits that were not kills
+
+    @property
+    def kills(self) -> int:
+        return sum(self.deaths.values())
+
+    def violations(self) -> list[str]:
+        r = self.report
+        out = [
+            f"{name}={getattr(r, name)}"
+            for name in ("lost", "duplicated", "reordered", "split_groups", "unexpected")
+            if getattr(r, name)
+        ]
+        if self.sender_failures:
+            out.append(f"sender failures={len(self.sender_failures)}")
+        if self.undecodable:
+            out.append(f"undecodable={self.undecodable}")
+        return out
+
+
+class Supervisor:
+    """Keeps the unit processes running: restarts whatever died, records why."""
+
+    def __init__(self, pipeline: Pipeline, say: Callable[[str], None]) -> None:
+        self.pipeline = pipeline
+        self.say = say
+        self.deaths: Counter[str] = Counter()
+        self.crashes: list[str] = []
+        self.expected_dead: set[int] = set()  # pids we killed ourselves
+        self.armed: dict[int, str] = {}  # pid -> the fault point it was started with
+        self._lock = threading.Lock()
+
+    def kill(self, proc: Proc, arm: str | None) -> None:
+        with self._lock:
+            self.expected_dead.add(proc.popen.pid)
+            proc.kill()
+            self.deaths["SIGKILL from outside"] += 1
+            self._start(proc.role, arm)
+
+    def _start(self, role: str, arm: str | None) -> None:
+        env = {"ROUTER_FAULTS": f"{arm}=0.25"} if arm else None
+        (new,) = self.pipeline.fleet.start(role, 1, env=env)
+        if arm:
+            self.armed[new.popen.pid] = arm
+
+    def check(self) -> None:
+        with self._lock:
+            for proc in list(self.pipeline.fleet.procs):
+                if proc.role not in UNIT_ROLES or proc.alive or proc.log_file.closed:
+                    continue
+                pid, code = proc.popen.pid, proc.popen.returncode
+                proc.log_file.close()
+                if pid in self.expected_dead:
+                    continue
+                arm = self.armed.pop(pid, None)
+                if arm and code == -9:
+                    self.deaths[f"injected at {arm}"] += 1
+                else:
+                    self.deaths[f"exit {code}"] += 1
+                    self.crashes.append(f"{proc.name} exited {code}:\n{proc.tail(15)}")
+                self._start(proc.role, None)
+
+
+def run_chaos(
+    base: RouterSettings,
+    stack: LocalStack,
+    spec: ChaosSpec,
+    run_dir: Path,
+    say: Callable[[str], None] = print,
+) -> ChaosResult:
+    rng = random.Random(spec.seed)
+    pspec = PipelineSpec(
+        send_units=spec.send_units,
+        receive_units=spec.receive_units,
+        transfer_partitions=spec.transfer_partitions,
+        receive_queues=spec.receive_queues,
+        extra_env={"ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": str(spec.transaction_timeout_ms)},
+    )
+    pipeline = Pipeline(
+        base, pspec, run_dir, name=f"chaos-{spec.seed}-{rng.randrange(1 << 24):06x}"
+    )
+    t = pipeline.settings.topology
+    say(
+        f"chaos: {spec.messages} messages from {spec.senders} senders at {spec.rate:.0f}/s "
+        f"each; {spec.send_units} send units, {spec.receive_units} receive units, "
+        f"{t.receive_units} transfer partitions, {len(t.receive_queues)} receive queues; "
+        f"{spec.kills} kill events, broker restart: {spec.restart_broker}, "
+        f"Redis restart: {spec.restart_redis}"
+    )
+    pipeline.start()
+    supervisor = Supervisor(pipeline, say)
+    workload = WorkloadSpec(
+        run_id=pipeline.name,
+        senders=spec.senders,
+        messages=spec.messages,
+        rate=spec.rate,
+        seed=spec.seed,
+    )
+    collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
+    collector.start()
+    senders = Senders(pipeline.settings, workload)
+    t0 = time.monotonic()
+    senders.start()
+    duration = spec.messages / (spec.senders * spec.rate)
+    # Chaos events spread over the sending time; server restarts at 35% and 65% of it.
+    events: list[tuple[float, str]] = [
+        (duration * (0.05 + 0.9 * (i + rng.random()) / spec.kills), "kill")
+        for i in range(spec.kills)
+    ]
+    if spec.restart_broker:
+        events.append((duration * 0.35, "broker"))
+    if spec.restart_redis:
+        events.append((duration * 0.65, "redis"))
+    events.sort()
+    last_report = 0.0
+    try:
+        while events or not senders.join(timeout=0):
+            now = time.monotonic() - t0
+            supervisor.check()
+            if events and now >= events[0][0]:
+                _, what = events.pop(0)
+                if what == "kill":
+                    victims = [p for p in pipeline.fleet.procs if p.role in UNIT_ROLES and p.alive]
+                    victim = rng.choice(victims)
+                    arm = rng.choice([None, *POINTS])
+                    say(
+                        f"   [{now:6.1f}s] SIGKILL {victim.name}"
+                        + (f", its replacement armed to die {arm}" if arm else "")
+                    )
+                    supervisor.kill(victim, arm)
+                elif what == "broker":
+                    say(f"   [{now:6.1f}s] restarting the Kafka broker")
+                    stack.restart_kafka()
+                    say(f"   [{time.monotonic() - t0:6.1f}s] broker back")
+                else:
+                    say(f"   [{now:6.1f}s] restarting Redis (append-only file kept)")
+                    stack.restart_redis()
+                    say(f"   [{time.monotonic() - t0:6.1f}s] Redis back")
+            if now - last_report >= 5:
+                last_report = now
+                say(
+                    f"   [{now:6.1f}s] sent {senders.attempted}/{spec.messages}, received "
+                    f"{collector.count()}, kills {sum(supervisor.deaths.values())}"
+                )
+            time.sleep(0.1)  # the driver's own pacing of events
+        say(f"   all sent ({len(senders.sent)} acknowledged); letting the units catch up")
+        expected = len(senders.sent)
+        deadline = time.monotonic() + 600
+        while collector.count() < expected and time.monotonic() < deadline:
+            supervisor.check()  # injected faults may still fire
+            time.sleep(0.2)
+        # The fault points stay armed until a replacement dies: disarm by letting the
+        # final stop take every process down gracefully.
+        collector.stop()
+        exit_codes = pipeline.stop()
+        supervisor.check()
+        say("   units stopped; reading every receive queue from the beginning")
+        seen, undecodable = read_queues(pipeline.settings)
+        result = ChaosResult(
+            verify(senders.sent, seen),
+            supervisor.deaths,
+            dict(stack.restarts),
+            time.monotonic() - t0,
+            senders.failures,
+            undecodable,
+            supervisor.crashes,
+        )
+        bad_exit = {n: c for n, c in exit_codes.items() if c not in (0, -9)}
+        if bad_exit:
+            result.crashes.append(f"at the final stop: {bad_exit}")
+        return result
+    finally:
+        pipeline.stop()
+        pipeline.cleanup()
+
+
+def summary(result: ChaosResult) -> list[str]:
+    r = result.report
+    lines = [
+        "Chaos summary",
+        f"  sent                 {r.sent:>9}   (acknowledged by Kafka)",
+        f"  received             {r.received:>9}   (read_committed, read again from the start)",
+        f"  groups               {r.groups_sent:>9}   complete, in order, on one queue: "
+        f"{r.groups_complete}",
+        f"  lost                 {r.lost:>9}",
+        f"  duplicated           {r.duplicated:>9}",
+        f"  reordered            {r.reordered:>9}",
+        f"  split groups         {r.split_groups:>9}",
+        f"  interleavings        {r.interleaved:>9}   (allowed by policy share when busy)",
+        f"  unit deaths          {result.kills:>9}   "
+        + ", ".join(f"{k}: {v}" for k, v in sorted(result.deaths.items())),
+        f"  server restarts      broker {result.restarts.get('kafka', 0)}, "
+        f"Redis {result.restarts.get('redis', 0)}",
+        f"  duration             {result.seconds:>9.1f} s",
+    ]
+    if result.crashes:
+        lines.append(f"  unexpected exits     {len(result.crashes)} (see below)")
+        lines.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])
+    v = result.violations()
+    lines.append(
+        "RESULT: "
+        + (
+            "PASS - nothing lost, duplicated, reordered or split"
+            if not v
+            else "FAIL - " + "; ".join(v)
+        )
+    )
+    return lines

@@ -1,0 +1,199 @@
+"""A poison message inside a group (both policies), Redis losing its data, and SIGTERM.
+
+* dead-letter: the bad message is dead-lettered, its group continues on its queue, in order;
+* stop-group: the bad message and every later message of the group are parked on the
+  dead-letter topic in order, a GroupStopped event is raised, other traffic flows;
+* Redis restarted without its data: a sequenced group's continuation is parked as an
+  orphan (never split onto another queue) and a TableReset event is raised;
+* SIGTERM: a unit finishes its batch, commits, leaves its group at once and exits 0.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from router import schemas
+from router.config import RouterSettings
+from router.contract import headers_for
+from router.events import DEAD_LETTER, GROUP_STOPPED, TABLE_RESET
+from router.harness.localstack import LocalStack
+from router.harness.pipeline import Pipeline, PipelineSpec
+from router.receiver import Receiver
+from tests.conftest import PipelineFactory
+from tests.helpers import unique, wait_until
+
+ONE_EACH = dict(
+    send_units=1,
+    receive_units=1,
+    sweepers=0,
+    send_queues=2,
+    send_queue_partitions=1,
+    transfer_partitions=3,
+    receive_queues=3,
+)
+
+
+def records(bootstrap: str, topic: str, expected: int) -> list[Any]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("r"),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[Any] = []
+
+    def enough() -> bool:
+        got.extend(m for m in consumer.consume(100, 0.2) if m.error() is None)
+        return len(got) >= expected
+
+    try:
+        wait_until(enough, 60, f"{expected} records on {topic}")
+    finally:
+        consumer.close()
+    return got
+
+
+def arrived(settings: RouterSettings, expected: int) -> list[tuple[str, bytes]]:
+    receiver = Receiver(settings, group_id=unique("check"), assign=True)
+    got: list[tuple[str, bytes]] = []
+
+    def enough() -> bool:
+        m = receiver.poll(0.2)
+        if m is not None and m.value is not None:
+            got.append((m.topic, m.value))
+        return len(got) >= expected
+
+    try:
+        wait_until(enough, 60, f"{expected} messages on the receive queues")
+        assert receiver.poll(1.0) is None  # nothing more
+    finally:
+        receiver.close()
+    return got
+
+
+def send_group_with_poison(s: RouterSettings, policy: str | None) -> Producer:
+    """G: lines 0..3, line 1 poisoned (a TTL out of bounds); H: a clean group meanwhile."""
+    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
+    a, b = s.topology.send_queues
+    for seq in range(4):
+        headers = headers_for("G", seq=seq, final=seq == 3, on_poison=policy)
+        if seq == 1:
+            headers.append(("guarantee-ttl-ms", b"5"))
+        producer.produce(a, f"G{seq}".encode(), b"G", partition=0, headers=headers)
+        producer.produce(
+            b,
+            f"H{seq}".encode(),
+            b"H",
+            partition=0,
+            headers=headers_for("H", seq=seq, final=seq == 3),
+        )
+    producer.flush(10)
+    return producer
+
+
+def test_poison_dead_lettered_and_the_group_continues(pipeline: PipelineFactory) -> None:
+    p = pipeline(PipelineSpec(**ONE_EACH))  # type: ignore[arg-type]
+    s = p.settings
+    send_group_with_poison(s, policy="dead-letter")
+    got = arrived(s, 7)
+    g = [v for _, v in got if v.startswith(b"G")]
+    assert g == [b"G0", b"G2", b"G3"]
+    assert len({q for q, v in got if v.startswith(b"G")}) == 1
+    assert [v for _, v in got if v.startswith(b"H")] == [b"H0", b"H1", b"H2", b"H3"]
+    (dead,) = records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 1)
+    record = schemas.decode(DEAD_LETTER, dead.value())
+    assert record["value"] == b"G1" and record["reason_code"] == "bad-ttl"
+
+
+def test_poison_stops_its_group_and_parks_the_rest_in_order(pipeline: PipelineFactory) -> None:
+    p = pipeline(PipelineSpec(**ONE_EACH))  # type: ignore[arg-type]
+    s = p.settings
+    send_group_with_poison(s, policy="stop-group")
+    got = arrived(s, 5)
+    assert [v for _, v in got if v.startswith(b"G")] == [b"G0"]
+    assert [v for _, v in got if v.startswith(b"H")] == [b"H0", b"H1", b"H2", b"H3"]
+    parked = [
+        schemas.decode(DEAD_LETTER, m.value())
+        for m in records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 3)
+    ]
+    assert [r["value"] for r in parked] == [b"G1", b"G2", b"G3"]
+    assert [r["reason_code"] for r in parked] == ["bad-ttl", "group-stopped", "group-stopped"]
+    (event,) = records(s.kafka.bootstrap_servers, s.topology.events_topic, 1)
+    assert dict(event.headers())["schema"] == GROUP_STOPPED.encode()
+    stopped = schemas.decode(GROUP_STOPPED, event.value())
+    assert stopped["guarantee_id"] == "G" and stopped["reason_code"] == "bad-ttl"
+
+
+def test_redis_losing_its_data_never_splits_a_sequenced_group(
+    private_stack: LocalStack, private_settings: RouterSettings, tmp_path: Path
+) -> None:
+    with Pipeline(
+        private_settings,
+        PipelineSpec(**ONE_EACH),
+        tmp_path,  # type: ignore[arg-type]
+        name=unique("loss"),
+    ) as p:
+        s = p.settings
+        producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
+        a = s.topology.send_queues[0]
+        for seq in range(3):
+            producer.produce(a, f"G{seq}".encode(), partition=0, headers=headers_for("G", seq=seq))
+        producer.flush(10)
+        before = arrived(s, 3)
+        private_stack.redis_wipe()  # Redis back, empty: both tables are gone
+        for seq in (3, 4):
+            producer.produce(
+                a,
+                f"G{seq}".encode(),
+                partition=0,
+                headers=headers_for("G", seq=seq, final=seq == 4),
+            )
+        producer.produce(a, b"K0", partition=0, headers=headers_for("K", seq=0, final=True))
+        producer.flush(10)
+        parked = [
+            schemas.decode(DEAD_LETTER, m.value())
+            for m in records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 2)
+        ]
+        assert [r["value"] for r in parked] == [b"G3", b"G4"]
+        assert {r["reason_code"] for r in parked} == {"group-entry-missing"}
+        after = arrived(s, 4)  # G0..G2 from before, and the new group K
+        assert [v for _, v in after] == [b"G0", b"G1", b"G2", b"K0"]
+        assert len({q for q, v in before}) == 1
+        events = records(s.kafka.bootstrap_servers, s.topology.events_topic, 1)
+        assert dict(events[0].headers())["schema"] == TABLE_RESET.encode()
+        assert schemas.decode(TABLE_RESET, events[0].value())["side"] == "SEND"
+
+
+def test_sigterm_commits_leaves_the_group_and_exits_zero(pipeline: PipelineFactory) -> None:
+    p = pipeline(
+        PipelineSpec(
+            send_units=1, receive_units=1, sweepers=0, transfer_partitions=2, receive_queues=2
+        )
+    )
+    s = p.settings
+    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
+    for i in range(200):
+        producer.produce(s.topology.send_queues[i % 2], f"m{i}".encode(), partition=i % 3)
+    producer.flush(10)
+    first = arrived(s, 200)
+    (unit,) = p.fleet.running("send-unit")
+    t0 = time.monotonic()
+    assert unit.stop(timeout=30) == 0
+    # It left the group at once (not after the session timeout).
+    wait_until(lambda: p.membership(s.topology.send_group)[0] == 0, 5, "the group to be empty")
+    assert time.monotonic() - t0 < 8
+    # A new unit starts from what the old one committed: nothing again, nothing missing.
+    p.fleet.start("send-unit")
+    for i in range(200, 220):
+        producer.produce(s.topology.send_queues[0], f"m{i}".encode(), partition=0)
+    producer.flush(10)
+    everything = [v for _, v in arrived(s, 220)]  # exactly 220: arrived() checks no more come
+    assert sorted(everything) == sorted(f"m{i}".encode() for i in range(220))
+    assert len(first) == 200
