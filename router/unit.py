@@ -25,11 +25,10 @@ paused while the unit backs off (it keeps polling, so it stays in its consumer g
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -69,6 +68,33 @@ BROKER_REJECTIONS = {
 
 class FatalUnitError(RuntimeError):
     """The unit cannot continue (fenced producer, fatal client error); exit non-zero."""
+
+
+class _CallThread:
+    """Runs one call at a time on a daemon thread, with a deadline. A call that never
+    returns is abandoned with its thread (a daemon never holds up the process's exit)."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Any]] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._work, name="txn-call", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            call, args, done = self._tasks.get()
+            try:
+                done.put((True, call(*args)))
+            except BaseException as exc:
+                done.put((False, exc))
+
+    def run(self, call: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+        done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._tasks.put((call, args, done))
+        ok, value = done.get(timeout=timeout)  # raises queue.Empty on the deadline
+        if ok:
+            return value
+        raise value
 
 
 @dataclass(slots=True)
@@ -132,7 +158,7 @@ class TransferUnit:
         # instance's init_transactions fences the old one, so nothing an old (even stuck)
         # instance still has in flight can ever commit.
         self._txn_id = clients.transactional_id(settings, spec.side)
-        self._txn_calls = ThreadPoolExecutor(1, thread_name_prefix="txn")
+        self._txn_calls = _CallThread()
         self._producer = self._new_producer()
         self._consumer = Consumer(clients.consumer_config(kafka, spec.group_id, self.instance))
         self._assigned: set[TP] = set()
@@ -229,7 +255,6 @@ class TransferUnit:
             self._producer.flush(TXN_TIMEOUT_S)
         except KafkaException as exc:
             log.warning("flush on shutdown failed: %s", exc)
-        self._txn_calls.shutdown(wait=False)
 
     # ------------------------------------------------------------------ rebalancing
 
@@ -722,12 +747,10 @@ class TransferUnit:
         """A transactional call that talks to the broker, with a hard deadline. librdkafka
         has been seen to block past its own timeout when a coordinator disappears; such a
         call is abandoned (the producer is then replaced and the old one fenced)."""
-        future = self._txn_calls.submit(call, *args)
         try:
-            return future.result(TXN_TIMEOUT_S + 15)
-        except FuturesTimeout:
-            self._txn_calls.shutdown(wait=False)  # its worker stays blocked; a new one
-            self._txn_calls = ThreadPoolExecutor(1, thread_name_prefix="txn")
+            return self._txn_calls.run(call, args, TXN_TIMEOUT_S + 15)
+        except queue.Empty:
+            self._txn_calls = _CallThread()  # the stuck one stays blocked, abandoned
             self._producer_broken = True
             raise KafkaException(
                 KafkaError(KafkaError._TIMED_OUT, f"{call.__name__} did not return")
