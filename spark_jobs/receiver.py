@@ -27,17 +27,16 @@ import argparse
 import logging
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from router import contract
 from router.schemas import SCHEMA_HEADER
 from spark_jobs import domain, groups
+from spark_jobs.group_state import OUTCOME_SCHEMA, STATE_SCHEMA, checker
 from spark_jobs.session import (
     add_kafka_arguments,
     add_spark_arguments,
@@ -53,14 +52,6 @@ log = logging.getLogger("spark_jobs.receiver")
 
 OUTPUTS = ("groups", "records", "duplicates", "violations")
 
-STATE_SCHEMA = "meta STRING, blob BINARY"
-CHECKED_SCHEMA = (
-    "output STRING, guarantee_id STRING, record_id STRING, schema STRING, queue STRING, "
-    "partition INT, offset BIGINT, seq BIGINT, final BOOLEAN, created_ms BIGINT, "
-    "value BINARY, reason STRING, members_record_id ARRAY<STRING>, members_seq ARRAY<BIGINT>, "
-    "members_offset ARRAY<BIGINT>, members_created_ms ARRAY<BIGINT>, "
-    "members_value ARRAY<BINARY>"
-)
 STATE_COLUMNS = (
     "problem",
     "guarantee_id",
@@ -226,91 +217,14 @@ def parse(kafka: Any) -> Any:
     )
 
 
-def _frame(guarantee_id: str | None, outcomes: list[groups.Outcome]) -> Any:
-    rows = []
-    for o in outcomes:
-        m = o.message if o.message is not None else o.members[-1]
-        members = o.members
-        rows.append(
-            {
-                "output": o.output,
-                "guarantee_id": guarantee_id,
-                "record_id": None if members else (m.record_id or None),
-                "schema": m.schema or None,
-                "queue": m.queue,
-                "partition": m.partition,
-                "offset": m.offset,
-                "seq": m.seq,
-                "final": m.final,
-                "created_ms": m.created_ms,
-                "value": None if members else m.value,
-                "reason": o.reason,
-                "members_record_id": [x.record_id for x in members] if members else None,
-                "members_seq": [x.seq for x in members] if members else None,
-                "members_offset": [x.offset for x in members] if members else None,
-                "members_created_ms": [x.created_ms for x in members] if members else None,
-                "members_value": [x.value for x in members] if members else None,
-            }
-        )
-    return pd.DataFrame(rows, columns=[c.split()[0] for c in CHECKED_SCHEMA.split(", ")])
-
-
-def checker(group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
-    """The applyInPandasWithState function: `groups.step` over Spark's group state.
-    Messages `parse` found a problem with are violations at once and leave the state as
-    it is (a later gap in the group's sequence then breaks the group)."""
-
-    def check(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
-        guarantee_id = key[0]
-        if state.hasTimedOut:
-            outcomes = groups.expire(groups.State.load(*state.get), group_timeout_ms)
-            state.remove()
-            if outcomes:
-                yield _frame(guarantee_id, outcomes)
-            return
-        messages = []
-        outcomes = []
-        for frame in frames:
-            for r in frame.itertuples(index=False):
-                m = groups.Message(
-                    r.record_id or "",
-                    r.schema or "",
-                    r.queue,
-                    int(r.partition),
-                    int(r.offset),
-                    int(r.seq),
-                    bool(r.final),
-                    0
-                    if r.created_ms is None or r.created_ms != r.created_ms
-                    else int(r.created_ms),
-                    b"" if r.value is None else bytes(r.value),
-                )
-                if r.problem is None:
-                    messages.append(m)
-                else:
-                    outcomes.append(groups.Outcome(groups.VIOLATION, m, r.problem))
-        if messages:
-            current = groups.State.load(*state.get) if state.exists else None
-            new, found = groups.step(guarantee_id, current, messages)
-            outcomes.extend(found)
-            state.update(new.dump())
-            state.setTimeoutDuration(
-                dedupe_horizon_ms if new.status == "done" else group_timeout_ms
-            )
-        if outcomes:
-            yield _frame(guarantee_id, outcomes)
-
-    return check
-
-
 def check_groups(parsed: Any, group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
-    """Parsed messages -> outcomes (CHECKED_SCHEMA), one state per group / ordinary record."""
+    """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group / ordinary record."""
     return (
         parsed.select(*STATE_COLUMNS)
         .groupBy("guarantee_id", "ordinary_id")
         .applyInPandasWithState(
             checker(group_timeout_ms, dedupe_horizon_ms),
-            CHECKED_SCHEMA,
+            OUTCOME_SCHEMA,
             STATE_SCHEMA,
             "append",
             "ProcessingTimeTimeout",
@@ -586,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(spark_options(args, "router-spark-receiver"))
     job = start(spark, config)
     log.info("receiving from %s via %s", ",".join(queues), settings.kafka.bootstrap_servers)
-    return job.run_until_signalled()
+    return job.run_until_signalled(args.stop_file)
 
 
 if __name__ == "__main__":
