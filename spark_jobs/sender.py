@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         records = read_rate(spark, args.rows_per_second, args.run_id)
     job = start(spark, records, config)
     log.info("sending to %s via %s", ",".join(queues), settings.kafka.bootstrap_servers)
-    return job.run_until_signalled()
+    return job.run_until_signalled(args.stop_file)
 
 
 if __name__ == "__main__":

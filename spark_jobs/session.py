@@ -134,6 +134,11 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="Any other Spark setting; repeatable.",
     )
+    g.add_argument(
+        "--stop-file",
+        help="Stop cleanly (between micro-batches) once this path exists (any Hadoop path; "
+        "for jobs on a cluster). SIGTERM or SIGINT to the driver does the same.",
+    )
 
 
 def spark_options(args: argparse.Namespace, app_name: str) -> SparkOptions:

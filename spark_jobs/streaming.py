@@ -21,7 +21,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 log = logging.getLogger("spark_jobs.streaming")
@@ -50,6 +51,7 @@ class BatchSink:
     def __call__(self, df: Any, batch_id: int) -> None:
         with self._lock:
             if self._closed:
+                log.info("batch %d refused: stopping; it runs after a restart", batch_id)
                 raise StopRequested(batch_id)
             self._write(df, batch_id)
             self.last_written = batch_id
@@ -59,6 +61,32 @@ class BatchSink:
         with self._lock:
             self._closed = True
             return self.last_written
+
+
+# Who reports a refused batch as an error, with its stack trace: Spark's micro-batch loop
+# (the query "terminated with error") and py4j (an exception in a Python callback).
+_REFUSAL_LOGGERS = ("org.apache.spark.sql.execution.streaming.MicroBatchExecution",)
+
+
+@contextmanager
+def _quiet_refusals(spark: Any) -> Iterator[None]:
+    """While stopping, a refused batch is expected: keep its stack traces out of the log.
+    (A real failure still ends the job with exit 1 and is logged by `run_until_signalled`.)"""
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    configurator = log4j.core.config.Configurator
+    previous = {name: log4j.LogManager.getLogger(name).getLevel() for name in _REFUSAL_LOGGERS}
+    py4j_log = logging.getLogger("py4j.clientserver")
+    py4j_level = py4j_log.level
+    for name in _REFUSAL_LOGGERS:
+        configurator.setLevel(name, log4j.Level.OFF)
+    py4j_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, level in previous.items():
+            configurator.setLevel(name, level)
+        py4j_log.setLevel(py4j_level)
 
 
 class StreamJob:
@@ -104,28 +132,34 @@ class StreamJob:
             return None
         return str(exc)
 
-    def _committed(self, batch_id: int) -> bool:
+    def _exists(self, path: str) -> bool:
+        """Whether `path` exists, on any file system Spark can reach (local, HDFS, S3...)."""
         jvm = self.spark.sparkContext._jvm
-        path = jvm.org.apache.hadoop.fs.Path(f"{self.checkpoint}/commits/{batch_id}")
-        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        return bool(fs.exists(path))
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        fs = hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        return bool(fs.exists(hadoop_path))
+
+    def _committed(self, batch_id: int) -> bool:
+        return self._exists(f"{self.checkpoint}/commits/{batch_id}")
 
     def stop(self, timeout: float = 120.0) -> None:
         """Stop between micro-batches (see the module docstring)."""
         if self.query is None:
             return
-        last = self.sink.close()
-        deadline = time.monotonic() + timeout
-        while last >= 0 and self.active and not self._committed(last):
-            if time.monotonic() > deadline:
-                log.warning("%s: batch %d not committed after %.0fs", self.name, last, timeout)
-                break
-            time.sleep(0.05)  # polling the checkpoint for Spark's commit record
-        self.query.stop()
+        with _quiet_refusals(self.spark):
+            last = self.sink.close()
+            deadline = time.monotonic() + timeout
+            while last >= 0 and self.active and not self._committed(last):
+                if time.monotonic() > deadline:
+                    log.warning("%s: batch %d not committed after %.0fs", self.name, last, timeout)
+                    break
+                time.sleep(0.05)  # polling the checkpoint for Spark's commit record
+            self.query.stop()
         log.info("%s stopped after batch %d", self.name, last)
 
-    def run_until_signalled(self) -> int:
-        """Run until SIGTERM/SIGINT (then stop cleanly, exit 0) or a failure (exit 1)."""
+    def run_until_signalled(self, stop_file: str | None = None) -> int:
+        """Run until SIGTERM/SIGINT or until `stop_file` exists (then stop cleanly, exit 0),
+        or until the query fails (exit 1)."""
         stop = threading.Event()
 
         def request(signum: int, _frame: Any) -> None:
@@ -136,8 +170,10 @@ class StreamJob:
 
         signal.signal(signal.SIGTERM, request)
         signal.signal(signal.SIGINT, request)
-        while self.active and not stop.wait(0.5):
-            pass
+        while self.active and not stop.wait(1.0):
+            if stop_file and self._exists(stop_file):
+                log.info("%s: %s exists, stopping between micro-batches", self.name, stop_file)
+                break
         self.stop()
         failure = self.failure()
         if failure:
