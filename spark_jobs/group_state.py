@@ -26,36 +26,33 @@ OUTCOME_SCHEMA = (
     "members_offset ARRAY<BIGINT>, members_created_ms ARRAY<BIGINT>, "
     "members_value ARRAY<BINARY>"
 )
+_COLUMNS = [column.split()[0] for column in OUTCOME_SCHEMA.split(", ")]
 
 
 def _frame(guarantee_id: str | None, outcomes: list[groups.Outcome]) -> Any:
     """Outcomes as rows of OUTCOME_SCHEMA (a GROUP row carries its members as arrays)."""
-    rows = []
+    columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
     for o in outcomes:
         m = o.message if o.message is not None else o.members[-1]
-        members = o.members
-        rows.append(
-            {
-                "output": o.output,
-                "guarantee_id": guarantee_id,
-                "record_id": None if members else (m.record_id or None),
-                "schema": m.schema or None,
-                "queue": m.queue,
-                "partition": m.partition,
-                "offset": m.offset,
-                "seq": m.seq,
-                "final": m.final,
-                "created_ms": m.created_ms,
-                "value": None if members else m.value,
-                "reason": o.reason,
-                "members_record_id": [x.record_id for x in members] if members else None,
-                "members_seq": [x.seq for x in members] if members else None,
-                "members_offset": [x.offset for x in members] if members else None,
-                "members_created_ms": [x.created_ms for x in members] if members else None,
-                "members_value": [x.value for x in members] if members else None,
-            }
-        )
-    return pd.DataFrame(rows, columns=[c.split()[0] for c in OUTCOME_SCHEMA.split(", ")])
+        members = o.members or None
+        columns["output"].append(o.output)
+        columns["guarantee_id"].append(guarantee_id)
+        columns["record_id"].append(None if members else (m.record_id or None))
+        columns["schema"].append(m.schema or None)
+        columns["queue"].append(m.queue)
+        columns["partition"].append(m.partition)
+        columns["offset"].append(m.offset)
+        columns["seq"].append(m.seq)
+        columns["final"].append(m.final)
+        columns["created_ms"].append(m.created_ms)
+        columns["value"].append(None if members else m.value)
+        columns["reason"].append(o.reason)
+        columns["members_record_id"].append(members and [x.record_id for x in members])
+        columns["members_seq"].append(members and [x.seq for x in members])
+        columns["members_offset"].append(members and [x.offset for x in members])
+        columns["members_created_ms"].append(members and [x.created_ms for x in members])
+        columns["members_value"].append(members and [x.value for x in members])
+    return pd.DataFrame(columns)
 
 
 def _message(row: Any) -> groups.Message:

@@ -63,9 +63,14 @@ class BatchSink:
             return self.last_written
 
 
-# Who reports a refused batch as an error, with its stack trace: Spark's micro-batch loop
-# (the query "terminated with error") and py4j (an exception in a Python callback).
-_REFUSAL_LOGGERS = ("org.apache.spark.sql.execution.streaming.MicroBatchExecution",)
+# Who reports a refused or interrupted batch as an error, with its stack trace: Spark's
+# micro-batch loop (the query "terminated with error"), the scheduler and broadcasts of a
+# batch being planned when the query stops, and py4j (an exception in a Python callback).
+_REFUSAL_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+    "org.apache.spark.scheduler.DAGScheduler",
+    "org.apache.spark.broadcast.TorrentBroadcast",
+)
 
 
 @contextmanager

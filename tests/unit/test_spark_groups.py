@@ -57,6 +57,9 @@ def test_copies_of_a_groups_messages_are_duplicates_not_violations() -> None:
     assert [o.output for o in out] == [GROUP]
     state, out = step("po/1", state, [msg("o/1", 1, final=True, offset=40)])
     assert kinds(out) == [(DUPLICATE, "o/1")]
+    # A re-sent finished group may be routed anew, to another queue: still copies.
+    _, out = step("po/1", state, [msg("o/0", 0, queue="q9"), msg("o/1", 1, final=True, queue="q9")])
+    assert kinds(out) == [(DUPLICATE, "o/0"), (DUPLICATE, "o/1")]
 
 
 def test_a_message_on_a_second_queue_breaks_the_group_and_reports_every_member() -> None:
