@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast clean
+.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast spark-demo clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +47,9 @@ test: venv jars lint ## Everything from a fresh clone: venv, jars, lint, stack, 
 
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit
+
+spark-demo: venv jars ## Spark sender -> router -> Spark receiver end to end, checked (starts the stack if needed)
+	$(BIN)/router spark demo $(ARGS)
 
 clean: ## Remove the venv, caches and local stack data (stops the stack first)
 	-ops/stack.sh down
