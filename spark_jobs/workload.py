@@ -1,9 +1,10 @@
 """Business records for the Spark demo and tests: seeded, realistic, dropped in as files.
 
 Purchase orders of 1..max_lines lines (mostly small, some large), documents of up to
-`max_document_bytes` (mostly small; the large ones split into many segments), and stock
-updates, shuffled together. `drop` writes a file atomically (written under a hidden
-name, then renamed), as the sender's file source requires.
+`max_document_bytes` (mostly small; the large ones, and always one of exactly that size,
+split into many segments), and stock updates, shuffled together. `drop` writes a file
+atomically (written under a hidden name, then renamed), as the sender's file source
+requires.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def records(spec: BusinessWorkload) -> list[dict[str, Any]]:
             spec.max_document_bytes // 4 if large else 0,
             spec.max_document_bytes if large else spec.max_document_bytes // 20,
         )
+        if i == 0:
+            size = spec.max_document_bytes  # always one document as large as allowed
         content = rng.randbytes(size)
         out.append(
             {

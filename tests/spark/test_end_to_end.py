@@ -12,8 +12,8 @@ import pytest
 
 from router.config import load_settings
 from router.harness.pipeline import PipelineSpec
-from spark_jobs import domain, workload
-from spark_jobs.demo import SparkDemoSpec, read_output, run_spark_demo
+from spark_jobs import workload
+from spark_jobs.demo import SparkDemoSpec, expected, read_output, run_spark_demo
 from tests.helpers import unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -44,7 +44,7 @@ def test_spark_jobs_through_the_router_keep_every_group_whole_and_in_order(
     assert r.received == r.sent
     assert (r.lost, r.duplicated, r.unexpected, r.reordered, r.split_groups) == (0, 0, 0, 0, 0)
     # Some groups are large: documents split into many segments.
-    sizes = Counter(s.group for s in r_sent(run_dir, spec) if s.group)
+    sizes = Counter(s.group for s in expected(run_dir / "input", spec.segment_bytes) if s.group)
     assert max(sizes.values()) >= 20
     # The receiver's Parquet output holds every group once, with its business object.
     out = read_output(spark, run_dir / "output")
@@ -57,12 +57,3 @@ def test_spark_jobs_through_the_router_keep_every_group_whole_and_in_order(
     documents = spark.read.parquet(str(run_dir / "output" / "groups")).where("kind = 'document'")
     assert documents.count() == business.documents
     assert documents.where("NOT document.checksum_ok").count() == 0
-
-
-def r_sent(run_dir: Path, spec: SparkDemoSpec) -> list[Any]:
-    lines = [
-        line
-        for path in sorted((run_dir / "input").glob("*.json"))
-        for line in path.read_text().splitlines()
-    ]
-    return domain.expected_from_lines(lines, spec.segment_bytes)
