@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Router processes started through make record themselves here; stack-down stops them.
 export ROUTER_PID_DIR := $(CURDIR)/.stack/run/units
 
-.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos clean
+.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos spark-demo clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,6 +55,9 @@ chaos: venv jars stack-up ## Chaos run: 100k messages, 20+ SIGKILLs, a broker an
 
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit
+
+spark-demo: venv jars ## Spark sender -> router -> Spark receiver end to end, checked (starts the stack if needed)
+	$(BIN)/router spark demo $(ARGS)
 
 clean: ## Remove the venv, caches and local stack data (stops the stack first)
 	-ops/stack.sh down

@@ -24,6 +24,7 @@ from router.harness.pipeline import PipelineSpec
 from router.harness.workload import WorkloadSpec
 from router.metrics import read_all
 from router.side import side_spec, table_for
+from router.spark_cli import spark as spark_commands
 from router.sweeper import Sweeper
 from router.topics import ensure_topics, plan
 from router.unit import FatalUnitError, TransferUnit
@@ -332,6 +333,9 @@ def config_group() -> None:
 def config_show(ctx: click.Context) -> None:
     """Print the effective settings (secrets masked) as JSON."""
     click.echo(_settings(ctx).model_dump_json(indent=2))
+
+
+cli.add_command(spark_commands)
 
 
 def main() -> None:

@@ -1,0 +1,400 @@
+"""`router spark demo` (`make spark-demo`): Spark sender -> router -> Spark receiver.
+
+Starts a fresh topology (send units, receive units and a sweeper as processes), the
+Spark receiver on every receive queue and the Spark sender on an input directory, drops
+business records into that directory as files over time, waits until the receiver has
+accounted for every message, stops everything cleanly, and then checks the receiver's
+Parquet output (complete groups, ordinary records, duplicates, violations) against the
+input files with `router.harness.verify`, printing the same summary as `router demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import functions as F
+
+from router import clients
+from router.config import RouterSettings, load_settings
+from router.demo import DemoResult, summary
+from router.harness.pipeline import Pipeline, PipelineSpec
+from router.harness.verify import Seen, Sent, verify
+from router.harness.workload import WorkloadSpec
+from spark_jobs import domain, receiver, sender, workload
+from spark_jobs.session import (
+    SparkOptions,
+    build_session,
+    kafka_options,
+    key_values,
+    launched_by_spark_submit,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class SparkDemoSpec:
+    business: workload.BusinessWorkload
+    files: int = 10
+    file_interval_s: float = 1.0
+    max_files_per_trigger: int | None = None
+    segment_bytes: int = 4096
+    group_timeout_s: float = 300.0
+    trigger_seconds: float = 1.0
+    timeout_s: float = 600.0
+
+
+@dataclass
+class ReceiverOutput:
+    seen: list[Seen] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+    undecodable: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+def _read(spark: Any, path: Path) -> Any:
+    return spark.read.parquet(str(path)) if path.is_dir() else None
+
+
+def read_output(spark: Any, output: Path) -> ReceiverOutput:
+    """Every message the receiver accounted for, as `Seen` records, from its Parquet."""
+    out = ReceiverOutput()
+    latency = (F.unix_millis("received_at") - F.unix_millis("created_at")).alias("latency")
+    groups = _read(spark, output / "groups")
+    if groups is not None:
+        out.rows["groups"] = groups.count()
+        members = groups.select(
+            "queue", "guarantee_id", "messages", "received_at", F.explode("members").alias("m")
+        )
+        for r in members.select(
+            "queue",
+            "guarantee_id",
+            "messages",
+            "m.*",
+            (F.unix_millis("received_at") - F.unix_millis("m.created_at")).alias("latency"),
+        ).collect():
+            out.seen.append(
+                Seen(r.queue, r.offset, r.record_id, r.guarantee_id, r.seq, r.seq == r.messages - 1)
+            )
+            out.latencies_ms.append(float(r.latency))
+    records = _read(spark, output / "records")
+    if records is not None:
+        rows = records.select("queue", "offset", "record_id", latency).collect()
+        out.rows["records"] = len(rows)
+        for r in rows:
+            out.seen.append(Seen(r.queue, r.offset, r.record_id, None, 0, False))
+            out.latencies_ms.append(float(r.latency))
+    for name in ("duplicates", "violations"):
+        df = _read(spark, output / name)
+        if df is None:
+            out.rows[name] = 0
+            continue
+        rows = df.select(
+            "queue", "offset", "record_id", "guarantee_id", "seq", "final", "reason"
+        ).collect()
+        out.rows[name] = len(rows)
+        for r in rows:
+            record_id = r.record_id or f"unreadable:{r.queue}@{r.offset}"
+            seq = r.seq if r.guarantee_id is not None and r.seq is not None else 0
+            out.seen.append(Seen(r.queue, r.offset, record_id, r.guarantee_id, seq, bool(r.final)))
+            if name == "violations":
+                out.undecodable += (r.reason or "").startswith("undecodable")
+                if len(out.reasons) < 5:
+                    out.reasons.append(f"{r.guarantee_id or r.record_id}: {r.reason}")
+    return out
+
+
+def expected(input_dir: Path, segment_bytes: int) -> list[Sent]:
+    """What the sender was given, as the messages it must send (in `domain` terms)."""
+    sent: list[Sent] = []
+    for path in sorted(input_dir.glob("*.json")):
+        sent.extend(domain.expected_from_lines(path.read_text().splitlines(), segment_bytes))
+    return sent
+
+
+def ensure_stack(settings: RouterSettings, say: Callable[[str], None]) -> None:
+    """Use Kafka and Redis if they answer; else start the local stack (ops/stack.sh up)."""
+
+    def answers() -> bool:
+        try:
+            AdminClient(clients.admin_config(settings.kafka)).list_topics(timeout=3)
+            return bool(clients.redis_client(settings.redis).ping())
+        except Exception:
+            return False
+
+    if answers():
+        say(f"   Kafka {settings.kafka.bootstrap_servers} and Redis {settings.redis.url} answer")
+        return
+    script = ROOT / "ops" / "stack.sh"
+    if not script.exists():
+        raise RuntimeError("Kafka or Redis does not answer, and there is no ops/stack.sh here")
+    say("   starting the local stack (ops/stack.sh up) ...")
+    subprocess.run([str(script), "up"], check=True)
+
+
+def run_spark_demo(
+    spark: Any,
+    base: RouterSettings,
+    spec: SparkDemoSpec,
+    pipeline_spec: PipelineSpec,
+    run_dir: Path,
+    *,
+    keep: bool = False,
+    out: TextIO = sys.stdout,
+) -> DemoResult:
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    biz = spec.business
+    input_dir, output_dir = run_dir / "input", run_dir / "output"
+    pipeline = Pipeline(base, pipeline_spec, run_dir, name=biz.run_id, keep=keep)
+    t = pipeline.settings.topology
+    kafka = kafka_options(pipeline.settings.kafka.bootstrap_servers)
+    say(
+        f"router spark demo: topology {t.name!r}: Spark sender -> {len(t.send_queues)} send "
+        f"queues x {t.send_queue_partitions} partitions -> {t.receive_units} receive-side "
+        f"units -> {len(t.receive_queues)} receive queues -> Spark receiver"
+    )
+    say(f"   Spark {spark.version}, master {spark.sparkContext.master}; run directory {run_dir}")
+    jobs: list[Any] = []
+    try:
+        say(
+            f"[1/5] creating topics, starting {pipeline_spec.send_units} send units, "
+            f"{pipeline_spec.receive_units} receive units and {pipeline_spec.sweepers} sweeper"
+        )
+        pipeline.start()
+        say("[2/5] starting the Spark receiver (all receive queues) and the Spark sender")
+        recv = receiver.start(
+            spark,
+            receiver.ReceiverConfig(
+                tuple(t.receive_queues),
+                kafka,
+                str(run_dir / "checkpoints" / "receiver"),
+                str(output_dir),
+                group_timeout_ms=int(spec.group_timeout_s * 1000),
+                trigger_seconds=spec.trigger_seconds,
+            ),
+            name=f"{biz.run_id}-receiver",
+        )
+        jobs.append(recv)
+        input_dir.mkdir(parents=True, exist_ok=True)
+        send = sender.start(
+            spark,
+            sender.read_files(spark, str(input_dir), spec.max_files_per_trigger),
+            sender.SenderConfig(
+                tuple(t.send_queues),
+                kafka,
+                str(run_dir / "checkpoints" / "sender"),
+                str(run_dir / "rejects"),
+                segment_bytes=spec.segment_bytes,
+                max_guarantee_id_bytes=pipeline.settings.routing.max_guarantee_id_bytes,
+                trigger_seconds=spec.trigger_seconds,
+            ),
+            name=f"{biz.run_id}-sender",
+        )
+        jobs.append(send)
+
+        started = time.monotonic()
+        while not all(j.query.lastProgress for j in jobs):
+            failed = [j for j in jobs if not j.active]
+            if failed:
+                raise RuntimeError(f"{failed[0].name} stopped: {failed[0].failure()}")
+            if time.monotonic() - started > 180:
+                raise TimeoutError("the Spark jobs did not finish their first micro-batch in 180 s")
+            time.sleep(0.2)  # polling the queries' progress
+        say(f"   both jobs ran their first micro-batch ({time.monotonic() - started:.1f} s)")
+
+        items = workload.records(biz)
+        wanted = sum(len(domain.expected_messages(r, spec.segment_bytes)) for r in items)
+        say(
+            f"[3/5] dropping {len(items)} business records ({biz.orders} purchase orders, "
+            f"{biz.documents} documents, {biz.updates} stock updates = {wanted} messages) "
+            f"into {input_dir} as {spec.files} files"
+        )
+        t0 = time.monotonic()
+        next_drop = t0
+        chunks = workload.split(items, spec.files)
+        last_report = 0.0
+        while True:
+            now = time.monotonic()
+            if chunks and now >= next_drop:
+                workload.drop(
+                    input_dir, f"records-{spec.files - len(chunks):04d}.json", chunks.pop(0)
+                )
+                next_drop += spec.file_interval_s
+            failed = [j for j in jobs if not j.active]
+            if failed:
+                raise RuntimeError(f"{failed[0].name} stopped: {failed[0].failure()}")
+            if not chunks and recv.writer.messages >= wanted:
+                break
+            if now - last_report >= 3:
+                last_report = now
+                say(
+                    f"   files {spec.files - len(chunks):>3}/{spec.files}   sent "
+                    f"{send.writer.messages:>6}/{wanted}   accounted for by the receiver "
+                    f"{recv.writer.messages:>6}"
+                )
+            if now - t0 > spec.timeout_s:
+                say(f"   timed out after {spec.timeout_s:.0f} s")
+                break
+            time.sleep(0.1)  # pacing the file drops and polling the jobs' counters
+        seconds = time.monotonic() - t0
+        say(
+            f"[4/5] stopping the Spark jobs between micro-batches, then the units (SIGTERM); "
+            f"{recv.writer.messages} messages accounted for in {seconds:.1f} s"
+        )
+        for job in (send, recv):
+            job.stop()
+        failures = [f"{j.name}: {j.failure()}" for j in jobs if j.failure()]
+        exit_codes = pipeline.stop()
+        time.sleep(0.2)  # let the last metrics publication land (written before exit)
+
+        say(f"[5/5] verifying the receiver's Parquet output ({output_dir}) against the input")
+        got = read_output(spark, output_dir)
+        sent = expected(input_dir, spec.segment_bytes)
+        report = verify(sent, got.seen)
+        stats = pipeline.table_stats()
+        shared = {side: s.get("shared", 0) for side, s in stats.items()}
+        metrics = pipeline.unit_metrics()
+        rtpm = {
+            role: m.get("redis_round_trips", 0) / max(m.get("messages_in", 0), 1)
+            for role, m in metrics.items()
+            if role.endswith("-unit")
+        }
+        sender_failures = (
+            [f"{send.writer.rejected} input records rejected"] if send.writer.rejected else []
+        )
+        result = DemoResult(
+            report,
+            seconds,
+            shared,
+            rtpm,
+            got.latencies_ms,
+            exit_codes,
+            sender_failures + failures,
+            got.undecodable,
+        )
+        say(
+            f"   receiver output: {got.rows.get('groups', 0)} complete groups, "
+            f"{got.rows.get('records', 0)} ordinary records, {got.rows['duplicates']} "
+            f"duplicates, {got.rows['violations']} violations"
+        )
+        result.violations = report.violations(interleaving_allowed=shared["receive"] > 0)
+        if got.rows["violations"]:
+            result.violations.append(
+                f"receiver violations: {got.rows['violations']} (e.g. {'; '.join(got.reasons)})"
+            )
+        if result.sender_failures:
+            result.violations.append("; ".join(result.sender_failures))
+        if got.undecodable:
+            result.violations.append(f"undecodable records on receive queues: {got.undecodable}")
+        bad_exits = {n: c for n, c in exit_codes.items() if c != 0}
+        if bad_exits:
+            result.violations.append(f"processes that did not exit cleanly: {bad_exits}")
+        for line in summary(result, WorkloadSpec(biz.run_id, senders=1, messages=len(sent))):
+            say(line)
+        return result
+    finally:
+        for job in jobs:
+            if job.active:
+                job.stop()
+        pipeline.stop()
+        if not keep:
+            pipeline.cleanup()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="router spark demo",
+        description="Spark sender -> router -> Spark receiver, end to end, with a verdict "
+        "(exit 1 if a guarantee broke).",
+    )
+    p.add_argument("--orders", type=int, default=200, help="Purchase orders (groups)")
+    p.add_argument("--documents", type=int, default=40, help="Documents (segmented groups)")
+    p.add_argument("--updates", type=int, default=600, help="Stock updates (ordinary)")
+    p.add_argument("--max-lines", type=int, default=40)
+    p.add_argument("--max-document-bytes", type=int, default=200_000)
+    p.add_argument("--segment-bytes", type=int, default=4096)
+    p.add_argument("--files", type=int, default=10, help="Input files, dropped one per second")
+    p.add_argument("--send-units", type=int, default=2)
+    p.add_argument("--receive-units", type=int, default=3)
+    p.add_argument("--transfer-partitions", type=int, default=8)
+    p.add_argument("--receive-queues", type=int, default=12)
+    p.add_argument("--policy", choices=["share", "hold"], default="share")
+    p.add_argument("--master", default="local[2]", help="(default: %(default)s)")
+    p.add_argument("--shuffle-partitions", type=int, default=2)
+    p.add_argument("--driver-memory", default="1g")
+    p.add_argument("--jars-dir", type=Path)
+    p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE")
+    p.add_argument("--timeout", type=float, default=600.0, help="Seconds for the whole flow")
+    p.add_argument("--run-dir", type=Path, default=Path(".results/spark-demo"))
+    p.add_argument("--keep", action="store_true", help="Keep the run's topics and tables")
+    p.add_argument(
+        "--config", type=Path, help="Router TOML configuration (default: $ROUTER_CONFIG)"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None, settings: RouterSettings | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)-7s %(name)s %(message)s"
+    )
+    base = settings or load_settings(args.config)
+    run_id = f"spark-demo-{secrets.token_hex(3)}"
+    print(f"router spark demo {run_id}: checking the stack", flush=True)
+    ensure_stack(base, lambda line: print(line, flush=True))
+    if launched_by_spark_submit():
+        print("   (under spark-submit: --master and the jars come from spark-submit)")
+    spark = build_session(
+        SparkOptions(
+            master=args.master,
+            app_name="router-spark-demo",
+            shuffle_partitions=args.shuffle_partitions,
+            driver_memory=args.driver_memory,
+            jars_dir=args.jars_dir,
+            conf=key_values(args.spark_conf, "--spark-conf"),
+        )
+    )
+    spec = SparkDemoSpec(
+        workload.BusinessWorkload(
+            run_id,
+            orders=args.orders,
+            documents=args.documents,
+            updates=args.updates,
+            max_lines=args.max_lines,
+            max_document_bytes=args.max_document_bytes,
+        ),
+        files=args.files,
+        segment_bytes=args.segment_bytes,
+        timeout_s=args.timeout,
+    )
+    pipeline_spec = PipelineSpec(
+        send_units=args.send_units,
+        receive_units=args.receive_units,
+        transfer_partitions=args.transfer_partitions,
+        receive_queues=args.receive_queues,
+        busy_policy=args.policy,
+    )
+    try:
+        result = run_spark_demo(
+            spark, base, spec, pipeline_spec, args.run_dir / run_id, keep=args.keep
+        )
+    finally:
+        spark.stop()
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

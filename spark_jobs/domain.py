@@ -1,0 +1,109 @@
+"""The demo domain of the Spark jobs: business records in, Avro messages out.
+
+Business records arrive as JSON lines, one record per line, `type` saying what it is:
+
+* `purchase_order`: `order_id`, `customer_id`, `currency`, `lines` (`sku`, `quantity`,
+  `unit_price_cents`). Its lines are one group, guarantee ID `po/<order_id>`: one
+  consumer must process them together and in line order (PurchaseOrderLine.avsc).
+* `document`: `document_id`, `name`, `content_base64`. A large document is split into
+  segments of at most `segment_bytes`, one group `doc/<document_id>`, reassembled by the
+  receiver and checked against its SHA-256 (DocumentSegment.avsc).
+* `stock_update`: `update_id`, `sku`, `warehouse`, `delta`. An ordinary message with no
+  group, free to go anywhere (StockUpdate.avsc).
+
+Every message carries a `record_id` in its payload, derived from the business key
+(`<order_id>/<line_no>`, `<document_id>/<segment_no>`, `<update_id>`), so a replayed
+micro-batch produces the very same messages and a checker needs no router header to
+count what was lost or duplicated. `expected_messages` is the plain-Python statement of
+which messages a record becomes; the tests and the demo check the Spark sender against it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
+
+from router import schemas
+from router.harness.verify import Sent
+
+PURCHASE_ORDER = "purchase_order"
+DOCUMENT = "document"
+STOCK_UPDATE = "stock_update"
+RECORD_TYPES = (PURCHASE_ORDER, DOCUMENT, STOCK_UPDATE)
+
+ORDER_LINE = "router.demo.PurchaseOrderLine"
+DOCUMENT_SEGMENT = "router.demo.DocumentSegment"
+STOCK = "router.demo.StockUpdate"
+PAYLOAD_SCHEMAS = {PURCHASE_ORDER: ORDER_LINE, DOCUMENT: DOCUMENT_SEGMENT, STOCK_UPDATE: STOCK}
+
+ORDER_PREFIX = "po/"
+DOCUMENT_PREFIX = "doc/"
+
+# The JSON lines the sender reads (Spark needs the schema of a streaming file source).
+INPUT_SCHEMA = (
+    "type STRING, order_id STRING, customer_id STRING, currency STRING, "
+    "lines ARRAY<STRUCT<sku: STRING, quantity: INT, unit_price_cents: BIGINT>>, "
+    "document_id STRING, name STRING, content_base64 STRING, "
+    "update_id STRING, sku STRING, warehouse STRING, delta INT, "
+    "_corrupt_record STRING"
+)
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024
+MAX_SEGMENT_BYTES = 900 * 1024  # well below the router's default 1 MiB message limit
+
+
+def _strip(node: Any) -> Any:
+    """fastavro's parsed schema without its private bookkeeping keys."""
+    if isinstance(node, dict):
+        return {k: _strip(v) for k, v in node.items() if not k.startswith("__")}
+    if isinstance(node, list):
+        return [_strip(v) for v in node]
+    return node
+
+
+@cache
+def avro_json(name: str) -> str:
+    """The schema `name` from `schemas/` as JSON, for Spark's from_avro/to_avro."""
+    return json.dumps(_strip(schemas.load(name)))
+
+
+def order_group(order_id: str) -> str:
+    return ORDER_PREFIX + order_id
+
+
+def document_group(document_id: str) -> str:
+    return DOCUMENT_PREFIX + document_id
+
+
+def segment_count(size: int, segment_bytes: int) -> int:
+    """Segments of a document of `size` bytes (an empty document is one empty segment)."""
+    return max(1, -(-size // segment_bytes))
+
+
+def expected_messages(record: dict[str, Any], segment_bytes: int) -> list[Sent]:
+    """The messages the sender must emit for one valid business record, in send order."""
+    kind = record["type"]
+    if kind == PURCHASE_ORDER:
+        n = len(record["lines"])
+        gid = order_group(record["order_id"])
+        return [Sent(f"{record['order_id']}/{i}", gid, i, i == n - 1) for i in range(n)]
+    if kind == DOCUMENT:
+        size = len(base64.b64decode(record["content_base64"], validate=True))
+        n = segment_count(size, segment_bytes)
+        gid = document_group(record["document_id"])
+        return [Sent(f"{record['document_id']}/{i}", gid, i, i == n - 1) for i in range(n)]
+    if kind == STOCK_UPDATE:
+        return [Sent(record["update_id"], None, 0, False)]
+    raise ValueError(f"unknown record type {kind!r}")
+
+
+def expected_from_lines(lines: Iterable[str], segment_bytes: int) -> list[Sent]:
+    return [
+        m
+        for line in lines
+        if line.strip()
+        for m in expected_messages(json.loads(line), segment_bytes)
+    ]

@@ -1,0 +1,507 @@
+"""The Spark receiver: receive queues -> checked, reassembled groups in Parquet.
+
+    read_queues -> parse -> check_groups (applyInPandasWithState, `groups.step`) -> outputs
+
+* Reads one or more receive queues through `format("kafka")`, `read_committed`, with headers.
+* `parse` decodes the payload with `from_avro` (the Avro schema named by the `schema`
+  header) and checks the routing headers against the payload's own group and position;
+  a message that fails (undecodable, headers contradicting the payload) is a violation.
+* `check_groups` keeps one state per guarantee ID (and per ordinary record ID): every
+  message of a group from one queue, in sequence, none missing; see `groups`.
+* Outputs, each a Parquet dataset partitioned by micro-batch (`batch_id=N`, replaced
+  whole if Spark repeats a batch, so each batch's rows appear exactly once):
+  `groups/` complete groups (purchase orders with their lines, documents reassembled and
+  checked against their SHA-256), `records/` ordinary records, `duplicates/` copies of
+  messages already received (a repeated send; not a broken guarantee), `violations/`
+  every message that breaks a guarantee or cannot be read, with the reason (expected
+  empty).
+* Checkpointed: the Kafka offsets and the group states are in the checkpoint, so a
+  restarted receiver continues where it stopped, losing and repeating nothing.
+
+Run: `router spark receiver --output DIR --checkpoint DIR` (`--help`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+
+from router import contract
+from router.schemas import SCHEMA_HEADER
+from spark_jobs import domain, groups
+from spark_jobs.group_state import OUTCOME_SCHEMA, STATE_SCHEMA, checker
+from spark_jobs.session import (
+    add_kafka_arguments,
+    add_spark_arguments,
+    build_session,
+    kafka_options,
+    key_values,
+    router_settings,
+    spark_options,
+)
+from spark_jobs.streaming import StreamJob
+
+log = logging.getLogger("spark_jobs.receiver")
+
+OUTPUTS = ("groups", "records", "duplicates", "violations")
+
+STATE_COLUMNS = (
+    "problem",
+    "guarantee_id",
+    "ordinary_id",
+    "record_id",
+    "schema",
+    "queue",
+    "partition",
+    "offset",
+    "seq",
+    "final",
+    "created_ms",
+    "value",
+)
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    receive_queues: tuple[str, ...]
+    kafka: dict[str, str]  # Spark Kafka options (kafka.bootstrap.servers, ...)
+    checkpoint: str
+    output: str
+    group_timeout_ms: int = 300_000
+    dedupe_horizon_ms: int = 600_000
+    trigger_seconds: float = 1.0
+    max_offsets_per_trigger: int | None = None
+    starting_offsets: str = "earliest"
+
+
+# ---------------------------------------------------------------------- source
+
+
+def read_queues(spark: Any, config: ReceiverConfig) -> Any:
+    reader = (
+        spark.readStream.format("kafka")
+        .options(**config.kafka)
+        .option("subscribe", ",".join(config.receive_queues))
+        .option("startingOffsets", config.starting_offsets)
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", "read_committed")
+        .option("failOnDataLoss", "true")
+    )
+    if config.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", config.max_offsets_per_trigger)
+    return reader.load()
+
+
+# ---------------------------------------------------------------------- transformations
+
+
+def _header(name: str) -> Any:
+    """The value of header `name` (the first, if repeated) as a string, or null."""
+    found = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.get(found, 0)["value"].cast("string")
+
+
+def parse(kafka: Any) -> Any:
+    """Kafka records -> one row per message with its routing headers and decoded payload
+    identity; `problem` says why a message cannot go on (null if it can)."""
+    permissive = {"mode": "PERMISSIVE"}
+    schema = _header(SCHEMA_HEADER)
+
+    def decode(name: str) -> Any:
+        return F.when(schema == name, from_avro(F.col("value"), domain.avro_json(name), permissive))
+
+    raw_seq = _header(contract.SEQ)
+    df = kafka.select(
+        F.col("topic").alias("queue"),
+        "partition",
+        "offset",
+        "value",
+        _header(contract.GUARANTEE_ID).alias("guarantee_id"),
+        raw_seq.alias("raw_seq"),
+        raw_seq.try_cast("bigint").alias("seq"),
+        F.coalesce(_header(contract.FINAL).isin("true", "1", "True", "TRUE"), F.lit(False)).alias(
+            "final"
+        ),
+        schema.alias("schema"),
+        decode(domain.ORDER_LINE).alias("po"),
+        decode(domain.DOCUMENT_SEGMENT).alias("doc"),
+        decode(domain.STOCK).alias("stock"),
+    )
+    po, doc, stock = F.col("po"), F.col("doc"), F.col("stock")
+    df = df.select(
+        "*",
+        F.coalesce(po["record_id"], doc["record_id"], stock["record_id"]).alias("record_id"),
+        F.coalesce(
+            F.concat(F.lit(domain.ORDER_PREFIX), po["order_id"]),
+            F.concat(F.lit(domain.DOCUMENT_PREFIX), doc["document_id"]),
+        ).alias("body_group"),
+        F.coalesce(po["line_no"], doc["segment_no"]).alias("body_seq"),
+        F.coalesce(po["line_count"], doc["segment_count"]).alias("body_count"),
+        F.unix_millis(F.coalesce(po["created_at"], doc["created_at"], stock["created_at"])).alias(
+            "created_ms"
+        ),
+    )
+    gid, body_group, body_seq = F.col("guarantee_id"), F.col("body_group"), F.col("body_seq")
+    last = body_seq == F.col("body_count") - 1
+    problem = (
+        F.when(F.col("value").isNull(), F.lit("undecodable: no value"))
+        .when(F.col("schema").isNull(), F.lit(f"undecodable: no {SCHEMA_HEADER!r} header"))
+        .when(
+            ~F.col("schema").isin(*domain.PAYLOAD_SCHEMAS.values()),
+            F.concat(F.lit("undecodable: unknown schema "), F.col("schema")),
+        )
+        .when(
+            F.col("record_id").isNull(),
+            F.concat(F.lit("undecodable: not a valid "), F.col("schema")),
+        )
+        .when(
+            gid.isNull() & body_group.isNotNull(),
+            F.concat(
+                F.lit("header mismatch: no guarantee-id, the payload is of group "), body_group
+            ),
+        )
+        .when(
+            gid.isNotNull() & (body_group.isNull() | (gid != body_group)),
+            F.concat(
+                F.lit("header mismatch: guarantee-id "),
+                gid,
+                F.lit(", the payload is of group "),
+                F.coalesce(body_group, F.lit("(none)")),
+            ),
+        )
+        .when(
+            gid.isNotNull() & F.col("seq").isNull(),
+            F.concat(
+                F.lit("missing or malformed guarantee-seq: "),
+                F.coalesce(F.col("raw_seq"), F.lit("(none)")),
+            ),
+        )
+        .when(
+            gid.isNotNull() & (F.col("seq") != body_seq),
+            F.format_string(
+                "header mismatch: guarantee-seq %s, the payload is at position %s",
+                F.col("seq"),
+                body_seq,
+            ),
+        )
+        .when(
+            gid.isNotNull() & (F.col("final") != last),
+            F.format_string(
+                "header mismatch: guarantee-final %s on position %s of %s",
+                F.col("final"),
+                body_seq,
+                F.col("body_count"),
+            ),
+        )
+    )
+    return df.select(
+        "guarantee_id",
+        F.when(gid.isNull(), F.col("record_id")).alias("ordinary_id"),
+        "record_id",
+        "schema",
+        "queue",
+        "partition",
+        "offset",
+        F.coalesce(F.col("seq"), F.lit(0)).cast("bigint").alias("seq"),
+        "final",
+        "created_ms",
+        "value",
+        problem.alias("problem"),
+    )
+
+
+def check_groups(parsed: Any, group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
+    """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group / ordinary record."""
+    return (
+        parsed.select(*STATE_COLUMNS)
+        .groupBy("guarantee_id", "ordinary_id")
+        .applyInPandasWithState(
+            checker(group_timeout_ms, dedupe_horizon_ms),
+            OUTCOME_SCHEMA,
+            STATE_SCHEMA,
+            "append",
+            "ProcessingTimeTimeout",
+        )
+    )
+
+
+def receiver_stream(kafka: Any, config: ReceiverConfig) -> Any:
+    """Kafka records -> every outcome, with the micro-batch's time as `received_at`."""
+    checked = check_groups(parse(kafka), config.group_timeout_ms, config.dedupe_horizon_ms)
+    return checked.withColumn("received_at", F.current_timestamp())
+
+
+# ---------------------------------------------------------------------- the outputs
+
+
+def group_view(outcomes: Any) -> Any:
+    """Complete groups: members in order, and the business object they make up."""
+    g = outcomes.where(F.col("output") == groups.GROUP)
+    members = F.transform(
+        F.arrays_zip("members_seq", "members_record_id", "members_offset", "members_created_ms"),
+        lambda m: F.struct(
+            m["members_seq"].alias("seq"),
+            m["members_record_id"].alias("record_id"),
+            m["members_offset"].alias("offset"),
+            F.timestamp_millis(m["members_created_ms"]).alias("created_at"),
+        ),
+    )
+    is_order = F.col("schema") == domain.ORDER_LINE
+    is_document = F.col("schema") == domain.DOCUMENT_SEGMENT
+    lines = F.transform(
+        "members_value", lambda v: from_avro(v, domain.avro_json(domain.ORDER_LINE))
+    )
+    segments = F.transform(
+        "members_value", lambda v: from_avro(v, domain.avro_json(domain.DOCUMENT_SEGMENT))
+    )
+    first_line, first_segment = F.get(lines, 0), F.get(segments, 0)
+    order = F.struct(
+        first_line["order_id"].alias("order_id"),
+        first_line["customer_id"].alias("customer_id"),
+        first_line["currency"].alias("currency"),
+        F.transform(
+            lines,
+            lambda x: F.struct(
+                x["line_no"].alias("line_no"),
+                x["sku"].alias("sku"),
+                x["quantity"].alias("quantity"),
+                x["unit_price_cents"].alias("unit_price_cents"),
+            ),
+        ).alias("lines"),
+        F.aggregate(
+            lines,
+            F.lit(0).cast("bigint"),
+            lambda acc, x: acc + x["quantity"] * x["unit_price_cents"],
+        ).alias("total_cents"),
+    )
+    content = F.aggregate(
+        segments, F.lit(b"").cast("binary"), lambda acc, s: F.concat(acc, s["data"])
+    )
+    document = F.struct(
+        first_segment["document_id"].alias("document_id"),
+        first_segment["name"].alias("name"),
+        first_segment["document_bytes"].alias("size"),
+        first_segment["document_sha256"].alias("sha256"),
+        F.col("content"),
+        (
+            (F.sha2("content", 256) == first_segment["document_sha256"])
+            & (F.octet_length("content") == first_segment["document_bytes"])
+        ).alias("checksum_ok"),
+    )
+    return g.withColumn("content", F.when(is_document, content)).select(
+        "guarantee_id",
+        F.when(is_order, F.lit(domain.PURCHASE_ORDER))
+        .when(is_document, F.lit(domain.DOCUMENT))
+        .alias("kind"),
+        "queue",
+        "partition",
+        F.get("members_offset", 0).alias("first_offset"),
+        F.col("offset").alias("last_offset"),
+        F.size("members_seq").alias("messages"),
+        members.alias("members"),
+        F.when(is_order, order).alias("purchase_order"),
+        F.when(is_document, document).alias("document"),
+        "received_at",
+    )
+
+
+def record_view(outcomes: Any) -> Any:
+    """Ordinary records (stock updates), each once."""
+    update = from_avro(F.col("value"), domain.avro_json(domain.STOCK))
+    return outcomes.where(F.col("output") == groups.RECORD).select(
+        "record_id",
+        F.lit(domain.STOCK_UPDATE).alias("kind"),
+        "queue",
+        "partition",
+        "offset",
+        F.timestamp_millis("created_ms").alias("created_at"),
+        "received_at",
+        update["sku"].alias("sku"),
+        update["warehouse"].alias("warehouse"),
+        update["delta"].alias("delta"),
+    )
+
+
+_MESSAGE_COLUMNS = ("guarantee_id", "record_id", "seq", "final", "queue", "partition", "offset")
+
+
+def duplicate_view(outcomes: Any) -> Any:
+    return outcomes.where(F.col("output") == groups.DUPLICATE).select(
+        *_MESSAGE_COLUMNS,
+        F.timestamp_millis("created_ms").alias("created_at"),
+        "received_at",
+        "reason",
+    )
+
+
+def violation_view(outcomes: Any, corrupt_groups: Any = None) -> Any:
+    """Per-message violations, plus every member of `corrupt_groups` (documents whose
+    reassembly does not match their size and checksum)."""
+    direct = outcomes.where(F.col("output") == groups.VIOLATION).select(
+        *_MESSAGE_COLUMNS,
+        F.timestamp_millis("created_ms").alias("created_at"),
+        "received_at",
+        "reason",
+        "value",
+    )
+    if corrupt_groups is None:
+        return direct
+    corrupt = corrupt_groups.select("*", F.explode("members").alias("m")).select(
+        "guarantee_id",
+        F.col("m.record_id").alias("record_id"),
+        F.col("m.seq").alias("seq"),
+        (F.col("m.seq") == F.col("messages") - 1).alias("final"),
+        "queue",
+        "partition",
+        F.col("m.offset").alias("offset"),
+        F.col("m.created_at").alias("created_at"),
+        "received_at",
+        F.lit("reassembly: the document does not match its size and SHA-256").alias("reason"),
+        F.lit(None).cast("binary").alias("value"),
+    )
+    return direct.unionByName(corrupt)
+
+
+class ReceiveBatch:
+    """Writes one micro-batch's outcomes to `<output>/<name>/batch_id=N/` (each replaced
+    whole if Spark repeats the batch; an output with no rows is not written). Counts the
+    rows and the messages written."""
+
+    def __init__(self, config: ReceiverConfig) -> None:
+        self.config = config
+        self.rows: Counter[str] = Counter()
+        self.messages = 0  # messages accounted for, in every output
+
+    def _write(self, name: str, view: Any, batch_id: int) -> None:
+        view.write.mode("overwrite").parquet(
+            f"{self.config.output.rstrip('/')}/{name}/batch_id={batch_id}"
+        )
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        df = df.persist()
+        try:
+            counts = {
+                row["output"]: (row["n"], row["members"] or 0)
+                for row in df.groupBy("output")
+                .agg(F.count("*").alias("n"), F.sum(F.size("members_seq")).alias("members"))
+                .collect()
+            }
+            written: Counter[str] = Counter()
+            corrupt = None
+            if groups.GROUP in counts:
+                all_groups = group_view(df).persist()
+                intact = F.col("document").isNull() | F.col("document.checksum_ok")
+                corrupt = all_groups.where(~intact)
+                n_corrupt = corrupt.count()
+                self._write("groups", all_groups.where(intact), batch_id)
+                written["groups"] = counts[groups.GROUP][0] - n_corrupt
+                written["group messages"] = counts[groups.GROUP][1]
+            for name, output, view in (
+                ("records", groups.RECORD, record_view),
+                ("duplicates", groups.DUPLICATE, duplicate_view),
+            ):
+                if output in counts:
+                    self._write(name, view(df), batch_id)
+                    written[name] = counts[output][0]
+            if groups.VIOLATION in counts or (corrupt is not None and n_corrupt):
+                violations = violation_view(df, corrupt)
+                written["violations"] = violations.count()
+                self._write("violations", violations, batch_id)
+                log.warning("batch %d: %d violations", batch_id, written["violations"])
+            if corrupt is not None:
+                all_groups.unpersist()
+            self.rows.update(written)
+            self.messages += (
+                written["group messages"]
+                + written["records"]
+                + written["duplicates"]
+                + written["violations"]
+            )
+            if written:
+                log.info("batch %d: %s", batch_id, dict(written))
+        finally:
+            df.unpersist()
+
+
+def start(spark: Any, config: ReceiverConfig, name: str = "receiver") -> StreamJob:
+    """Start the receiver on the configured receive queues."""
+    stream = receiver_stream(read_queues(spark, config), config)
+    return StreamJob(
+        spark, name, stream, ReceiveBatch(config), config.checkpoint, config.trigger_seconds
+    ).start()
+
+
+# ---------------------------------------------------------------------- main
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="router spark receiver",
+        description="Spark receiver: receive queues -> checked, reassembled groups (Parquet).",
+    )
+    p.add_argument("--output", required=True, help="Parquet outputs go here (any Hadoop path)")
+    p.add_argument("--checkpoint", required=True, help="Checkpoint directory (any Hadoop path)")
+    p.add_argument(
+        "--receive-queues", help="Comma-separated receive queues (default: the topology's)"
+    )
+    p.add_argument(
+        "--group-timeout-seconds",
+        type=float,
+        default=300.0,
+        help="A group with no new message this long is reported incomplete (default: "
+        "%(default)s, the router's default TTL)",
+    )
+    p.add_argument(
+        "--dedupe-horizon-seconds",
+        type=float,
+        default=600.0,
+        help="How long a finished group or record is remembered to recognise copies "
+        "(default: %(default)s)",
+    )
+    p.add_argument("--starting-offsets", default="earliest", help="For a new checkpoint")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument("--trigger-seconds", type=float, default=1.0)
+    add_kafka_arguments(p)
+    add_spark_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s %(message)s"
+    )
+    settings = router_settings(args)
+    queues = (
+        tuple(q for q in args.receive_queues.split(",") if q)
+        if args.receive_queues
+        else tuple(settings.topology.receive_queues)
+    )
+    config = ReceiverConfig(
+        receive_queues=queues,
+        kafka=kafka_options(
+            settings.kafka.bootstrap_servers, key_values(args.kafka_option, "--kafka-option")
+        ),
+        checkpoint=args.checkpoint,
+        output=args.output,
+        group_timeout_ms=int(args.group_timeout_seconds * 1000),
+        dedupe_horizon_ms=int(args.dedupe_horizon_seconds * 1000),
+        trigger_seconds=args.trigger_seconds,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        starting_offsets=args.starting_offsets,
+    )
+    spark = build_session(spark_options(args, "router-spark-receiver"))
+    job = start(spark, config)
+    log.info("receiving from %s via %s", ",".join(queues), settings.kafka.bootstrap_servers)
+    return job.run_until_signalled(args.stop_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

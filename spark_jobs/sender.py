@@ -1,0 +1,449 @@
+"""The Spark sender: business records as they arrive -> groups on the send queues.
+
+    read_files / read_rate -> validate -> to_messages -> to_kafka_rows -> Kafka (format "kafka")
+                                      \\-> rejects (JSON, with the reason)
+
+* Input: a directory where JSON-lines files are dropped over time (move finished files
+  in; names starting with `.` or `_` are ignored), or Spark's rate source for load. A
+  line that is not a valid record goes to the rejects output, verbatim, with the reason.
+* Groups: a purchase order's lines and a document's segments each form a group; the
+  guarantee ID comes from the business key, `guarantee-seq` is the position, and
+  `guarantee-final` is true on the last message (see `domain`).
+* Kafka: the send queue is a stable hash of the key (the guarantee ID, or the record ID
+  of an ordinary message) over the send queues, and the key keeps a group on one
+  partition, so the send units see it in order. Payloads are Avro (`to_avro` with the
+  schemas in `schemas/demo/`), routing metadata is in headers (`router.contract`), plus
+  a `schema` header naming the payload's Avro schema.
+* Checkpointed: see `streaming` for what a restart guarantees.
+
+Run: `router spark sender --input DIR --checkpoint DIR --rejects DIR` (`--help`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import to_avro
+
+from router import contract
+from router.schemas import SCHEMA_HEADER
+from spark_jobs import domain
+from spark_jobs.session import (
+    add_kafka_arguments,
+    add_spark_arguments,
+    build_session,
+    kafka_options,
+    key_values,
+    router_settings,
+    spark_options,
+)
+from spark_jobs.streaming import StreamJob
+
+log = logging.getLogger("spark_jobs.sender")
+
+
+@dataclass(frozen=True)
+class SenderConfig:
+    send_queues: tuple[str, ...]
+    kafka: dict[str, str]  # Spark Kafka options (kafka.bootstrap.servers, ...)
+    checkpoint: str
+    rejects: str
+    segment_bytes: int = domain.DEFAULT_SEGMENT_BYTES
+    max_guarantee_id_bytes: int = 256
+    trigger_seconds: float = 1.0
+
+
+# ---------------------------------------------------------------------- sources
+
+
+def read_files(spark: Any, directory: str, max_files_per_trigger: int | None = None) -> Any:
+    """Lines of the JSON-lines files dropped into `directory` over time."""
+    reader = spark.readStream.format("text")
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    return parse_lines(reader.load(directory))
+
+
+def parse_lines(lines: Any) -> Any:
+    """JSON lines (column `value`) -> business records (`domain.INPUT_SCHEMA`), each with
+    its line as `_line`; a line that is not a record has `_corrupt_record` set."""
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+    return (
+        lines.where(F.trim("value") != "")
+        .select(
+            F.from_json("value", domain.INPUT_SCHEMA, options).alias("r"),
+            F.col("value").alias("_line"),
+        )
+        .select("r.*", "_line")
+    )
+
+
+def read_rate(spark: Any, rows_per_second: int, run_id: str) -> Any:
+    """Synthetic business records from Spark's rate source, for load: per 10 rows, five
+    stock updates, four purchase orders of 1..40 lines and one document of 1..256 KiB."""
+    rate = spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load()
+    v = F.col("value")
+    ident = F.concat(F.lit(f"{run_id}-"), v.cast("string"))
+    bucket = F.pmod(v, F.lit(10))
+    spread = F.pmod(F.xxhash64(v), F.lit(1_000_003))
+    n_lines = (spread % 40 + 1).cast("int")
+    lines = F.transform(
+        F.sequence(F.lit(1), n_lines),
+        lambda i: F.struct(
+            F.format_string("SKU-%04d", F.pmod(spread + i * 7919, F.lit(10_000))).alias("sku"),
+            (F.pmod(spread + i, F.lit(20)) + 1).cast("int").alias("quantity"),
+            (F.pmod(spread * i, F.lit(99_901)) + 99).cast("bigint").alias("unit_price_cents"),
+        ),
+    )
+    # 64 hex characters (32 bytes) per repetition.
+    content = F.unhex(F.repeat(F.sha2(ident, 256), (spread % 8192 + 32).cast("int")))
+    kind = (
+        F.when(bucket < 5, F.lit(domain.STOCK_UPDATE))
+        .when(bucket < 9, F.lit(domain.PURCHASE_ORDER))
+        .otherwise(F.lit(domain.DOCUMENT))
+    )
+    return rate.select(
+        kind.alias("type"),
+        ident.alias("order_id"),
+        F.concat(F.lit("C-"), (spread % 500).cast("string")).alias("customer_id"),
+        F.lit("EUR").alias("currency"),
+        lines.alias("lines"),
+        ident.alias("document_id"),
+        F.concat(ident, F.lit(".pdf")).alias("name"),
+        F.base64(content).alias("content_base64"),
+        ident.alias("update_id"),
+        F.format_string("SKU-%04d", spread % 10_000).alias("sku"),
+        F.concat(F.lit("WH-"), (spread % 5).cast("string")).alias("warehouse"),
+        ((spread % 41) - 20).cast("int").alias("delta"),
+        F.lit(None).cast("string").alias("_corrupt_record"),
+        F.lit(None).cast("string").alias("_line"),
+    )
+
+
+# ---------------------------------------------------------------------- transformations
+
+
+def validate(records: Any, max_guarantee_id_bytes: int = 256) -> Any:
+    """Adds `reject_reason`: null for a record the sender can send, else why not."""
+
+    def blank(name: str) -> Any:
+        c = F.col(name)
+        return c.isNull() | (F.length(c) == 0)
+
+    t = F.col("type")
+    bad_line = F.exists(
+        F.col("lines"),
+        lambda line: (
+            line.isNull()
+            | line["sku"].isNull()
+            | line["quantity"].isNull()
+            | line["unit_price_cents"].isNull()
+        ),
+    )
+    gid = F.when(
+        t == domain.PURCHASE_ORDER, F.concat(F.lit(domain.ORDER_PREFIX), F.col("order_id"))
+    ).when(t == domain.DOCUMENT, F.concat(F.lit(domain.DOCUMENT_PREFIX), F.col("document_id")))
+    reason = (
+        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed JSON line"))
+        .when(t.isNull() | ~t.isin(*domain.RECORD_TYPES), F.lit("unknown record type"))
+        .when(
+            (t == domain.PURCHASE_ORDER)
+            & (
+                blank("order_id")
+                | blank("customer_id")
+                | F.col("lines").isNull()
+                | (F.size("lines") == 0)
+                | bad_line
+            ),
+            F.lit("a purchase order needs order_id, customer_id and complete lines"),
+        )
+        .when(
+            (t == domain.DOCUMENT)
+            & (blank("document_id") | F.col("name").isNull() | F.col("content_base64").isNull()),
+            F.lit("a document needs document_id, name and content_base64"),
+        )
+        .when(
+            (t == domain.DOCUMENT) & F.try_to_binary("content_base64", F.lit("base64")).isNull(),
+            F.lit("content_base64 is not base64"),
+        )
+        .when(
+            (t == domain.STOCK_UPDATE)
+            & (
+                blank("update_id")
+                | F.col("sku").isNull()
+                | F.col("warehouse").isNull()
+                | F.col("delta").isNull()
+            ),
+            F.lit("a stock update needs update_id, sku, warehouse and delta"),
+        )
+        .when(
+            F.octet_length(gid) > max_guarantee_id_bytes,
+            F.lit(f"business key too long for a guarantee ID (> {max_guarantee_id_bytes} bytes)"),
+        )
+    )
+    return records.withColumn("reject_reason", reason)
+
+
+def to_messages(records: Any, segment_bytes: int) -> Any:
+    """One row per message, in send order within each record: guarantee_id, seq, final,
+    key, record_id, schema, value (Avro bytes). `records` must be valid."""
+    now = F.current_timestamp()  # the micro-batch's timestamp: the same when it is repeated
+    t = F.col("type")
+
+    orders = records.where(t == domain.PURCHASE_ORDER).select(
+        "order_id",
+        "customer_id",
+        "currency",
+        F.size("lines").alias("n"),
+        F.posexplode("lines").alias("pos", "line"),
+    )
+    order_line = F.struct(
+        F.concat_ws("/", "order_id", F.col("pos").cast("string")).alias("record_id"),
+        F.col("order_id"),
+        F.col("customer_id"),
+        F.col("pos").cast("int").alias("line_no"),
+        F.col("n").cast("int").alias("line_count"),
+        F.col("line.sku").alias("sku"),
+        F.col("line.quantity").alias("quantity"),
+        F.col("line.unit_price_cents").alias("unit_price_cents"),
+        F.coalesce("currency", F.lit("EUR")).alias("currency"),
+        now.alias("created_at"),
+    )
+    order_messages = orders.select(
+        F.concat(F.lit(domain.ORDER_PREFIX), "order_id").alias("guarantee_id"),
+        F.col("pos").cast("int").alias("seq"),
+        (F.col("pos") == F.col("n") - 1).alias("final"),
+        order_line["record_id"].alias("record_id"),
+        F.lit(domain.ORDER_LINE).alias("schema"),
+        to_avro(order_line, domain.avro_json(domain.ORDER_LINE)).alias("value"),
+    )
+
+    docs = (
+        records.where(t == domain.DOCUMENT)
+        .withColumn("content", F.try_to_binary("content_base64", F.lit("base64")))
+        .withColumn("size", F.octet_length("content"))
+        .withColumn("n", F.greatest(F.lit(1), F.ceil(F.col("size") / segment_bytes)).cast("int"))
+        .select(
+            "document_id",
+            "name",
+            "content",
+            "size",
+            "n",
+            F.sha2("content", 256).alias("sha256"),
+            F.posexplode(F.sequence(F.lit(0), F.col("n") - 1)).alias("pos", "i"),
+        )
+    )
+    segment = F.struct(
+        F.concat_ws("/", "document_id", F.col("pos").cast("string")).alias("record_id"),
+        F.col("document_id"),
+        F.col("name"),
+        F.col("pos").cast("int").alias("segment_no"),
+        F.col("n").alias("segment_count"),
+        F.substring("content", F.col("i") * segment_bytes + 1, segment_bytes).alias("data"),
+        F.col("size").cast("bigint").alias("document_bytes"),
+        F.col("sha256").alias("document_sha256"),
+        now.alias("created_at"),
+    )
+    segment_messages = docs.select(
+        F.concat(F.lit(domain.DOCUMENT_PREFIX), "document_id").alias("guarantee_id"),
+        F.col("pos").cast("int").alias("seq"),
+        (F.col("pos") == F.col("n") - 1).alias("final"),
+        segment["record_id"].alias("record_id"),
+        F.lit(domain.DOCUMENT_SEGMENT).alias("schema"),
+        to_avro(segment, domain.avro_json(domain.DOCUMENT_SEGMENT)).alias("value"),
+    )
+
+    update = F.struct(
+        F.col("update_id").alias("record_id"),
+        F.col("sku"),
+        F.col("warehouse"),
+        F.col("delta"),
+        now.alias("created_at"),
+    )
+    update_messages = records.where(t == domain.STOCK_UPDATE).select(
+        F.lit(None).cast("string").alias("guarantee_id"),
+        F.lit(None).cast("int").alias("seq"),
+        F.lit(False).alias("final"),
+        F.col("update_id").alias("record_id"),
+        F.lit(domain.STOCK).alias("schema"),
+        to_avro(update, domain.avro_json(domain.STOCK)).alias("value"),
+    )
+    return (
+        order_messages.unionByName(segment_messages)
+        .unionByName(update_messages)
+        .withColumn("key", F.coalesce("guarantee_id", "record_id"))
+    )
+
+
+def to_kafka_rows(messages: Any, send_queues: tuple[str, ...]) -> Any:
+    """The columns of Spark's Kafka sink: topic, key, value, headers."""
+    if not send_queues:
+        raise ValueError("no send queues")
+
+    def header(name: str, value: Any) -> Any:
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    queues = F.array(*[F.lit(q) for q in send_queues])
+    topic = F.element_at(
+        queues, (F.pmod(F.xxhash64("key"), F.lit(len(send_queues))) + 1).cast("int")
+    )
+    schema = header(SCHEMA_HEADER, F.col("schema"))
+    grouped = F.array(
+        header(contract.GUARANTEE_ID, F.col("guarantee_id")),
+        header(contract.SEQ, F.col("seq").cast("string")),
+        header(contract.FINAL, F.when(F.col("final"), F.lit("true")).otherwise(F.lit("false"))),
+        schema,
+    )
+    headers = F.when(F.col("guarantee_id").isNull(), F.array(schema)).otherwise(grouped)
+    return messages.select(
+        topic.alias("topic"),
+        F.col("key").cast("binary").alias("key"),
+        F.col("value"),
+        headers.alias("headers"),
+    )
+
+
+def to_rejects(records: Any) -> Any:
+    """Records the sender refused, as written to the rejects output."""
+    fields = [c for c in records.columns if c not in ("_corrupt_record", "_line", "reject_reason")]
+    raw = F.coalesce(F.col("_line"), F.to_json(F.struct(*fields)))
+    return records.select(raw.alias("record"), F.col("reject_reason"))
+
+
+def sender_stream(records: Any, config: SenderConfig) -> Any:
+    """Kafka rows and rejects in one stream, told apart by `reject_reason`."""
+    checked = validate(records, config.max_guarantee_id_bytes)
+    good = checked.where(checked["reject_reason"].isNull())
+    bad = checked.where(checked["reject_reason"].isNotNull())
+    kafka_rows = to_kafka_rows(to_messages(good, config.segment_bytes), config.send_queues)
+    return kafka_rows.unionByName(to_rejects(bad), allowMissingColumns=True)
+
+
+# ---------------------------------------------------------------------- the sink
+
+
+class SendBatch:
+    """Writes one micro-batch: rejects to `<rejects>/batch_id=N/` (replaced if the batch is
+    repeated), then every message to Kafka. Counts what it wrote."""
+
+    def __init__(self, config: SenderConfig) -> None:
+        self.config = config
+        self.messages = 0
+        self.rejected = 0
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        df = df.persist()
+        try:
+            counts = {
+                row["rejected"]: row["n"]
+                for row in df.groupBy(F.col("reject_reason").isNotNull().alias("rejected"))
+                .agg(F.count("*").alias("n"))
+                .collect()
+            }
+            n_rejects, n = counts.get(True, 0), counts.get(False, 0)
+            if n_rejects:
+                path = f"{self.config.rejects.rstrip('/')}/batch_id={batch_id}"
+                df.where(df["reject_reason"].isNotNull()).select(
+                    "record", "reject_reason"
+                ).write.mode("overwrite").json(path)
+                log.warning("batch %d: %d input records rejected (%s)", batch_id, n_rejects, path)
+            if n:
+                (
+                    df.where(df["reject_reason"].isNull())
+                    .select("topic", "key", "value", "headers")
+                    .write.format("kafka")
+                    .options(**self.config.kafka)
+                    # Idempotent: a retried request never duplicates or reorders a group.
+                    .option("kafka.enable.idempotence", "true")
+                    .option("kafka.acks", "all")
+                    .save()
+                )
+                log.info("batch %d: %d messages sent", batch_id, n)
+            self.messages += n
+            self.rejected += n_rejects
+        finally:
+            df.unpersist()
+
+
+def start(spark: Any, records: Any, config: SenderConfig, name: str = "sender") -> StreamJob:
+    """Start the sender on a stream of business records."""
+    stream = sender_stream(records, config)
+    return StreamJob(
+        spark, name, stream, SendBatch(config), config.checkpoint, config.trigger_seconds
+    ).start()
+
+
+# ---------------------------------------------------------------------- main
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="router spark sender",
+        description="Spark sender: business records -> groups on the router's send queues.",
+    )
+    p.add_argument("--source", choices=["files", "rate"], default="files")
+    p.add_argument("--input", help="Directory JSON-lines files are dropped into (--source files)")
+    p.add_argument("--max-files-per-trigger", type=int, default=None)
+    p.add_argument("--rows-per-second", type=int, default=10, help="(--source rate)")
+    p.add_argument("--run-id", default="rate", help="Prefix of synthetic IDs (--source rate)")
+    p.add_argument("--checkpoint", required=True, help="Checkpoint directory (any Hadoop path)")
+    p.add_argument("--rejects", required=True, help="Where refused input records go (JSON)")
+    p.add_argument(
+        "--send-queues",
+        help="Comma-separated send queues (default: the topology's)",
+    )
+    p.add_argument(
+        "--segment-bytes",
+        type=int,
+        default=domain.DEFAULT_SEGMENT_BYTES,
+        help="Largest document segment (default: %(default)s)",
+    )
+    p.add_argument("--trigger-seconds", type=float, default=1.0)
+    add_kafka_arguments(p)
+    add_spark_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s %(message)s"
+    )
+    if args.source == "files" and not args.input:
+        parser().error("--input is required with --source files")
+    if not 0 < args.segment_bytes <= domain.MAX_SEGMENT_BYTES:
+        parser().error(f"--segment-bytes must be in 1..{domain.MAX_SEGMENT_BYTES}")
+    settings = router_settings(args)
+    queues = (
+        tuple(q for q in args.send_queues.split(",") if q)
+        if args.send_queues
+        else tuple(settings.topology.send_queues)
+    )
+    config = SenderConfig(
+        send_queues=queues,
+        kafka=kafka_options(
+            settings.kafka.bootstrap_servers, key_values(args.kafka_option, "--kafka-option")
+        ),
+        checkpoint=args.checkpoint,
+        rejects=args.rejects,
+        segment_bytes=args.segment_bytes,
+        max_guarantee_id_bytes=settings.routing.max_guarantee_id_bytes,
+        trigger_seconds=args.trigger_seconds,
+    )
+    spark = build_session(spark_options(args, "router-spark-sender"))
+    if args.source == "files":
+        records = read_files(spark, args.input, args.max_files_per_trigger)
+    else:
+        records = read_rate(spark, args.rows_per_second, args.run_id)
+    job = start(spark, records, config)
+    log.info("sending to %s via %s", ",".join(queues), settings.kafka.bootstrap_servers)
+    return job.run_until_signalled(args.stop_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The SparkSession of a job: master, connector jars from the local cache, small defaults.
+
+The Kafka connector and Avro jars come from `.cache/jars/spark-<pyspark version>/`, which
+`make jars` (`ops/stack.sh fetch-jars`) fills from Maven Central; nothing is downloaded
+when a job starts (`spark.jars`, never `spark.jars.packages`).
+
+Launched from Python (`router spark ...`, `python -m spark_jobs.sender`), the session
+starts its own JVM with those jars. Launched by `spark-submit`, the JVM already runs:
+pass the jars with `--jars "$(router spark jars)"` and the master with `--master`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from router.config import load_settings
+
+DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache"
+
+
+@dataclass(frozen=True)
+class SparkOptions:
+    master: str | None = None  # None: spark-submit's --master, else local[*]
+    app_name: str = "router-spark"
+    shuffle_partitions: int = 2
+    driver_memory: str = "1g"
+    ui: bool = False
+    jars_dir: Path | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+def jars_dir(explicit: Path | None = None) -> Path:
+    """Where the connector jars for the installed pyspark are cached."""
+    if explicit is not None:
+        return explicit
+
+    cache = Path(os.environ.get("ROUTER_CACHE_DIR") or DEFAULT_CACHE)
+    return cache / "jars" / f"spark-{pyspark.__version__}"
+
+
+def connector_jars(directory: Path | None = None) -> list[str]:
+    """The jar files of spark-sql-kafka-0-10 (with its dependencies) and spark-avro."""
+    where = jars_dir(directory)
+    jars = sorted(str(p) for p in where.glob("*.jar"))
+    names = " ".join(Path(j).name for j in jars)
+    if not jars or "spark-sql-kafka-0-10" not in names or "spark-avro" not in names:
+        raise FileNotFoundError(
+            f"Spark's Kafka connector and Avro jars are not in {where}: run `make jars` "
+            "(ops/stack.sh fetch-jars) once, or point --jars-dir at them"
+        )
+    return jars
+
+
+def launched_by_spark_submit() -> bool:
+    """spark-submit starts the JVM first and tells PySpark where it listens."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(options: SparkOptions) -> Any:
+    """A SparkSession for a streaming job (or the tests' shared one)."""
+    builder = SparkSession.builder.appName(options.app_name)
+    if options.master:
+        builder = builder.master(options.master)
+    if not launched_by_spark_submit():
+        # The JVM starts now: give it the cached jars, and local Python workers this
+        # interpreter (PySpark's default is whatever `python3` is on PATH).
+        builder = builder.config("spark.jars", ",".join(connector_jars(options.jars_dir)))
+        builder = builder.config("spark.driver.memory", options.driver_memory)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = {
+        "spark.sql.shuffle.partitions": str(options.shuffle_partitions),
+        "spark.ui.enabled": "true" if options.ui else "false",
+        "spark.sql.session.timeZone": "UTC",
+        # Micro-batches of a stateful query run one after another; AQE does not apply.
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.streaming.metricsEnabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        **options.conf,
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("ROUTER_SPARK_LOG_LEVEL", "WARN"))
+    # to_avro warns on every task that a nullable column meets a non-null Avro field; the
+    # sender only encodes records it validated, so the warning is noise here.
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.sql.avro.AvroSerializer", jvm.org.apache.logging.log4j.Level.ERROR
+    )
+    return spark
+
+
+# ---------------------------------------------------------------------- shared CLI
+
+
+def key_values(pairs: list[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"{what} must be KEY=VALUE, not {pair!r}")
+        out[key] = value
+    return out
+
+
+def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("Spark")
+    g.add_argument(
+        "--master",
+        help="Spark master URL, e.g. spark://host:7077 or yarn (default: spark-submit's "
+        "--master, else local[*])",
+    )
+    g.add_argument("--shuffle-partitions", type=int, default=2, help="(default: %(default)s)")
+    g.add_argument("--driver-memory", default="1g", help="(default: %(default)s)")
+    g.add_argument("--ui", action="store_true", help="Enable the Spark UI.")
+    g.add_argument(
+        "--jars-dir",
+        type=Path,
+        help="Connector jars (default: .cache/jars/spark-<pyspark version>/, see make jars)",
+    )
+    g.add_argument(
+        "--spark-conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help="Any other Spark setting; repeatable.",
+    )
+    g.add_argument(
+        "--stop-file",
+        help="Stop cleanly (between micro-batches) once this path exists (any Hadoop path; "
+        "for jobs on a cluster). SIGTERM or SIGINT to the driver does the same.",
+    )
+
+
+def spark_options(args: argparse.Namespace, app_name: str) -> SparkOptions:
+    return SparkOptions(
+        master=args.master,
+        app_name=app_name,
+        shuffle_partitions=args.shuffle_partitions,
+        driver_memory=args.driver_memory,
+        ui=args.ui,
+        jars_dir=args.jars_dir,
+        conf=key_values(args.spark_conf, "--spark-conf"),
+    )
+
+
+def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("Kafka and the router's topology")
+    g.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="Router TOML configuration (default: $ROUTER_CONFIG); ROUTER_* variables "
+        "override it, as for every router command.",
+    )
+    g.add_argument(
+        "--bootstrap-servers",
+        help="Kafka bootstrap servers (default: the router's kafka.bootstrap_servers)",
+    )
+    g.add_argument(
+        "--topology",
+        help="Topology name the queue names derive from (default: the router's topology.name)",
+    )
+    g.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="A Kafka client property for Spark's connector (Java client names, e.g. "
+        "security.protocol=SSL); repeatable.",
+    )
+
+
+def router_settings(args: argparse.Namespace) -> Any:
+    """The router's settings (file, ROUTER_* variables), with the job's overrides."""
+    overrides: dict[str, Any] = {}
+    if args.bootstrap_servers:
+        overrides["kafka"] = {"bootstrap_servers": args.bootstrap_servers}
+    if args.topology:
+        overrides["topology"] = {"name": args.topology}
+    return load_settings(args.config, **overrides)
+
+
+def kafka_options(bootstrap_servers: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Options of Spark's Kafka source and sink (`kafka.`-prefixed client properties)."""
+    options = {"kafka.bootstrap.servers": bootstrap_servers}
+    for key, value in (extra or {}).items():
+        options[key if key.startswith("kafka.") else f"kafka.{key}"] = value
+    return options

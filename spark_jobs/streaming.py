@@ -1,0 +1,187 @@
+"""Running a streaming query so that stopping and restarting it is clean.
+
+Both jobs write each micro-batch through `foreachBatch` (`BatchSink`). What a restart
+from the checkpoint does depends on where the query stopped:
+
+* between micro-batches: the next run starts with the next batch. Nothing is lost, nothing
+  is written twice.
+* inside a micro-batch (its offsets logged, its commit not): the next run repeats that
+  batch with the same input (Spark's offset log) and the same batch timestamp.
+
+`StreamJob.stop()` always stops between micro-batches: the sink refuses to start writing
+a new batch once a stop is requested (the batch fails before it wrote anything and is
+repeated, whole, by the next run), waits for the batch being written to finish, and waits
+for Spark to record that batch's commit before it stops the query. A job killed with
+SIGKILL, or a driver that dies, can still stop inside a batch: see README ("Spark jobs").
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger("spark_jobs.streaming")
+
+Writer = Callable[[Any, int], None]
+
+
+class StopRequested(RuntimeError):
+    """Raised inside foreachBatch to refuse a batch once the job is stopping."""
+
+    MARKER = "router-spark-stop-requested"
+
+    def __init__(self, batch_id: int) -> None:
+        super().__init__(f"{self.MARKER}: batch {batch_id} not started, it runs after a restart")
+
+
+class BatchSink:
+    """The `foreachBatch` function: writes one micro-batch at a time, until closed."""
+
+    def __init__(self, write: Writer) -> None:
+        self._write = write
+        self._lock = threading.Lock()
+        self._closed = False
+        self.last_written = -1
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        with self._lock:
+            if self._closed:
+                log.info("batch %d refused: stopping; it runs after a restart", batch_id)
+                raise StopRequested(batch_id)
+            self._write(df, batch_id)
+            self.last_written = batch_id
+
+    def close(self) -> int:
+        """Refuse further batches; waits for the one being written. Returns its ID."""
+        with self._lock:
+            self._closed = True
+            return self.last_written
+
+
+# Who reports a refused or interrupted batch as an error, with its stack trace: Spark's
+# micro-batch loop (the query "terminated with error"), the scheduler and broadcasts of a
+# batch being planned when the query stops, and py4j (an exception in a Python callback).
+_REFUSAL_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+    "org.apache.spark.scheduler.DAGScheduler",
+    "org.apache.spark.broadcast.TorrentBroadcast",
+)
+
+
+@contextmanager
+def _quiet_refusals(spark: Any) -> Iterator[None]:
+    """While stopping, a refused batch is expected: keep its stack traces out of the log.
+    (A real failure still ends the job with exit 1 and is logged by `run_until_signalled`.)"""
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    configurator = log4j.core.config.Configurator
+    previous = {name: log4j.LogManager.getLogger(name).getLevel() for name in _REFUSAL_LOGGERS}
+    py4j_log = logging.getLogger("py4j.clientserver")
+    py4j_level = py4j_log.level
+    for name in _REFUSAL_LOGGERS:
+        configurator.setLevel(name, log4j.Level.OFF)
+    py4j_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, level in previous.items():
+            configurator.setLevel(name, level)
+        py4j_log.setLevel(py4j_level)
+
+
+class StreamJob:
+    def __init__(
+        self,
+        spark: Any,
+        name: str,
+        df: Any,
+        write: Writer,
+        checkpoint: str,
+        trigger_seconds: float,
+    ) -> None:
+        self.spark = spark
+        self.name = name
+        self.checkpoint = checkpoint.rstrip("/")
+        self.writer = write
+        self.sink = BatchSink(write)
+        self._df = df
+        self._trigger = f"{trigger_seconds} seconds"
+        self.query: Any = None
+
+    def start(self) -> StreamJob:
+        self.query = (
+            self._df.writeStream.queryName(self.name)
+            .foreachBatch(self.sink)
+            .option("checkpointLocation", self.checkpoint)
+            .trigger(processingTime=self._trigger)
+            .start()
+        )
+        log.info("%s started (checkpoint %s)", self.name, self.checkpoint)
+        return self
+
+    @property
+    def active(self) -> bool:
+        return bool(self.query is not None and self.query.isActive)
+
+    def failure(self) -> str | None:
+        """Why the query ended, if it failed (a refused batch during stop is no failure)."""
+        if self.query is None:
+            return None
+        exc = self.query.exception()
+        if exc is None or StopRequested.MARKER in str(exc):
+            return None
+        return str(exc)
+
+    def _exists(self, path: str) -> bool:
+        """Whether `path` exists, on any file system Spark can reach (local, HDFS, S3...)."""
+        jvm = self.spark.sparkContext._jvm
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        fs = hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        return bool(fs.exists(hadoop_path))
+
+    def _committed(self, batch_id: int) -> bool:
+        return self._exists(f"{self.checkpoint}/commits/{batch_id}")
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """Stop between micro-batches (see the module docstring)."""
+        if self.query is None:
+            return
+        with _quiet_refusals(self.spark):
+            last = self.sink.close()
+            deadline = time.monotonic() + timeout
+            while last >= 0 and self.active and not self._committed(last):
+                if time.monotonic() > deadline:
+                    log.warning("%s: batch %d not committed after %.0fs", self.name, last, timeout)
+                    break
+                time.sleep(0.05)  # polling the checkpoint for Spark's commit record
+            self.query.stop()
+        log.info("%s stopped after batch %d", self.name, last)
+
+    def run_until_signalled(self, stop_file: str | None = None) -> int:
+        """Run until SIGTERM/SIGINT or until `stop_file` exists (then stop cleanly, exit 0),
+        or until the query fails (exit 1)."""
+        stop = threading.Event()
+
+        def request(signum: int, _frame: Any) -> None:
+            log.info(
+                "%s: %s, stopping between micro-batches", self.name, signal.Signals(signum).name
+            )
+            stop.set()
+
+        signal.signal(signal.SIGTERM, request)
+        signal.signal(signal.SIGINT, request)
+        while self.active and not stop.wait(1.0):
+            if stop_file and self._exists(stop_file):
+                log.info("%s: %s exists, stopping between micro-batches", self.name, stop_file)
+                break
+        self.stop()
+        failure = self.failure()
+        if failure:
+            log.error("%s failed: %s", self.name, failure)
+            return 1
+        return 0

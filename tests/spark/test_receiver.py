@@ -1,0 +1,257 @@
+"""The Spark receiver on real Kafka (messages written by Python, no router in between):
+what it reassembles, what it reports, and a restart mid-stream that loses and repeats
+nothing in its Parquet output."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from router import contract, schemas
+from spark_jobs import domain, receiver
+from spark_jobs.session import kafka_options
+from spark_jobs.streaming import StreamJob
+from tests.conftest import TopicFactory
+from tests.helpers import unique, wait_until
+
+pytestmark = pytest.mark.spark
+
+NOW = dt.datetime.now(dt.UTC)
+
+
+def order_line(order: str, line: int, count: int) -> bytes:
+    return schemas.encode(
+        domain.ORDER_LINE,
+        {
+            "record_id": f"{order}/{line}",
+            "order_id": order,
+            "customer_id": "C-1",
+            "line_no": line,
+            "line_count": count,
+            "sku": f"SKU-{line}",
+            "quantity": line + 1,
+            "unit_price_cents": 100,
+            "currency": "EUR",
+            "created_at": NOW,
+        },
+    )
+
+
+def segment(doc: str, content: bytes, i: int, size: int) -> bytes:
+    n = domain.segment_count(len(content), size)
+    return schemas.encode(
+        domain.DOCUMENT_SEGMENT,
+        {
+            "record_id": f"{doc}/{i}",
+            "document_id": doc,
+            "name": f"{doc}.bin",
+            "segment_no": i,
+            "segment_count": n,
+            "data": content[i * size : (i + 1) * size],
+            "document_bytes": len(content),
+            "document_sha256": hashlib.sha256(content).hexdigest(),
+            "created_at": NOW,
+        },
+    )
+
+
+def stock(update: str) -> bytes:
+    return schemas.encode(
+        domain.STOCK,
+        {"record_id": update, "sku": "SKU-1", "warehouse": "W", "delta": 1, "created_at": NOW},
+    )
+
+
+class Queues:
+    """Writes test messages as a sender would (routing headers + `schema` header)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self.count = 0
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        schema: str | None,
+        gid: str | None = None,
+        seq: int | None = None,
+        final: bool = False,
+    ) -> None:
+        headers = contract.headers_for(gid, final=final, seq=seq)
+        if schema is not None:
+            headers.append((schemas.SCHEMA_HEADER, schema.encode()))
+        self.producer.produce(topic, value, key=gid, headers=headers)
+        self.count += 1
+
+    def order(self, topic: str, order: str, lines: int, *, skip: int | None = None) -> None:
+        for i in range(lines):
+            if i != skip:
+                self.send(
+                    topic,
+                    order_line(order, i, lines),
+                    domain.ORDER_LINE,
+                    f"po/{order}",
+                    i,
+                    i == lines - 1,
+                )
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+
+def _start(spark: Any, config: receiver.ReceiverConfig, writer: Any = None) -> StreamJob:
+    stream = receiver.receiver_stream(receiver.read_queues(spark, config), config)
+    return StreamJob(
+        spark,
+        unique("receiver"),
+        stream,
+        writer or receiver.ReceiveBatch(config),
+        config.checkpoint,
+        0.5,
+    ).start()
+
+
+def _outputs(spark: Any, output: Path) -> dict[str, list[Any]]:
+    out = {}
+    for name in receiver.OUTPUTS:
+        path = output / name
+        out[name] = spark.read.parquet(str(path)).collect() if path.is_dir() else []
+    return out
+
+
+def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
+    spark: Any, kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    q1, q2 = new_topic("spark-recv"), new_topic("spark-recv")
+    w = Queues(kafka_bootstrap)
+    w.order(q1, "GOOD", 3)
+    content = bytes(range(256)) * 9  # 2304 bytes, three segments of 1000
+    for i in range(3):
+        w.send(q2, segment("DOC", content, i, 1000), domain.DOCUMENT_SEGMENT, "doc/DOC", i, i == 2)
+    w.send(q1, stock("SU-1"), domain.STOCK)
+    w.send(q2, stock("SU-1"), domain.STOCK)  # the same record again: a duplicate
+    w.send(q1, order_line("DUP", 0, 2), domain.ORDER_LINE, "po/DUP", 0)
+    w.send(q1, order_line("DUP", 0, 2), domain.ORDER_LINE, "po/DUP", 0)  # re-sent copy
+    w.send(q1, order_line("DUP", 1, 2), domain.ORDER_LINE, "po/DUP", 1, True)
+    w.send(q1, order_line("SPLIT", 0, 2), domain.ORDER_LINE, "po/SPLIT", 0)
+    w.send(q2, order_line("SPLIT", 1, 2), domain.ORDER_LINE, "po/SPLIT", 1, True)
+    w.order(q1, "GAP", 3, skip=1)
+    w.order(q2, "OPEN", 4, skip=3)  # never finished: reported after the group timeout
+    w.send(q1, b"\x00garbage", domain.STOCK)
+    w.send(q1, stock("SU-2"), None)  # no schema header
+    w.send(q2, order_line("OTHER", 0, 1), domain.ORDER_LINE, "po/MISLABELLED", 0, True)
+    w.flush()
+
+    config = receiver.ReceiverConfig(
+        (q1, q2),
+        kafka_options(kafka_bootstrap),
+        str(tmp_path / "checkpoint"),
+        str(tmp_path / "output"),
+        group_timeout_ms=3_000,
+    )
+    job = _start(spark, config)
+    try:
+        wait_until(lambda: job.writer.messages >= w.count, 120, f"{w.count} messages accounted for")
+    finally:
+        job.stop()
+    assert job.failure() is None
+    out = _outputs(spark, tmp_path / "output")
+
+    groups = {g.guarantee_id: g for g in out["groups"]}
+    assert sorted(groups) == ["doc/DOC", "po/DUP", "po/GOOD"]
+    good = groups["po/GOOD"]
+    assert (good.kind, good.queue, good.messages) == ("purchase_order", q1, 3)
+    assert [m.record_id for m in good.members] == ["GOOD/0", "GOOD/1", "GOOD/2"]
+    assert [line.quantity for line in good.purchase_order.lines] == [1, 2, 3]
+    assert good.purchase_order.total_cents == 600
+    doc = groups["doc/DOC"].document
+    assert bytes(doc.content) == content
+    assert doc.checksum_ok
+
+    assert [r.record_id for r in out["records"]] == ["SU-1"]
+    assert sorted(d.record_id for d in out["duplicates"]) == ["DUP/0", "SU-1"]
+
+    reasons = {(v.guarantee_id, v.record_id): v.reason for v in out["violations"]}
+    assert reasons[("po/SPLIT", "SPLIT/1")].startswith("split")
+    assert reasons[("po/SPLIT", "SPLIT/0")].startswith("in a broken group: split")
+    assert reasons[("po/GAP", "GAP/2")].startswith("order: seq 2 arrived where seq 1 was due")
+    assert reasons[("po/GAP", "GAP/0")].startswith("in a broken group")
+    for line in range(3):
+        assert reasons[("po/OPEN", f"OPEN/{line}")].startswith("incomplete")
+    unreadable = sorted(v.reason for v in out["violations"] if v.record_id is None)
+    assert unreadable == [
+        "undecodable: no 'schema' header",
+        f"undecodable: not a valid {domain.STOCK}",
+    ]
+    assert reasons[("po/MISLABELLED", "OTHER/0")].startswith("header mismatch: guarantee-id")
+    assert len(out["violations"]) == 10
+    # Every message is in exactly one output.
+    accounted = sum(g.messages for g in out["groups"]) + sum(
+        len(out[n]) for n in ("records", "duplicates", "violations")
+    )
+    assert accounted == w.count
+
+
+def test_a_receiver_stopped_mid_batch_and_restarted_loses_and_repeats_nothing(
+    spark: Any, kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    queues = (new_topic("spark-recv"), new_topic("spark-recv"))
+    w = Queues(kafka_bootstrap)
+    orders = 60
+    for i in range(orders):
+        # Interleaved on each queue, so most groups span several micro-batches.
+        w.order(queues[i % 2], f"R{i}", 2 + i % 7)
+        w.send(queues[(i + 1) % 2], stock(f"SU-{i}"), domain.STOCK)
+    w.flush()
+    expected_messages = w.count
+    config = receiver.ReceiverConfig(
+        queues,
+        kafka_options(kafka_bootstrap),
+        str(tmp_path / "checkpoint"),
+        str(tmp_path / "output"),
+        max_offsets_per_trigger=60,
+    )
+
+    writing = threading.Event()
+
+    class Observed(receiver.ReceiveBatch):
+        def __call__(self, df: Any, batch_id: int) -> None:
+            if batch_id >= 2:
+                writing.set()
+            super().__call__(df, batch_id)
+
+    first = Observed(config)
+    job = _start(spark, config, first)
+    wait_until(writing.is_set, 120, "the third micro-batch to start")
+    # A hard stop, in the middle of a micro-batch: no clean stop between batches here.
+    job.query.stop()
+    assert 0 < first.messages < expected_messages
+
+    job = _start(spark, config)
+    try:
+        wait_until(
+            lambda: first.messages + job.writer.messages >= expected_messages,
+            120,
+            "every message accounted for after the restart",
+        )
+    finally:
+        job.stop()
+    assert job.failure() is None
+
+    out = _outputs(spark, tmp_path / "output")
+    assert out["violations"] == [] and out["duplicates"] == []
+    members = Counter(m.record_id for g in out["groups"] for m in g.members)
+    assert len(out["groups"]) == orders
+    assert all(n == 1 for n in members.values())
+    assert sum(members.values()) == expected_messages - orders
+    assert sorted(r.record_id for r in out["records"]) == sorted(f"SU-{i}" for i in range(orders))
+    for g in out["groups"]:
+        assert [m.seq for m in g.members] == list(range(g.messages))
