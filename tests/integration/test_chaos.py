@@ -1,0 +1,38 @@
+"""The short chaos run inside `make test` (the long one is `make chaos`).
+
+Tens of thousands of messages; at least 10 kill events (SIGKILL from outside at random
+moments, and replacements armed to kill themselves exactly between routing and producing,
+producing and committing, or committing and releasing); one broker restart and one Redis
+restart; then every receive queue is read again from the start with read_committed.
+On a private stack, so the restarts disturb nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from router.config import RouterSettings
+from router.harness.chaos import ChaosSpec, run_chaos, summary
+from router.harness.localstack import LocalStack
+
+pytestmark = pytest.mark.slow
+
+
+def test_short_chaos_run_loses_duplicates_reorders_and_splits_nothing(
+    private_stack: LocalStack, private_settings: RouterSettings, tmp_path: Path
+) -> None:
+    spec = ChaosSpec(messages=20_000, senders=4, rate=200.0, kills=12, seed=7)
+    lines: list[str] = []
+    result = run_chaos(private_settings, private_stack, spec, tmp_path, say=lines.append)
+    report = "\n".join(lines + summary(result))
+    r = result.report
+    assert r.sent == spec.messages, report
+    assert (r.lost, r.duplicated, r.reordered, r.split_groups, r.unexpected) == (0, 0, 0, 0, 0), (
+        report
+    )
+    assert r.received == r.sent and r.groups_complete == r.groups_sent, report
+    assert result.kills >= 10, report
+    assert result.restarts == {"kafka": 1, "redis": 1}, report
+    assert not result.sender_failures and not result.undecodable, report
