@@ -193,7 +193,11 @@ redis_start() {
     return 0
   fi
   if port_open "$REDIS_PORT"; then
-    die "port $REDIS_PORT is in use by a process this stack did not start." \
+    if redis_answers; then  # e.g. another checkout's stack: use it, leave it alone
+      say "redis already answering on $HOST:$REDIS_PORT (not started by this checkout): using it"
+      return 0
+    fi
+    die "port $REDIS_PORT is in use by a process that is not Redis." \
         "Stop it, or choose another port with ROUTER_REDIS_PORT."
   fi
   # Append-only persistence in the stack's data folder; no RDB snapshots besides the AOF base.
@@ -271,6 +275,16 @@ EOF
 
 kafka_answers() { port_open "$KAFKA_PORT" && grep -q 'Kafka Server started' "$KAFKA_LOG" 2>/dev/null; }
 
+foreign_kafka_answers() {  # a broker this checkout did not start: ask it for metadata
+  [ -x "$PYTHON" ] || return 0  # no client yet: an open Kafka port is the best we know
+  "$PYTHON" - "$HOST:$KAFKA_PORT" <<'PY' >/dev/null 2>&1
+import logging, sys
+from confluent_kafka.admin import AdminClient
+quiet = logging.getLogger("quiet"); quiet.addHandler(logging.NullHandler()); quiet.propagate = False
+AdminClient({"bootstrap.servers": sys.argv[1], "logger": quiet}).list_topics(timeout=5)
+PY
+}
+
 kafka_start() {
   need_java
   fetch_kafka_jars
@@ -279,9 +293,17 @@ kafka_start() {
     say "kafka already running on $HOST:$KAFKA_PORT"
     return 0
   fi
-  if port_open "$KAFKA_PORT" || port_open "$CONTROLLER_PORT"; then
-    die "port $KAFKA_PORT or $CONTROLLER_PORT is in use by a process this stack did not start." \
+  if port_open "$KAFKA_PORT"; then
+    if foreign_kafka_answers; then  # e.g. another checkout's stack: use it, leave it alone
+      say "kafka already answering on $HOST:$KAFKA_PORT (not started by this checkout): using it"
+      return 0
+    fi
+    die "port $KAFKA_PORT is in use by a process that does not answer as Kafka." \
         "Stop it, or choose other ports with ROUTER_KAFKA_PORT / ROUTER_KAFKA_CONTROLLER_PORT."
+  fi
+  if port_open "$CONTROLLER_PORT"; then
+    die "port $CONTROLLER_PORT is in use by a process this stack did not start." \
+        "Stop it, or choose another port with ROUTER_KAFKA_CONTROLLER_PORT."
   fi
   write_kafka_config
   local cp="$KAFKA_JARS/*"

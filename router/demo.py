@@ -33,7 +33,22 @@ class DemoResult:
     exit_codes: dict[str, int]
     sender_failures: list[str]
     undecodable: int
-    violations: list[str] = field(default_factory=list)
+    senders: str = ""  # who sent, for the summary: "4 senders", "the Spark sender"
+    extra_violations: list[str] = field(default_factory=list)  # a caller's own checks
+
+    @property
+    def violations(self) -> list[str]:
+        """Broken guarantees. Interleaving at a receive queue can only come from the
+        receive side sharing a busy queue; with no such share it is a broken guarantee."""
+        out = self.report.violations(interleaving_allowed=self.shared.get("receive", 0) > 0)
+        if self.sender_failures:
+            out.append(f"sender failures: {len(self.sender_failures)} ({self.sender_failures[0]})")
+        if self.undecodable:
+            out.append(f"undecodable records on receive queues: {self.undecodable}")
+        bad_exits = {n: c for n, c in self.exit_codes.items() if c != 0}
+        if bad_exits:
+            out.append(f"processes that did not exit cleanly: {bad_exits}")
+        return out + self.extra_violations
 
     @property
     def ok(self) -> bool:
@@ -87,7 +102,7 @@ def run_pipeline_workload(
         for role, m in metrics.items()
         if role.endswith("-unit")
     }
-    result = DemoResult(
+    return DemoResult(
         report,
         seconds,
         shared,
@@ -96,29 +111,18 @@ def run_pipeline_workload(
         exit_codes,
         senders.failures,
         collector.undecodable,
+        senders=f"{workload.senders} senders",
     )
-    # Interleaving at a receive queue can only come from the receive side sharing a busy
-    # queue; with no such share it is a broken guarantee.
-    result.violations = report.violations(interleaving_allowed=shared["receive"] > 0)
-    if senders.failures:
-        result.violations.append(f"sender failures: {len(senders.failures)}")
-    if collector.undecodable:
-        result.violations.append(f"undecodable records on receive queues: {collector.undecodable}")
-    bad_exits = {n: c for n, c in exit_codes.items() if c != 0}
-    if bad_exits:
-        result.violations.append(f"processes that did not exit cleanly: {bad_exits}")
-    return result
 
 
-def summary(result: DemoResult, workload: WorkloadSpec) -> list[str]:
+def summary(result: DemoResult) -> list[str]:
     r = result.report
     lat = result.latencies_ms
     rt = result.round_trips_per_message
     rt_all = statistics.fmean(rt.values()) if rt else 0.0
     lines = [
         "Summary",
-        f"  messages sent         {r.sent:>9}   (acknowledged by Kafka, "
-        f"{workload.senders} senders)",
+        f"  messages sent         {r.sent:>9}   (acknowledged by Kafka, {result.senders})",
         f"  messages received     {r.received:>9}   (read_committed, "
         f"{r.queues_used} receive queues)",
         f"  groups sent           {r.groups_sent:>9}   complete, in order, on one queue: "
@@ -205,7 +209,7 @@ def run_demo(
             + ", ".join(f"{n}={c}" for n, c in sorted(result.exit_codes.items()))
         )
         say("[4/4] verified what the receive queues hold against what was sent")
-        for line in summary(result, workload):
+        for line in summary(result):
             say(line)
         return result
     finally:

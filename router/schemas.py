@@ -9,6 +9,7 @@ from the repository's `schemas/` folder.
 from __future__ import annotations
 
 import io
+import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,22 @@ def load(name: str) -> Any:
     except KeyError:
         raise KeyError(f"no Avro schema named {name!r} in {schema_dir()}") from None
     return fastavro.schema.load_schema(str(path))
+
+
+def _public(node: Any) -> Any:
+    """A parsed schema without fastavro's private bookkeeping keys."""
+    if isinstance(node, dict):
+        return {k: _public(v) for k, v in node.items() if not k.startswith("__")}
+    if isinstance(node, list):
+        return [_public(v) for v in node]
+    return node
+
+
+@cache
+def json_schema(name: str) -> str:
+    """The schema `name` as a self-contained JSON document (for other Avro libraries, e.g.
+    Spark's from_avro/to_avro)."""
+    return json.dumps(_public(load(name)))
 
 
 def names() -> list[str]:

@@ -29,7 +29,6 @@ from router.config import RouterSettings, load_settings
 from router.demo import DemoResult, summary
 from router.harness.pipeline import Pipeline, PipelineSpec
 from router.harness.verify import Seen, Sent, verify
-from router.harness.workload import WorkloadSpec
 from spark_jobs import domain, receiver, sender, workload
 from spark_jobs.session import (
     SparkOptions,
@@ -284,25 +283,18 @@ def run_spark_demo(
             exit_codes,
             sender_failures + failures,
             got.undecodable,
+            senders="the Spark sender",
         )
         say(
             f"   receiver output: {got.rows.get('groups', 0)} complete groups, "
             f"{got.rows.get('records', 0)} ordinary records, {got.rows['duplicates']} "
             f"duplicates, {got.rows['violations']} violations"
         )
-        result.violations = report.violations(interleaving_allowed=shared["receive"] > 0)
         if got.rows["violations"]:
-            result.violations.append(
+            result.extra_violations.append(
                 f"receiver violations: {got.rows['violations']} (e.g. {'; '.join(got.reasons)})"
             )
-        if result.sender_failures:
-            result.violations.append("; ".join(result.sender_failures))
-        if got.undecodable:
-            result.violations.append(f"undecodable records on receive queues: {got.undecodable}")
-        bad_exits = {n: c for n, c in exit_codes.items() if c != 0}
-        if bad_exits:
-            result.violations.append(f"processes that did not exit cleanly: {bad_exits}")
-        for line in summary(result, WorkloadSpec(biz.run_id, senders=1, messages=len(sent))):
+        for line in summary(result):
             say(line)
         return result
     finally:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable
-from functools import cache
 from typing import Any
 
 from router import schemas
@@ -55,19 +54,9 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024
 MAX_SEGMENT_BYTES = 900 * 1024  # well below the router's default 1 MiB message limit
 
 
-def _strip(node: Any) -> Any:
-    """fastavro's parsed schema without its private bookkeeping keys."""
-    if isinstance(node, dict):
-        return {k: _strip(v) for k, v in node.items() if not k.startswith("__")}
-    if isinstance(node, list):
-        return [_strip(v) for v in node]
-    return node
-
-
-@cache
 def avro_json(name: str) -> str:
     """The schema `name` from `schemas/` as JSON, for Spark's from_avro/to_avro."""
-    return json.dumps(_strip(schemas.load(name)))
+    return schemas.json_schema(name)
 
 
 def order_group(order_id: str) -> str:

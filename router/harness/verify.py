@@ -3,7 +3,9 @@
 Every record is identified by its payload (event ID, group, position in the group), not
 by router headers, so a router bug cannot hide itself. Counts:
 
-* lost: sent and acknowledged, never received; duplicated: extra copies received;
+* lost: sent and acknowledged, never received; duplicated: extra copies received (a copy
+  counts only as a duplicate: order, interleaving and completeness are judged on first
+  copies);
 * reordered: a group's message received after a later message of the same group, on
   the same queue (position in the queue = offset);
 * split: a group whose messages reached more than one receive queue;
@@ -98,12 +100,20 @@ def verify(sent: Iterable[Sent], seen: Iterable[Seen]) -> Report:
     queues_of: dict[str, set[str]] = defaultdict(set)
     good_groups: dict[str, set[int]] = defaultdict(set)
     bad_groups: set[str] = set()
+    first_copy: set[tuple[str, int]] = set()
+    seen_ids: set[str] = set()
+    for r in sorted((r for rs in by_queue.values() for r in rs), key=lambda r: (r.queue, r.offset)):
+        if r.event_id not in seen_ids:
+            seen_ids.add(r.event_id)
+            first_copy.add((r.queue, r.offset))
     for queue, records in by_queue.items():
         records.sort(key=lambda r: r.offset)
         highest: dict[str, int] = {}
         open_groups: set[str] = set()
         interleaved: set[str] = set()
         for r in records:
+            if (queue, r.offset) not in first_copy:
+                continue  # a re-delivered copy: counted as a duplicate above
             others = open_groups - {r.group} if r.group is not None else open_groups
             if others:
                 report.interleaved += 1

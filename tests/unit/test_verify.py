@@ -54,3 +54,15 @@ def test_each_violation_is_counted() -> None:
         "split_groups",
     }
     assert any(x.startswith("interleaved") for x in r.violations(interleaving_allowed=False))
+
+
+def test_a_redelivered_copy_counts_only_as_a_duplicate() -> None:
+    sent = [Sent("a", "g", 0, False), Sent("b", "g", 1, True), Sent("x", None, 0, False)]
+    got = [
+        Seen("q", 0, "a", "g", 0, False),
+        Seen("q", 1, "b", "g", 1, True),
+        Seen("q", 2, "a", "g", 0, False),  # a late copy of line 0
+        Seen("q", 3, "x", None, 0, False),
+    ]
+    r = verify(sent, got)
+    assert (r.duplicated, r.reordered, r.interleaved, r.groups_complete) == (1, 0, 0, 1)
