@@ -33,6 +33,10 @@ from router.table import ManagementTable, Side
 
 log = logging.getLogger("router.sweeper")
 
+# How long one round waits for the broker (offsets, event deliveries) before giving up
+# until the next round; short enough that SIGTERM is honoured well inside a minute.
+ADMIN_TIMEOUT_S = 10.0
+
 SIDES: tuple[Side, ...] = ("send", "receive")
 
 
@@ -73,11 +77,11 @@ class Sweeper:
         while not self._stop.is_set():
             try:
                 self.run_once()
-            except (redis.RedisError, KafkaException) as exc:
+            except (redis.RedisError, KafkaException, TimeoutError) as exc:
                 log.warning("sweep round failed, retrying next round: %s", exc)
             self._publisher.maybe_publish()
             self._stop.wait(interval)  # a periodic job's timer, not synchronisation
-        self._producer.flush(30)
+        self._producer.flush(ADMIN_TIMEOUT_S)
         self._publisher.maybe_publish(force=True)
         return 0
 
@@ -126,7 +130,7 @@ class Sweeper:
                     headers=[(schemas.SCHEMA_HEADER, events.ABANDONED_GROUP.encode())],
                     on_delivery=delivered,
                 )
-            remaining = self._producer.flush(30)
+            remaining = self._producer.flush(ADMIN_TIMEOUT_S)
             if remaining or failures:
                 log.warning(
                     "abandoned-group events not acknowledged (%d pending, errors: %s); "
@@ -149,10 +153,14 @@ class Sweeper:
             by_tp[(topic, int(partition))].append((gid, token, int(offset)))
         group = side_spec(self.settings, side).group_id
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in by_tp])
-        result = self._admin.list_consumer_group_offsets([request], require_stable=True)
+        result = self._admin.list_consumer_group_offsets(
+            [request], require_stable=True, request_timeout=ADMIN_TIMEOUT_S
+        )
         committed = {
             (tp.topic, tp.partition): tp.offset
-            for tp in result[group].result(timeout=30).topic_partitions
+            # concurrent.futures' TimeoutError (the builtin one since Python 3.11) if the
+            # broker does not answer: the round fails and the next one retries.
+            for tp in result[group].result(timeout=ADMIN_TIMEOUT_S + 5).topic_partitions
             if tp.error is None
         }
         done = [

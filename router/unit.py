@@ -56,6 +56,8 @@ log = logging.getLogger("router.unit")
 
 TP = tuple[str, int]
 TXN_TIMEOUT_S = 30.0
+# How long a stop request waits for a transaction that is finishing a batch.
+STOP_GRACE_S = 10.0
 TRACK_DELIVERY_BYTES = 65_536  # larger records get a delivery report (broker rejections)
 BROKER_REJECTIONS = {
     KafkaError.MSG_SIZE_TOO_LARGE,
@@ -88,10 +90,32 @@ class _CallThread:
             except BaseException as exc:
                 done.put((False, exc))
 
-    def run(self, call: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+    def run(
+        self,
+        call: Callable[..., Any],
+        args: tuple[Any, ...],
+        timeout: float,
+        stop: threading.Event,
+        grace: float,
+    ) -> Any:
+        """The call's result. queue.Empty on the deadline, or `grace` seconds after `stop`
+        is set, whichever comes first."""
         done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         self._tasks.put((call, args, done))
-        ok, value = done.get(timeout=timeout)  # raises queue.Empty on the deadline
+        deadline = time.monotonic() + timeout
+        stopping = False
+        while True:
+            now = time.monotonic()
+            if not stopping and stop.is_set():
+                stopping = True
+                deadline = min(deadline, now + grace)
+            if now >= deadline:
+                raise queue.Empty
+            try:
+                ok, value = done.get(timeout=min(deadline - now, 0.25))
+                break
+            except queue.Empty:
+                continue
         if ok:
             return value
         raise value
@@ -202,7 +226,7 @@ class TransferUnit:
         )
         while True:
             try:
-                self._txn(self._producer.init_transactions, TXN_TIMEOUT_S)
+                self._txn(self._producer.init_transactions, TXN_TIMEOUT_S, holds_batch=False)
                 break
             except KafkaException as exc:
                 if self._stop.is_set():
@@ -251,10 +275,9 @@ class TransferUnit:
         self._abort()
         self._publisher.maybe_publish(force=True)
         self._consumer.close()  # leaves the consumer group now, not at session timeout
-        try:
-            self._producer.flush(TXN_TIMEOUT_S)
-        except KafkaException as exc:
-            log.warning("flush on shutdown failed: %s", exc)
+        # Everything a unit produces travels in transactions, which commit flushed: nothing
+        # is left to deliver. A broken producer's leftovers belong to a transaction the
+        # coordinator aborts, so waiting for them would only delay the exit.
 
     # ------------------------------------------------------------------ rebalancing
 
@@ -743,17 +766,24 @@ class TransferUnit:
             clients.transactional_producer_config(self.settings.kafka, self._txn_id, self.instance)
         )
 
-    def _txn(self, call: Callable[..., Any], *args: Any) -> Any:
+    def _txn(self, call: Callable[..., Any], *args: Any, holds_batch: bool = True) -> Any:
         """A transactional call that talks to the broker, with a hard deadline. librdkafka
         has been seen to block past its own timeout when a coordinator disappears; such a
-        call is abandoned (the producer is then replaced and the old one fenced)."""
+        call is abandoned (the producer is then replaced and the old one fenced).
+
+        A stop request (SIGTERM) gives a call that finishes a batch STOP_GRACE_S to
+        complete, and abandons one that holds no batch (init_transactions) at once: with
+        the broker away, a unit still stops promptly. An abandoned batch was not committed;
+        the partition's next owner replays it."""
+        grace = STOP_GRACE_S if holds_batch else 0.0
         try:
-            return self._txn_calls.run(call, args, TXN_TIMEOUT_S + 15)
+            return self._txn_calls.run(call, args, TXN_TIMEOUT_S + 15, self._stop, grace)
         except queue.Empty:
             self._txn_calls = _CallThread()  # the stuck one stays blocked, abandoned
             self._producer_broken = True
+            why = "abandoned: stopping" if self._stop.is_set() else "did not return"
             raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, f"{call.__name__} did not return")
+                KafkaError(KafkaError._TIMED_OUT, f"{call.__name__} {why}")
             ) from None
 
     def _replace_producer(self) -> bool:
@@ -764,7 +794,7 @@ class TransferUnit:
         is not back yet (the back-off repeats)."""
         producer = self._new_producer()
         try:
-            self._txn(producer.init_transactions, TXN_TIMEOUT_S)
+            self._txn(producer.init_transactions, TXN_TIMEOUT_S, holds_batch=False)
             assigned = [TopicPartition(t, p) for t, p in self._assigned]
             committed = (
                 self._consumer.committed(assigned, timeout=TXN_TIMEOUT_S) if assigned else []

@@ -130,6 +130,7 @@ class Senders:
         ]
         self.started = 0.0
         self.finished = 0.0
+        self._stop = threading.Event()
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -145,12 +146,19 @@ class Senders:
             self.finished = time.monotonic()
         return done
 
+    def stop(self, timeout: float = 90.0) -> bool:
+        """Stop sending before the plan is done (what was sent is still flushed)."""
+        self._stop.set()
+        return self.join(timeout)
+
     def _run(self, index: int) -> None:
         sender = Sender(self.settings, client_id=f"{self.spec.run_id}-s{index}")
         interval = 1 / self.spec.rate if self.spec.rate else 0.0
         next_at = time.monotonic()
         try:
             for expected, ctx in plan(self.spec, index):
+                if self._stop.is_set():
+                    break
 
                 def delivered(err: Any, _msg: Any, expected: Sent = expected) -> None:
                     if err is None:

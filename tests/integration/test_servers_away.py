@@ -70,7 +70,10 @@ def run_with_outage(
         assert r.sent == workload.messages and r.received == r.sent
         assert (r.lost, r.duplicated, r.reordered, r.split_groups) == (0, 0, 0, 0)
         assert logs_mention(p, "send-unit", "resuming after back-off") or not noticed
-    assert all(code == 0 for code in p.exit_codes.values()), p.exit_codes
+    bad = {name: code for name, code in p.exit_codes.items() if code != 0}
+    assert not bad, f"units did not stop cleanly: {bad}\n" + "\n".join(
+        f"--- {x.name} ---\n{x.tail(40)}" for x in p.fleet.procs if x.name in bad
+    )
     p.cleanup()
     return p, during, after_outage
 
@@ -98,3 +101,33 @@ def test_units_ride_out_a_broker_outage(
         private_stack.kafka_start,
         "",
     )
+
+
+def test_sigterm_is_honoured_while_the_broker_is_away(
+    private_stack: LocalStack, private_settings: RouterSettings, tmp_path: Path
+) -> None:
+    """Units stuck in a transaction the broker will never finish, or waiting for a new
+    transactional producer, and a sweeper waiting for offsets: SIGTERM stops each within
+    its grace period (STOP_GRACE_S) with exit code 0. Nothing uncommitted is lost: the
+    next owner of a partition replays it."""
+    with Pipeline(private_settings, SPEC, tmp_path, name=unique("term"), keep=True) as p:
+        workload = WorkloadSpec(run_id=p.name, senders=2, messages=100_000, rate=150)
+        collector = Collector(p.settings, group_id=unique("checker"))
+        collector.start()
+        senders = Senders(p.settings, workload)
+        senders.start()
+        try:
+            wait_until(lambda: collector.count() > 200, 60, "traffic to flow")
+            private_stack.kafka_stop(kill=True)
+            # Every unit is now stuck in a transaction or waiting for a new producer.
+            wait_until(lambda: time.monotonic() - collector.last_arrival > 3.0, 30, "quiet")
+            codes = p.stop(timeout=25)
+        finally:
+            collector.stop()
+            private_stack.kafka_start()
+        bad = {name: code for name, code in codes.items() if code != 0}
+        assert not bad, f"units did not stop cleanly: {bad}\n" + "\n".join(
+            f"--- {x.name} ---\n{x.tail(40)}" for x in p.fleet.procs if x.name in bad
+        )
+        senders.stop()
+    p.cleanup()
