@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from router import clients, contract
 from router.config import RouterSettings
+from router.offsets import CommittedOffsets
 
 log = logging.getLogger("router.sender")
 
@@ -73,6 +74,7 @@ class Sender:
         config.update(producer_overrides or {})
         self._producer = Producer(config)
         self._admin = AdminClient(clients.admin_config(settings.kafka))
+        self._committed = CommittedOffsets(settings.kafka, cid)
         self._queues = list(settings.topology.send_queues)
         self._partitions = self._discover()
         self._backlog: dict[TP, int] = dict.fromkeys(self._partitions, 0)
@@ -115,14 +117,7 @@ class Sender:
         tps = [TopicPartition(t, p) for t, p in self._partitions]
         latest = self._admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})
         ends = {(tp.topic, tp.partition): f.result(timeout=10).offset for tp, f in latest.items()}
-        group = self.settings.topology.send_group
-        request = ConsumerGroupTopicPartitions(group, tps)
-        result = self._admin.list_consumer_group_offsets([request])[group].result(timeout=10)
-        done = {
-            (tp.topic, tp.partition): max(tp.offset, 0)
-            for tp in result.topic_partitions
-            if tp.error is None
-        }
+        done = self._committed.read(self.settings.topology.send_group, tps, timeout=10)
         return {tp: max(ends[tp] - done.get(tp, 0), 0) for tp in self._partitions}
 
     def _least_backlog(self, sticky: bool = False) -> TP:
@@ -223,3 +218,4 @@ class Sender:
 
     def close(self, timeout: float = 30.0) -> None:
         self.flush(timeout)
+        self._committed.close()

@@ -22,12 +22,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import redis
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, Producer
 
 from router import clients, events, schemas
 from router.config import RouterSettings
 from router.metrics import Metrics, MetricsPublisher, metrics_key
+from router.offsets import CommittedOffsets
 from router.side import side_spec, table_for
 from router.table import ManagementTable, Side
 
@@ -65,7 +65,7 @@ class Sweeper:
             settings.unit.metrics_interval_ms,
         )
         self._producer = Producer(clients.idempotent_producer_config(settings.kafka, self.instance))
-        self._admin = AdminClient(clients.admin_config(settings.kafka))
+        self._committed = CommittedOffsets(settings.kafka, self.instance)
         self._stop = threading.Event()
 
     def request_stop(self) -> None:
@@ -77,11 +77,12 @@ class Sweeper:
         while not self._stop.is_set():
             try:
                 self.run_once()
-            except (redis.RedisError, KafkaException, TimeoutError) as exc:
+            except (redis.RedisError, KafkaException) as exc:
                 log.warning("sweep round failed, retrying next round: %s", exc)
             self._publisher.maybe_publish()
             self._stop.wait(interval)  # a periodic job's timer, not synchronisation
         self._producer.flush(ADMIN_TIMEOUT_S)
+        self._committed.close()
         self._publisher.maybe_publish(force=True)
         return 0
 
@@ -152,17 +153,8 @@ class Sweeper:
             topic, partition, offset = token.rsplit("/", 2)
             by_tp[(topic, int(partition))].append((gid, token, int(offset)))
         group = side_spec(self.settings, side).group_id
-        request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in by_tp])
-        result = self._admin.list_consumer_group_offsets(
-            [request], require_stable=True, request_timeout=ADMIN_TIMEOUT_S
-        )
-        committed = {
-            (tp.topic, tp.partition): tp.offset
-            # concurrent.futures' TimeoutError (the builtin one since Python 3.11) if the
-            # broker does not answer: the round fails and the next one retries.
-            for tp in result[group].result(timeout=ADMIN_TIMEOUT_S + 5).topic_partitions
-            if tp.error is None
-        }
+        # KafkaException if the broker does not answer: the round fails, the next retries.
+        committed = self._committed.read(group, list(by_tp), timeout=ADMIN_TIMEOUT_S)
         done = [
             (gid, token)
             for tp, finals in by_tp.items()
