@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Router processes started through make record themselves here; stack-down stops them.
 export ROUTER_PID_DIR := $(CURDIR)/.stack/run/units
 
-.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos spark-demo clean
+.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,6 +52,9 @@ demo: venv jars stack-up ## Run the whole system end to end and check every guar
 
 chaos: venv jars stack-up ## Chaos run: 100k messages, 20+ SIGKILLs, a broker and a Redis restart
 	$(BIN)/python ops/chaos.py
+
+bench: venv jars stack-up ## Benchmark: raw relay vs units and whole path; table and plots in .results/bench
+	$(BIN)/python ops/bench.py $(ARGS)
 
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit

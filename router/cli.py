@@ -23,6 +23,7 @@ from router.faults import Faults
 from router.harness.pipeline import PipelineSpec
 from router.harness.workload import WorkloadSpec
 from router.metrics import read_all
+from router.relay import RawRelay
 from router.side import side_spec, table_for
 from router.spark_cli import spark as spark_commands
 from router.sweeper import Sweeper
@@ -115,15 +116,24 @@ def receive_unit(ctx: click.Context) -> None:
     _run_unit(_settings(ctx), "receive")
 
 
-def _run_unit(settings: RouterSettings, side: str) -> None:
+def _run_unit(settings: RouterSettings, side: str, kind: type[TransferUnit] = TransferUnit) -> None:
     # Test-only fault injection (see router/faults.py); off unless ROUTER_FAULTS is set.
     faults = Faults(os.environ.get("ROUTER_FAULTS", ""))
-    unit = TransferUnit(settings, side_spec(settings, side), faults=faults)  # type: ignore[arg-type]
+    unit = kind(settings, side_spec(settings, side), faults=faults)  # type: ignore[arg-type]
     try:
-        _run_until_signalled(unit, f"{side}-unit")
+        _run_until_signalled(unit, unit.role)
     except FatalUnitError as exc:
         log.critical("%s", exc)
         sys.exit(2)
+
+
+@cli.command()
+@click.option("--side", type=click.Choice(["send", "receive"]), required=True)
+@click.pass_context
+def relay(ctx: click.Context, side: str) -> None:
+    """Run a raw relay: a unit without routing (the benchmark's baseline; no guarantees
+    for groups). Same sources and destination topics as a unit of SIDE."""
+    _run_unit(_settings(ctx), side, RawRelay)
 
 
 @cli.command()

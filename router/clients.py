@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from typing import Any
@@ -124,3 +125,20 @@ def redis_client(settings: RedisSettings) -> redis.Redis:
         retry=Retry(NoBackoff(), 0),
         health_check_interval=30,
     )
+
+
+def dispose_in_background(*handles: Any) -> None:
+    """Drop the last references to Kafka client handles on a daemon thread.
+
+    Destroying a librdkafka handle joins its threads, and that has been seen to hang for
+    good after a broker restart (a lock-order inversion while a request to a vanished
+    broker is in flight, librdkafka#5476; #4519). Python-side objects that own clients
+    (the test and benchmark harness, the sender library) hand them here when they are
+    done, so that such a hang strands a daemon thread instead of the caller. Callers
+    must hold no other reference."""
+    box = list(handles)
+
+    def drop() -> None:
+        box.clear()
+
+    threading.Thread(target=drop, name="kafka-client-dispose", daemon=True).start()

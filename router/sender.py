@@ -217,5 +217,12 @@ class Sender:
             raise DeliveryFailed(failures)
 
     def close(self, timeout: float = 30.0) -> None:
-        self.flush(timeout)
-        self._committed.close()
+        try:
+            self.flush(timeout)
+        finally:
+            self._committed.close()
+
+    def __del__(self) -> None:
+        admin = self.__dict__.pop("_admin", None)
+        if admin is not None:
+            clients.dispose_in_background(admin)

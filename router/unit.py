@@ -90,18 +90,15 @@ class _CallThread:
             except BaseException as exc:
                 done.put((False, exc))
 
-    def run(
-        self,
-        call: Callable[..., Any],
-        args: tuple[Any, ...],
-        timeout: float,
-        stop: threading.Event,
-        grace: float,
-    ) -> Any:
+    def submit(self, call: Callable[..., Any], args: tuple[Any, ...]) -> _Done:
+        done: _Done = queue.SimpleQueue()
+        self._tasks.put((call, args, done))
+        return done
+
+    @staticmethod
+    def wait(done: _Done, timeout: float, stop: threading.Event, grace: float) -> Any:
         """The call's result. queue.Empty on the deadline, or `grace` seconds after `stop`
         is set, whichever comes first."""
-        done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self._tasks.put((call, args, done))
         deadline = time.monotonic() + timeout
         stopping = False
         while True:
@@ -119,6 +116,9 @@ class _CallThread:
         if ok:
             return value
         raise value
+
+
+_Done = queue.SimpleQueue[tuple[bool, Any]]
 
 
 @dataclass(slots=True)
@@ -147,11 +147,40 @@ class _Batch:
     last: dict[TP, int] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Decided:
+    """A batch classified and routed, ready to be produced (or failed: `failure`)."""
+
+    batch: _Batch
+    batch_id: str
+    decisions: dict[int, str]
+    held_at: dict[TP, int]
+    table_reset: tuple[str, str] | None
+    now: float
+    failure: str | None = None
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A batch produced; its offsets and commit run on the call thread meanwhile."""
+
+    decided: _Decided
+    done: _Done
+    ordinary_dests: set[str]
+    finals: list[tuple[str, str]]
+    forwarded: int
+    grouped: int
+    dead: int
+    parked: int
+
+
 def _where(m: Message) -> str:
     return f"{m.topic()}[{m.partition()}]@{m.offset()}"
 
 
 class TransferUnit:
+    kind = "unit"  # roles are "<side>-<kind>": logs, metrics and pid files name them
+
     def __init__(
         self,
         settings: RouterSettings,
@@ -162,7 +191,7 @@ class TransferUnit:
     ) -> None:
         self.settings = settings
         self.spec = spec
-        self.role = f"{spec.side}-unit"
+        self.role = f"{spec.side}-{self.kind}"
         self.instance = clients.instance_id()
         self.metrics = Metrics()
         self.faults = faults or Faults()
@@ -189,6 +218,7 @@ class TransferUnit:
         self._lanes: dict[TP, str] = {}
         self._holds: dict[TP, _Hold] = {}
         self._txn_open = False
+        self._inflight: _InFlight | None = None
         self._producer_broken = False
         self._abort_failures = 0
         self._backoff_ms = 0
@@ -256,10 +286,7 @@ class TransferUnit:
             else:
                 self._resume_after_backoff()
         else:
-            self._resume_due_holds(time.monotonic())
-            batch = self._poll_batch()
-            if batch:
-                self._handle(batch)
+            self._next_batch()
         try:
             self._producer.poll(0)
         except KafkaException as exc:  # confluent-kafka raises a fatal error from poll()
@@ -272,6 +299,8 @@ class TransferUnit:
 
     def _shutdown(self) -> None:
         log.info("%s %s stopping", self.role, self.instance)
+        if self._inflight is not None:
+            self._complete()
         self._abort()
         self._publisher.maybe_publish(force=True)
         self._consumer.close()  # leaves the consumer group now, not at session timeout
@@ -298,6 +327,8 @@ class TransferUnit:
                 consumer.resume(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._inflight is not None:
+            self._complete()  # its offsets are committed before the partitions move on
         for tp in partitions:
             self._assigned.discard((tp.topic, tp.partition))
             self._holds.pop((tp.topic, tp.partition), None)
@@ -306,9 +337,12 @@ class TransferUnit:
 
     # ------------------------------------------------------------------ polling
 
-    def _poll_batch(self) -> list[Message]:
-        """Wait for one message, then take whatever else is already fetched."""
-        first = self._consumer.poll(self.settings.unit.poll_timeout_ms / 1000)
+    def _poll_batch(self, timeout: float | None = None) -> list[Message]:
+        """Wait for one message (up to poll_timeout_ms, or `timeout` s), then take whatever
+        else is already fetched."""
+        if timeout is None:
+            timeout = self.settings.unit.poll_timeout_ms / 1000
+        first = self._consumer.poll(timeout)
         if first is None:
             return []
         messages = [first]
@@ -351,7 +385,35 @@ class TransferUnit:
             lane = self._lanes[tp] = f"{tp[0]}/{tp[1]}"
         return lane
 
-    def _handle(self, messages: list[Message]) -> None:
+    def _next_batch(self) -> None:
+        """Poll and decide the next batch while the previous one's transaction commits on
+        the call thread, then complete that one (settle its table entries) and produce
+        this one. Deciding first is safe: a batch decided but never produced is the same
+        as a unit dying between routing and producing (replays find the same entries)."""
+        if self._inflight is not None and self._inflight.decided.held_at:
+            self._complete()  # its held partitions are rewound before polling on
+        self._resume_due_holds(time.monotonic())
+        messages = self._poll_batch(0.0 if self._inflight is not None else None)
+        decided = self._decide(messages) if messages else None
+        if self._inflight is not None:
+            previous = self._inflight.decided.batch
+            if not self._complete():
+                if decided is not None and not self._producer_broken:
+                    # Rewound with the batch before it (a broken producer's replacement
+                    # rewinds every partition to its committed offset anyway).
+                    for tp, offset in decided.batch.first.items():
+                        if tp not in previous.first:
+                            self._seek(tp[0], tp[1], offset)
+                return
+        if decided is None:
+            return
+        if decided.failure is not None:
+            self._fail(decided.failure, decided.batch)
+            return
+        self._produce_batch(decided)
+
+    def _decide(self, messages: list[Message]) -> _Decided:
+        """Classify the batch and route it in one Redis round trip."""
         batch = self._classify(messages)
         self._batches += 1
         batch_id = f"{self.instance}:{self._batches}"
@@ -399,8 +461,9 @@ class TransferUnit:
             result = self.table.route_raw(args, len(routed))
         except redis.RedisError as exc:
             self.metrics.inc("redis_errors")
-            self._fail(f"Redis unavailable, nothing forwarded: {exc}", batch)
-            return
+            return _Decided(
+                batch, batch_id, {}, {}, None, now, f"Redis unavailable, nothing forwarded: {exc}"
+            )
         if routed:
             self.metrics.inc("redis_round_trips")
             self.metrics.inc("route_us", (time.perf_counter_ns() - t0) // 1000)
@@ -424,39 +487,120 @@ class TransferUnit:
                 held_at[(item.m.topic(), item.m.partition())] = item.m.offset()
         if self.faults.hit("after_route"):
             self.faults.die("after_route")
-        try:
-            ordinary_dests, finals = self._forward(
-                batch, decisions, held_at, (epoch, self.table.epoch) if table_reset else None
-            )
-        except KafkaException as exc:
-            err = exc.args[0]
-            self.metrics.inc("kafka_errors")
-            if err.fatal():
-                # E.g. fenced after the coordinator aborted a transaction that outlived
-                # transaction_timeout_ms (a long broker outage). Nothing of the batch was
-                # committed: start a new producer and replay.
-                self._producer_broken = True
-            self._fail(f"Kafka transaction failed, batch rewound: {err}", batch)
+        return _Decided(
+            batch,
+            batch_id,
+            decisions,
+            held_at,
+            (epoch, self.table.epoch) if table_reset else None,
+            now,
+        )
+
+    def _produce_batch(self, decided: _Decided) -> None:
+        """Open the batch's transaction, produce it, and hand its offsets and commit to
+        the call thread; `_complete` collects the outcome."""
+        offsets = self._offsets(decided.batch, decided.held_at)
+        if not offsets:  # everything held at the head of its partition
+            self._apply_holds(decided.batch, decided.held_at, decided.now)
             return
+        try:
+            self._producer.begin_transaction()
+            self._txn_open = True
+            if decided.table_reset is not None:
+                self._event(
+                    events.TABLE_RESET,
+                    None,
+                    events.table_reset(
+                        side=self.spec.side,
+                        topology=self.settings.topology.name,
+                        previous=decided.table_reset[0],
+                        epoch=decided.table_reset[1],
+                        unit=self.instance,
+                        now_ms=int(time.time() * 1000),
+                    ),
+                )
+            produced = self._produce_items(decided)
+        except KafkaException as exc:
+            self._kafka_failed(exc, decided.batch)
+            return
+        done = self._txn_calls.submit(
+            self._finish_transaction,
+            (self._producer, offsets, self._consumer.consumer_group_metadata()),
+        )
+        self._inflight = _InFlight(decided, done, *produced)
+
+    def _finish_transaction(
+        self, producer: Producer, offsets: list[TopicPartition], group_metadata: Any
+    ) -> None:
+        """On the call thread: the batch's offsets into its transaction, then commit."""
+        producer.send_offsets_to_transaction(offsets, group_metadata, TXN_TIMEOUT_S)
+        if self.faults.hit("after_produce"):
+            producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
+            self.faults.die("after_produce")
+        for attempt in range(5):
+            try:
+                producer.commit_transaction(TXN_TIMEOUT_S)
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable() and not err.txn_requires_abort() and attempt < 4:
+                    log.warning("commit failed (retriable), retrying: %s", err)
+                    continue
+                raise
+
+    def _complete(self) -> bool:
+        """Wait for the batch in flight to commit; then settle it in the table and apply
+        its holds. False if its transaction failed (the batch is rewound, backing off)."""
+        inflight = self._inflight
+        assert inflight is not None
+        self._inflight = None
+        decided = inflight.decided
+        try:
+            self._wait_call(inflight.done, "commit_transaction", TXN_TIMEOUT_S * 2 + 15)
+        except KafkaException as exc:
+            self._kafka_failed(exc, decided.batch)
+            return False
+        self._txn_open = False
         if self.faults.hit("after_commit"):
             self.faults.die("after_commit")
-
+        m = self.metrics
+        m.inc("batches")
+        m.inc("txn_commits")
+        m.inc("messages_in", inflight.forwarded + inflight.dead + inflight.parked)
+        m.inc("messages_out", inflight.forwarded)
+        m.inc("grouped", inflight.grouped)
+        m.inc("ordinary", inflight.forwarded - inflight.grouped)
+        m.inc("finals", len(inflight.finals))
+        m.inc("dead_letters", inflight.dead)
+        m.inc("parked", inflight.parked)
         self._backoff_ms = 0
+        finals, ordinary_dests = inflight.finals, inflight.ordinary_dests
         if finals or ordinary_dests:
             try:
-                self.metrics.inc("released", self.table.settle(batch_id, ordinary_dests, finals))
-                self.metrics.inc("redis_round_trips")
+                m.inc("released", self.table.settle(decided.batch_id, ordinary_dests, finals))
+                m.inc("redis_round_trips")
             except redis.RedisError as exc:
                 # Committed but not settled: the lease expires by itself, the entries stay
                 # closing until the sweeper sees the committed offsets. Nothing can split.
-                self.metrics.inc("redis_errors")
-                self.metrics.inc("release_failures", len(finals))
+                m.inc("redis_errors")
+                m.inc("release_failures", len(finals))
                 log.warning(
                     "settling the batch failed (%d finished groups left to the sweeper): %s",
                     len(finals),
                     exc,
                 )
-        self._apply_holds(batch, held_at, now)
+        self._apply_holds(decided.batch, decided.held_at, decided.now)
+        return True
+
+    def _kafka_failed(self, exc: KafkaException, batch: _Batch) -> None:
+        err = exc.args[0]
+        self.metrics.inc("kafka_errors")
+        if err.fatal():
+            # E.g. fenced after the coordinator aborted a transaction that outlived
+            # transaction_timeout_ms (a long broker outage). Nothing of the batch was
+            # committed: start a new producer and replay.
+            self._producer_broken = True
+        self._fail(f"Kafka transaction failed, batch rewound: {err}", batch)
 
     def _classify(self, messages: list[Message]) -> _Batch:
         batch = _Batch()
@@ -511,39 +655,13 @@ class TransferUnit:
             batch.items.append(item)
         return batch
 
-    def _forward(
-        self,
-        batch: _Batch,
-        decisions: dict[int, str],
-        held_at: dict[TP, int],
-        table_reset: tuple[str, str] | None,
-    ) -> tuple[set[str], list[tuple[str, str]]]:
-        """Produce the batch and commit it with its offsets in one transaction.
-
-        Returns the destinations ordinary messages went to, and the finals forwarded."""
-        offsets = []
-        for tp, last in batch.last.items():
-            nxt = held_at.get(tp, last + 1)
-            if nxt > batch.first[tp]:
-                offsets.append(TopicPartition(tp[0], tp[1], nxt))
-        if not offsets:
-            return set(), []  # everything held at the head of its partition
-
-        self._producer.begin_transaction()
-        self._txn_open = True
-        if table_reset is not None:
-            self._event(
-                events.TABLE_RESET,
-                None,
-                events.table_reset(
-                    side=self.spec.side,
-                    topology=self.settings.topology.name,
-                    previous=table_reset[0],
-                    epoch=table_reset[1],
-                    unit=self.instance,
-                    now_ms=int(time.time() * 1000),
-                ),
-            )
+    def _produce_items(
+        self, decided: _Decided
+    ) -> tuple[set[str], list[tuple[str, str]], int, int, int, int]:
+        """Produce the batch's messages inside the open transaction. Returns the
+        destinations ordinary messages went to, the finals forwarded, and the counts
+        forwarded, grouped, dead-lettered and parked."""
+        batch, decisions, held_at = decided.batch, decided.decisions, decided.held_at
         spec = self.spec
         add_origin = spec.side == "send"
         forwarded = grouped = dead = parked = 0
@@ -579,28 +697,18 @@ class TransferUnit:
                 grouped += 1
                 if r.final:
                     finals.append((r.guarantee_id, f"{self._lane(tp)}/{m.offset()}"))
-        self._txn(
-            self._producer.send_offsets_to_transaction,
-            offsets,
-            self._consumer.consumer_group_metadata(),
-            TXN_TIMEOUT_S,
-        )
-        if self.faults.hit("after_produce"):
-            self._producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
-            self.faults.die("after_produce")
-        self._commit()
-        self._txn_open = False
+        return ordinary_dests, finals, forwarded, grouped, dead, parked
 
-        self.metrics.inc("batches")
-        self.metrics.inc("txn_commits")
-        self.metrics.inc("messages_in", forwarded + dead + parked)
-        self.metrics.inc("messages_out", forwarded)
-        self.metrics.inc("grouped", grouped)
-        self.metrics.inc("ordinary", forwarded - grouped)
-        self.metrics.inc("finals", len(finals))
-        self.metrics.inc("dead_letters", dead)
-        self.metrics.inc("parked", parked)
-        return ordinary_dests, finals
+    @staticmethod
+    def _offsets(batch: _Batch, held_at: dict[TP, int]) -> list[TopicPartition]:
+        """Where each partition of the batch resumes: after its last message, or at its
+        held message."""
+        offsets = []
+        for tp, last in batch.last.items():
+            nxt = held_at.get(tp, last + 1)
+            if nxt > batch.first[tp]:
+                offsets.append(TopicPartition(tp[0], tp[1], nxt))
+        return offsets
 
     def _produce_forward(self, topic: str, partition: int, m: Message, headers: Any) -> None:
         value, key = m.value(), m.key()
@@ -725,18 +833,6 @@ class TransferUnit:
             [(schemas.SCHEMA_HEADER, schema.encode())],
         )
 
-    def _commit(self) -> None:
-        for attempt in range(5):
-            try:
-                self._txn(self._producer.commit_transaction, TXN_TIMEOUT_S)
-                return
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.retriable() and not err.txn_requires_abort() and attempt < 4:
-                    log.warning("commit failed (retriable), retrying: %s", err)
-                    continue
-                raise
-
     # ------------------------------------------------------------------ holds
 
     def _apply_holds(self, batch: _Batch, held_at: dict[TP, int], now: float) -> None:
@@ -767,8 +863,13 @@ class TransferUnit:
         )
 
     def _txn(self, call: Callable[..., Any], *args: Any, holds_batch: bool = True) -> Any:
-        """A transactional call that talks to the broker, with a hard deadline. librdkafka
-        has been seen to block past its own timeout when a coordinator disappears; such a
+        """A transactional call that talks to the broker, on the call thread."""
+        done = self._txn_calls.submit(call, args)
+        return self._wait_call(done, call.__name__, TXN_TIMEOUT_S + 15, holds_batch)
+
+    def _wait_call(self, done: _Done, name: str, timeout: float, holds_batch: bool = True) -> Any:
+        """The outcome of a call on the call thread, with a hard deadline. librdkafka has
+        been seen to block past its own timeout when a coordinator disappears; such a
         call is abandoned (the producer is then replaced and the old one fenced).
 
         A stop request (SIGTERM) gives a call that finishes a batch STOP_GRACE_S to
@@ -777,14 +878,12 @@ class TransferUnit:
         the partition's next owner replays it."""
         grace = STOP_GRACE_S if holds_batch else 0.0
         try:
-            return self._txn_calls.run(call, args, TXN_TIMEOUT_S + 15, self._stop, grace)
+            return self._txn_calls.wait(done, timeout, self._stop, grace)
         except queue.Empty:
             self._txn_calls = _CallThread()  # the stuck one stays blocked, abandoned
             self._producer_broken = True
             why = "abandoned: stopping" if self._stop.is_set() else "did not return"
-            raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, f"{call.__name__} {why}")
-            ) from None
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{name} {why}")) from None
 
     def _replace_producer(self) -> bool:
         """After a fatal or stuck producer: a new instance with the same transactional ID

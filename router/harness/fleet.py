@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-ROLES = ("send-unit", "receive-unit", "sweeper")
+# Role -> the `router` command that runs it.
+ROLES: dict[str, tuple[str, ...]] = {
+    "send-unit": ("send-unit",),
+    "receive-unit": ("receive-unit",),
+    "sweeper": ("sweeper",),
+    "send-relay": ("relay", "--side", "send"),
+    "receive-relay": ("relay", "--side", "receive"),
+}
 
 
 @dataclass
@@ -83,7 +90,7 @@ class Fleet:
 
     def start(self, role: str, count: int = 1, env: Mapping[str, str] | None = None) -> list[Proc]:
         if role not in ROLES:
-            raise ValueError(f"unknown role {role!r}; one of {ROLES}")
+            raise ValueError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
         started = []
         for _ in range(count):
             index = self._counter.get(role, 0) + 1
@@ -91,7 +98,7 @@ class Fleet:
             log_path = self.log_dir / f"{role}-{index}.log"
             log_file = log_path.open("ab")
             popen = subprocess.Popen(
-                [sys.executable, "-m", "router", "--config", str(self.config_file), role],
+                [sys.executable, "-m", "router", "--config", str(self.config_file), *ROLES[role]],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

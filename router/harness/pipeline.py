@@ -14,6 +14,7 @@ import logging
 import secrets
 import time
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -101,6 +102,11 @@ class Pipeline:
         self.start()
         return self
 
+    def __del__(self) -> None:
+        admin = self.__dict__.pop("_admin", None)
+        if admin is not None:
+            clients.dispose_in_background(admin)
+
     def __exit__(self, *exc: object) -> None:
         self.stop()
         if not self.keep:
@@ -154,13 +160,13 @@ class Pipeline:
             self.exit_codes = self.fleet.stop_all(timeout)
         return self.exit_codes
 
-    def cleanup(self) -> None:
-        """Delete the run's topics and tables."""
+    def cleanup(self, keep: Collection[str] = ()) -> None:
+        """Delete the run's topics (but those in `keep`) and tables."""
         client = clients.redis_client(self.settings.redis)
         sides: tuple[Side, ...] = ("send", "receive")
         for side in sides:
             table_for(self.settings, side, client).drop()
-        names = [s.name for s in plan(self.settings)]
+        names = [s.name for s in plan(self.settings) if s.name not in keep]
         for future in self._admin.delete_topics(names, operation_timeout=30).values():
             try:
                 future.result(timeout=30)

@@ -188,7 +188,7 @@ class Senders:
                     delay = next_at - time.monotonic()
                     if delay > 0:
                         time.sleep(delay)  # pacing the offered load
-            sender.flush(60)
+            sender.close(60)
         except DeliveryFailed as exc:
             with self._lock:
                 self.failures.extend(exc.failures)
