@@ -25,9 +25,13 @@ TP = tuple[str, int]
 class CommittedOffsets:
     """Reads committed offsets of any number of groups (one idle consumer per group)."""
 
-    def __init__(self, kafka: KafkaSettings, client_id: str) -> None:
+    def __init__(self, kafka: KafkaSettings, client_id: str, *, stable: bool = True) -> None:
+        """`stable`: wait while a transaction that commits offsets is pending (KIP-447),
+        so the answer says whether those offsets committed (the sweeper needs that). Off,
+        the last committed offsets come back at once (estimates: backlog, benchmarks)."""
         self._kafka = kafka
         self._client_id = client_id
+        self._isolation = "read_committed" if stable else "read_uncommitted"
         self._consumers: dict[str, Consumer] = {}
 
     def read(
@@ -43,7 +47,7 @@ class CommittedOffsets:
                     "client.id": self._client_id,
                     "group.id": group,
                     "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
+                    "isolation.level": self._isolation,
                 }
             )
         tps = [tp if isinstance(tp, TopicPartition) else TopicPartition(*tp) for tp in partitions]

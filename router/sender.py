@@ -74,7 +74,8 @@ class Sender:
         config.update(producer_overrides or {})
         self._producer = Producer(config)
         self._admin = AdminClient(clients.admin_config(settings.kafka))
-        self._committed = CommittedOffsets(settings.kafka, cid)
+        # An estimate that must never block a send on a pending transaction.
+        self._committed = CommittedOffsets(settings.kafka, cid, stable=False)
         self._queues = list(settings.topology.send_queues)
         self._partitions = self._discover()
         self._backlog: dict[TP, int] = dict.fromkeys(self._partitions, 0)
