@@ -127,16 +127,16 @@ def redis_client(settings: RedisSettings) -> redis.Redis:
     )
 
 
-def dispose_in_background(*handles: Any) -> None:
-    """Drop the last references to Kafka client handles on a daemon thread.
+def dispose_in_background(box: list[Any]) -> None:
+    """Destroy the Kafka client handles in `box` on a daemon thread.
 
     Destroying a librdkafka handle joins its threads, and that has been seen to hang for
     good after a broker restart (a lock-order inversion while a request to a vanished
-    broker is in flight, librdkafka#5476; #4519). Python-side objects that own clients
-    (the test and benchmark harness, the sender library) hand them here when they are
-    done, so that such a hang strands a daemon thread instead of the caller. Callers
-    must hold no other reference."""
-    box = list(handles)
+    broker is in flight, librdkafka#5476; #4519). Objects that own clients (the test and
+    benchmark harness, the sender library) hand them here when they are done, so that
+    such a hang strands a daemon thread instead of the caller. `box` must hold the only
+    references (build it as `[obj.__dict__.pop(name)]`): it is emptied on the thread, so
+    the last reference, and the destroy, go with it."""
 
     def drop() -> None:
         box.clear()

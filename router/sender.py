@@ -224,6 +224,5 @@ class Sender:
             self._committed.close()
 
     def __del__(self) -> None:
-        admin = self.__dict__.pop("_admin", None)
-        if admin is not None:
-            clients.dispose_in_background(admin)
+        if "_admin" in self.__dict__:
+            clients.dispose_in_background([self.__dict__.pop("_admin")])

@@ -103,9 +103,8 @@ class Pipeline:
         return self
 
     def __del__(self) -> None:
-        admin = self.__dict__.pop("_admin", None)
-        if admin is not None:
-            clients.dispose_in_background(admin)
+        if "_admin" in self.__dict__:
+            clients.dispose_in_background([self.__dict__.pop("_admin")])
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -1,12 +1,16 @@
-"""Settings: file < environment < arguments; derived names; secrets never printed."""
+"""Settings and clients: file < environment < arguments; derived names; secrets never
+printed; client handles destroyed off the caller's thread."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from router.clients import dispose_in_background
 from router.config import RoutingSettings, load_settings
 
 
@@ -40,3 +44,19 @@ def test_invalid_settings_are_refused_with_the_reason() -> None:
         load_settings(topology={"name": "bad name"})
     with pytest.raises(FileNotFoundError):
         load_settings("/nonexistent/router.toml")
+
+
+def test_client_handles_are_destroyed_off_the_callers_thread() -> None:
+    """A librdkafka destroy that hangs must strand a daemon thread, never the caller."""
+    destroyed_on: list[str] = []
+
+    class Handle:
+        def __del__(self) -> None:
+            destroyed_on.append(threading.current_thread().name)
+
+    owner = {"_admin": Handle()}
+    dispose_in_background([owner.pop("_admin")])
+    deadline = time.monotonic() + 5
+    while not destroyed_on and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert destroyed_on == ["kafka-client-dispose"]
