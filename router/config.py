@@ -179,6 +179,10 @@ class UnitSettings(_Section):
     # How long a unit waits for the first message of a batch; the rest of a batch is
     # whatever has already been fetched.
     poll_timeout_ms: int = Field(100, ge=1)
+    # Decide (poll, classify, route) the next batch while the previous one commits. Faster
+    # (see the README's performance section), but a finished group's destination is freed
+    # one batch later, so under saturation more placements share a busy destination.
+    overlap_commit: bool = True
     # Back-off while Redis or the broker is unreachable.
     backoff_initial_ms: int = Field(200, ge=1)
     backoff_max_ms: int = Field(5_000, ge=1)

@@ -390,8 +390,10 @@ class TransferUnit:
         the call thread, then complete that one (settle its table entries) and produce
         this one. Deciding first is safe: a batch decided but never produced is the same
         as a unit dying between routing and producing (replays find the same entries)."""
-        if self._inflight is not None and self._inflight.decided.held_at:
-            self._complete()  # its held partitions are rewound before polling on
+        if self._inflight is not None and (
+            self._inflight.decided.held_at or not self.settings.unit.overlap_commit
+        ):
+            self._complete()  # held partitions are rewound before polling on
         self._resume_due_holds(time.monotonic())
         messages = self._poll_batch(0.0 if self._inflight is not None else None)
         decided = self._decide(messages) if messages else None
