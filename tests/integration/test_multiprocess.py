@@ -4,6 +4,8 @@ capacity allows, exact counts. And the same while unit processes join and leave.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from router.demo import run_pipeline_workload
@@ -19,8 +21,11 @@ pytestmark = pytest.mark.slow
 SPEC = PipelineSpec(send_units=2, receive_units=3, transfer_partitions=8, receive_queues=12)
 
 
-def test_many_groups_through_separate_unit_processes(pipeline: PipelineFactory) -> None:
-    p = pipeline(SPEC)
+@pytest.mark.parametrize("overlap", ["true", "false"], ids=["overlap-commit", "sequential"])
+def test_many_groups_through_separate_unit_processes(
+    pipeline: PipelineFactory, overlap: str
+) -> None:
+    p = pipeline(replace(SPEC, extra_env={"ROUTER_UNIT__OVERLAP_COMMIT": overlap}))
     workload = WorkloadSpec(run_id=p.name, senders=4, messages=3000, rate=250, max_group=40)
     result = run_pipeline_workload(p, workload, say=lambda _: None, timeout=240)
     r = result.report
