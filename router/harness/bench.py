@@ -228,6 +228,14 @@ class GroupModel:
         return gid, final, seq
 
 
+def payloads(size: int, seed: int) -> list[bytes]:
+    """Random payloads, distinct across more than lz4's 64 KB window: nothing for the
+    compression to squeeze, so the figures are those of incompressible payloads (real
+    ones usually compress), without paying for new random bytes per message."""
+    rng = random.Random(seed)
+    return [rng.randbytes(size) for _ in range(max(16, 256_000 // max(size, 1)))]
+
+
 def _partition(gid: str | None, index: int, partitions: int) -> int:
     return zlib.crc32(gid.encode()) % partitions if gid else index % partitions
 
@@ -248,14 +256,12 @@ def fill(
             "batch.size": 1_000_000,
         }
     )
-    rng = random.Random(seed)
+    pool = payloads(w.size, seed)
     model = GroupModel(w, seed, topic)
     for i in range(count):
         gid, final, seq = model.next()
         headers = contract.headers_for(gid, final=final, seq=seq if gid else None)
-        # Random bytes, different for every message: nothing for lz4 to squeeze, so the
-        # figures are those of incompressible payloads (real ones usually compress).
-        payload = rng.randbytes(w.size)
+        payload = pool[i % len(pool)]
         while True:
             try:
                 producer.produce(
@@ -724,7 +730,7 @@ def offer_load(
     config = {k: v for k, v in config.items() if k != "logger"}
     producer = Producer(config)
     model = GroupModel(w, seed, f"{topic}-lat")
-    rng = random.Random(seed)
+    pool = [p[8:] for p in payloads(max(w.size, 8), seed)]
     count = 0
     start = time.monotonic()
     while True:
@@ -736,7 +742,7 @@ def offer_load(
             gid, final, seq = model.next()
             producer.produce(
                 topic,
-                struct.pack(">q", time.time_ns()) + rng.randbytes(max(w.size - 8, 0)),
+                struct.pack(">q", time.time_ns()) + pool[count % len(pool)],
                 gid.encode() if gid else None,
                 partition=_partition(gid, count, SOURCE_PARTITIONS),
                 headers=contract.headers_for(gid, final=final, seq=seq if gid else None),

@@ -15,6 +15,7 @@ from router.harness.bench import (
     Throughput,
     Workload,
     _done,
+    payloads,
     summary,
     table,
 )
@@ -100,3 +101,12 @@ def test_figures_and_the_ratio_come_from_the_measurements() -> None:
     assert "0.80" in lines
     assert "1.50" in lines  # whole path p99 30 ms / chained relays 20 ms
     assert "2 processes / 1 = 1.50" in lines
+
+
+def test_payloads_are_incompressible_for_lz4() -> None:
+    """Distinct random payloads spanning more than lz4's 64 KB window."""
+    for size in (100, 1_000, 10_000):
+        pool = payloads(size, seed=1)
+        assert all(len(p) == size for p in pool)
+        assert len(set(pool)) == len(pool)
+        assert sum(len(p) for p in pool) > 64 * 1024
