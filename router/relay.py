@@ -53,10 +53,7 @@ class RawRelay(TransferUnit):
     def _decide(self, messages: list[Message]) -> _Decided:
         batch = _Batch()
         for m in messages:
-            tp = (m.topic(), m.partition())
-            if tp not in batch.first:
-                batch.first[tp] = m.offset()
-            batch.last[tp] = m.offset()
+            batch.track(m)
             batch.items.append(_Item(m, None, None))
         self._batches += 1
         return _Decided(batch, f"{self.instance}:{self._batches}", {}, {}, None, 0.0)

@@ -35,7 +35,7 @@ log = logging.getLogger("router.sweeper")
 
 # How long one round waits for the broker (offsets, event deliveries) before giving up
 # until the next round; short enough that SIGTERM is honoured well inside a minute.
-ADMIN_TIMEOUT_S = 10.0
+BROKER_TIMEOUT_S = 10.0
 
 SIDES: tuple[Side, ...] = ("send", "receive")
 
@@ -81,7 +81,7 @@ class Sweeper:
                 log.warning("sweep round failed, retrying next round: %s", exc)
             self._publisher.maybe_publish()
             self._stop.wait(interval)  # a periodic job's timer, not synchronisation
-        self._producer.flush(ADMIN_TIMEOUT_S)
+        self._producer.flush(BROKER_TIMEOUT_S)
         self._committed.close()
         self._publisher.maybe_publish(force=True)
         return 0
@@ -131,7 +131,7 @@ class Sweeper:
                     headers=[(schemas.SCHEMA_HEADER, events.ABANDONED_GROUP.encode())],
                     on_delivery=delivered,
                 )
-            remaining = self._producer.flush(ADMIN_TIMEOUT_S)
+            remaining = self._producer.flush(BROKER_TIMEOUT_S)
             if remaining or failures:
                 log.warning(
                     "abandoned-group events not acknowledged (%d pending, errors: %s); "
@@ -154,7 +154,7 @@ class Sweeper:
             by_tp[(topic, int(partition))].append((gid, token, int(offset)))
         group = side_spec(self.settings, side).group_id
         # KafkaException if the broker does not answer: the round fails, the next retries.
-        committed = self._committed.read(group, list(by_tp), timeout=ADMIN_TIMEOUT_S)
+        committed = self._committed.read(group, list(by_tp), timeout=BROKER_TIMEOUT_S)
         done = [
             (gid, token)
             for tp, finals in by_tp.items()

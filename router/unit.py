@@ -146,6 +146,14 @@ class _Batch:
     first: dict[TP, int] = field(default_factory=dict)
     last: dict[TP, int] = field(default_factory=dict)
 
+    def track(self, m: Message) -> TP:
+        """Note the message's position (first and last offset per partition)."""
+        tp = (m.topic(), m.partition())
+        if tp not in self.first:
+            self.first[tp] = m.offset()
+        self.last[tp] = m.offset()
+        return tp
+
 
 @dataclass(slots=True)
 class _Decided:
@@ -609,10 +617,7 @@ class TransferUnit:
         rules = self.settings.routing
         validators = self._validators
         for m in messages:
-            tp = (m.topic(), m.partition())
-            if tp not in batch.first:
-                batch.first[tp] = m.offset()
-            batch.last[tp] = m.offset()
+            tp = batch.track(m)
             try:
                 headers = contract.read_headers(m)
             except BadInput as bad:  # a header name that is not UTF-8

@@ -157,6 +157,7 @@ class Results:
     throughput: list[Throughput] = field(default_factory=list)
     latency: list[Latency] = field(default_factory=list)
     key_pairs: list[tuple[float, float]] = field(default_factory=list)  # (raw, send) msg/s
+    batch_size: int = 500  # the units' unit.batch_size in this run
 
     def typical(self, stage: str, w: Workload, processes: int = 1) -> float:
         """The median msg/s of every run of a stage on a workload (0 if none)."""
@@ -400,7 +401,7 @@ class Bench:
         # Not `stable`: with transactions always pending, a stable read would wait for a
         # gap between them and start the clock late.
         self.offsets = CommittedOffsets(base.kafka, self.id, stable=False)
-        self.results = Results(spec)
+        self.results = Results(spec, batch_size=base.unit.batch_size)
         self.filled: dict[Workload, tuple[str, int]] = {}
         self._steps = 0
         self._started = time.monotonic()
@@ -487,8 +488,11 @@ class Bench:
                 ]
                 watch = GroupWatch(self.offsets, group, parts)
                 if i == 0:
-                    watches.append((watch, {(t.topic, t.partition): 0 for t in parts}, 0))
+                    # The filled topic (not transactional): its ends are its message counts.
+                    ends0 = high_watermarks(p.settings, [topic], self.admin)
+                    watches.append((watch, ends0, 0))
                 else:
+                    # Known once the stage before has finished writing it.
                     sources = list(s.sources)
                     watches.append(
                         (
@@ -499,9 +503,6 @@ class Bench:
                             1,
                         )
                     )
-            # The first stage's input is the filled topic: its ends are its message counts.
-            ends0 = high_watermarks(p.settings, [topic], self.admin)
-            watches[0] = (watches[0][0], ends0, 0)
             for watch, _, _ in watches:
                 watch.committed()  # finds the group's coordinator before the clock starts
             for side in sides:
@@ -799,7 +800,7 @@ def summary(results: Results) -> list[str]:
         )
         out.append(
             f"Redis round trips per message (send unit, batch size "
-            f"{results_batch_size()}): {send.round_trips_per_msg:.4f} (target <= 0.02)"
+            f"{results.batch_size}): {send.round_trips_per_msg:.4f} (target <= 0.02)"
         )
     lat = {x.path: x for x in results.latency}
     if "whole path" in lat and "raw relays chained" in lat:
@@ -817,10 +818,6 @@ def summary(results: Results) -> list[str]:
                 f"{os.cpu_count()} cores, shared with the broker and Redis)"
             )
     return out
-
-
-def results_batch_size() -> int:
-    return RouterSettings().unit.batch_size
 
 
 def plots(results: Results, out_dir: Path) -> list[Path]:
