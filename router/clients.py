@@ -31,10 +31,11 @@ class RepeatFilter(logging.Filter):
         # The message minus its numbers: "Connect to ipv4#127.0.0.1:9092 failed ..."
         key = re.sub(r"\d+", "#", record.getMessage())
         now = time.monotonic()
-        last, suppressed = self._seen.get(key, (0.0, 0))
-        if now - last < self.every:
-            self._seen[key] = (last, suppressed + 1)
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.every:
+            self._seen[key] = (seen[0], seen[1] + 1)
             return False
+        suppressed = seen[1] if seen is not None else 0
         if suppressed:
             record.msg = f"{record.msg} [{suppressed} similar lines suppressed]"
         self._seen[key] = (now, 0)

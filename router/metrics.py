@@ -14,6 +14,8 @@ from typing import Literal
 
 import redis
 
+from router.clock import Every
+
 MetricName = Literal[
     "messages_in",  # consumed and handled (forwarded, dead-lettered)
     "messages_out",  # forwarded to a destination
@@ -79,15 +81,14 @@ class MetricsPublisher:
         self.key = key
         self.interval = interval_ms / 1000
         self.log_every = log_every
-        self._next = 0.0
+        self._every = Every(self.interval)
         self._published = 0
         self.failures = 0
 
     def maybe_publish(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now < self._next:
+        if not self._every.due(now) and not force:
             return
-        self._next = now + self.interval
         snapshot = self.metrics.snapshot()
         snapshot["uptime_ms"] = int((now - self.metrics.started) * 1000)
         try:

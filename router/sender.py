@@ -28,6 +28,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from router import clients, contract
+from router.clock import Every
 from router.config import RouterSettings
 from router.offsets import CommittedOffsets
 
@@ -79,8 +80,7 @@ class Sender:
         self._queues = list(settings.topology.send_queues)
         self._partitions = self._discover()
         self._backlog: dict[TP, int] = dict.fromkeys(self._partitions, 0)
-        self._refresh_every = backlog_refresh_s
-        self._refreshed = 0.0
+        self._refresh = Every(backlog_refresh_s)
         self._slack = sticky_slack
         self._last_group_tp: TP | None = None
         self._open: dict[str, _OpenGroup] = {}
@@ -105,9 +105,7 @@ class Sender:
 
     def backlog(self) -> dict[TP, int]:
         """Estimated unconsumed messages per send-queue partition."""
-        now = time.monotonic()
-        if now - self._refreshed >= self._refresh_every:
-            self._refreshed = now
+        if self._refresh.due():
             try:
                 self._backlog = self._measure()
             except (KafkaException, TimeoutError) as exc:
