@@ -35,10 +35,10 @@ stack-down: ## Stop the local stack; leaves no process of ours running
 stack-status: ## Show what the local stack is running
 	@ops/stack.sh status
 
-lint: venv ## ruff (lint + format check) and mypy --strict on router/
+lint: venv ## ruff (lint + format check) and mypy --strict on router/ and ops/
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy router
+	$(BIN)/mypy router ops
 
 fmt: venv ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
@@ -48,19 +48,19 @@ test: venv jars lint ## Everything from a fresh clone: venv, jars, lint, stack, 
 	$(BIN)/pytest
 
 demo: venv jars stack-up ## Run the whole system end to end and check every guarantee
-	$(BIN)/router demo
+	$(BIN)/python -m ops.demo $(ARGS)
 
 chaos: venv jars stack-up ## Chaos run: 100k messages, 20+ SIGKILLs, a broker and a Redis restart
-	$(BIN)/python ops/chaos.py
+	$(BIN)/python -m ops.chaos $(ARGS)
 
 bench: venv jars stack-up ## Benchmark: raw relay vs units and whole path; table and plots in .results/bench
-	$(BIN)/python ops/bench.py $(ARGS)
+	$(BIN)/python -m ops.bench $(ARGS)
 
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit
 
 spark-demo: venv jars ## Spark sender -> router -> Spark receiver end to end, checked (starts the stack if needed)
-	$(BIN)/router spark demo $(ARGS)
+	$(BIN)/python -m ops.spark_demo $(ARGS)
 
 clean: ## Remove the venv, caches and local stack data (stops the stack first)
 	-ops/stack.sh down

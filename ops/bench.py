@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark driver (`make bench`): raw relay vs send unit, receive unit and the whole path.
 
-    .venv/bin/python ops/bench.py                 # the full run (about 10 minutes)
-    .venv/bin/python ops/bench.py --quick         # the key workload only, few messages
+    .venv/bin/python -m ops.bench                 # the full run (about 10 minutes)
+    .venv/bin/python -m ops.bench --quick         # the key workload only, few messages
 
 Uses the local stack of this checkout (`make stack-up`). Writes results.md, results.json
 and PNG plots to .results/bench/ and prints the table; the last line is
@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from ops.harness.bench import KEY, Bench, BenchSpec, report, summary
+from router.config import load_settings
 
-from router.config import load_settings  # noqa: E402
-from router.harness.bench import KEY, Bench, BenchSpec, report, summary  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:

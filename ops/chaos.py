@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Chaos driver (`make chaos`): the full pipeline under SIGKILLs and server restarts.
 
-    .venv/bin/python ops/chaos.py                    # default: 100,000 messages, 20 kill events
-    .venv/bin/python ops/chaos.py --messages 20000 --kills 10 --private-stack
+    .venv/bin/python -m ops.chaos                    # default: 100,000 messages, 20 kill events
+    .venv/bin/python -m ops.chaos --messages 20000 --kills 10 --private-stack
 
 Exits non-zero if anything was lost, duplicated, reordered or split. By default it uses
 (and restarts!) the local stack of this checkout (`make stack-up`); --private-stack starts
@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from ops.harness.chaos import ChaosSpec, run_chaos, summary
+from ops.harness.localstack import LocalStack
+from router.config import KafkaSettings, RedisSettings, RouterSettings
 
-from router.config import KafkaSettings, RedisSettings, RouterSettings  # noqa: E402
-from router.harness.chaos import ChaosSpec, run_chaos, summary  # noqa: E402
-from router.harness.localstack import LocalStack  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:

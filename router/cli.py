@@ -6,7 +6,6 @@ import faulthandler
 import json
 import logging
 import os
-import secrets
 import signal
 import sys
 from pathlib import Path
@@ -18,10 +17,7 @@ from confluent_kafka.admin import AdminClient
 from router import __version__
 from router.clients import admin_config, redis_client
 from router.config import RouterSettings, load_settings
-from router.demo import run_demo
 from router.faults import Faults
-from router.harness.pipeline import PipelineSpec
-from router.harness.workload import WorkloadSpec
 from router.metrics import read_all
 from router.relay import RawRelay
 from router.side import side_spec, table_for
@@ -252,85 +248,6 @@ def metrics(ctx: click.Context) -> None:
     settings = _settings(ctx)
     data = read_all(redis_client(settings.redis), settings.redis.key_prefix, settings.topology.name)
     click.echo(json.dumps(data, indent=2, sort_keys=True))
-
-
-@cli.command()
-@click.option("--messages", default=6000, show_default=True, help="Messages in total.")
-@click.option("--senders", default=4, show_default=True, help="Concurrent senders.")
-@click.option("--grouped", default=0.7, show_default=True, help="Share of messages in groups.")
-@click.option("--max-group", default=40, show_default=True, help="Largest group (order lines).")
-@click.option(
-    "--rate",
-    default=250.0,
-    show_default=True,
-    help="Messages per second per sender (0: as fast as possible).",
-)
-@click.option("--send-units", default=2, show_default=True)
-@click.option("--receive-units", default=3, show_default=True, help="Receive-unit processes.")
-@click.option(
-    "--transfer-partitions",
-    default=8,
-    show_default=True,
-    help="Receive-side transfer units (partitions of the transfer topic).",
-)
-@click.option("--receive-queues", default=16, show_default=True)
-@click.option(
-    "--policy",
-    type=click.Choice(["share", "hold"]),
-    default="share",
-    show_default=True,
-    help="Busy-destination policy.",
-)
-@click.option(
-    "--run-dir",
-    type=click.Path(path_type=Path),
-    default=Path(".results/demo"),
-    show_default=True,
-    help="Logs of the run's processes go here.",
-)
-@click.option("--keep", is_flag=True, help="Keep the run's topics and tables afterwards.")
-@click.pass_context
-def demo(
-    ctx: click.Context,
-    messages: int,
-    senders: int,
-    grouped: float,
-    max_group: int,
-    rate: float,
-    send_units: int,
-    receive_units: int,
-    transfer_partitions: int,
-    receive_queues: int,
-    policy: str,
-    run_dir: Path,
-    keep: bool,
-) -> None:
-    """Run the whole system end to end and check every guarantee (exit 1 if one broke)."""
-    run_id = f"demo-{secrets.token_hex(3)}"
-    workload = WorkloadSpec(
-        run_id=run_id,
-        senders=senders,
-        messages=messages,
-        grouped_fraction=grouped,
-        max_group=max_group,
-        rate=rate or None,
-    )
-    spec = PipelineSpec(
-        send_units=send_units,
-        receive_units=receive_units,
-        transfer_partitions=transfer_partitions,
-        receive_queues=receive_queues,
-        busy_policy=policy,  # type: ignore[arg-type]
-    )
-    result = run_demo(
-        _settings(ctx),
-        workload,
-        spec,
-        run_dir / run_id,
-        config_file=ctx.parent.params.get("config_file") if ctx.parent else None,
-        keep=keep,
-    )
-    sys.exit(0 if result.ok else 1)
 
 
 @cli.group("config")

@@ -51,14 +51,6 @@ def receiver(ctx: click.Context, args: tuple[str, ...]) -> None:
     _run("receiver", args, ctx)
 
 
-@spark.command(context_settings=_PASS_THROUGH)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.pass_context
-def demo(ctx: click.Context, args: tuple[str, ...]) -> None:
-    """Spark sender -> router -> Spark receiver end to end, checked (make spark-demo)."""
-    _run("demo", args, ctx)
-
-
 @spark.command()
 def jars() -> None:
     """The cached connector jars, comma-separated (for spark-submit --jars)."""

@@ -25,8 +25,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from ops.harness.verify import Sent
 from router import schemas
-from router.harness.verify import Sent
 
 PURCHASE_ORDER = "purchase_order"
 DOCUMENT = "document"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from router.harness.workload import group_size
+from ops.harness.workload import group_size
 from spark_jobs import domain
 
 

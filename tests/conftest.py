@@ -24,10 +24,10 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ops.harness.localstack import LocalStack
+from ops.harness.pipeline import Pipeline, PipelineSpec
 from router import clients
 from router.config import KafkaSettings, RedisSettings, RouterSettings
-from router.harness.localstack import LocalStack
-from router.harness.pipeline import Pipeline, PipelineSpec
 from router.side import table_for
 from router.topics import ensure_topics, plan
 from tests.helpers import unique, wait_until

@@ -15,11 +15,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from ops.harness.pipeline import Pipeline, PipelineSpec
+from ops.harness.workload import encode_event
 from router import contract, schemas
 from router.contract import BadInput
 from router.events import DEAD_LETTER
-from router.harness.pipeline import Pipeline, PipelineSpec
-from router.harness.workload import encode_event
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
 

@@ -15,10 +15,10 @@ import pytest
 from confluent_kafka import Consumer, Message
 from confluent_kafka.admin import AdminClient
 
+from ops.harness.bench import SOURCE_PARTITIONS, Workload, fill
+from ops.harness.pipeline import Pipeline, PipelineSpec
 from router import clients
 from router.config import RouterSettings
-from router.harness.bench import SOURCE_PARTITIONS, Workload, fill
-from router.harness.pipeline import Pipeline, PipelineSpec
 from router.relay import relay_spec
 from router.side import side_spec
 from router.topics import ensure_topics

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ops.harness.chaos import ChaosSpec, run_chaos, summary
+from ops.harness.localstack import LocalStack
 from router.config import RouterSettings
-from router.harness.chaos import ChaosSpec, run_chaos, summary
-from router.harness.localstack import LocalStack
 
 pytestmark = pytest.mark.slow
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from ops.harness.pipeline import PipelineSpec
 from router import schemas
 from router.events import DEAD_LETTER
-from router.harness.pipeline import PipelineSpec
 from router.receiver import Receiver
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until

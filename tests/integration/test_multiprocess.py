@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from router.demo import run_pipeline_workload
-from router.harness.collect import Collector
-from router.harness.pipeline import PipelineSpec
-from router.harness.verify import verify
-from router.harness.workload import Senders, WorkloadSpec
+from ops.harness.collect import Collector
+from ops.harness.demo import run_pipeline_workload
+from ops.harness.pipeline import PipelineSpec
+from ops.harness.verify import verify
+from ops.harness.workload import Senders, WorkloadSpec
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
 

@@ -16,12 +16,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from ops.harness.localstack import LocalStack
+from ops.harness.pipeline import Pipeline, PipelineSpec
 from router import schemas
 from router.config import RouterSettings
 from router.contract import headers_for
 from router.events import DEAD_LETTER, GROUP_STOPPED, TABLE_RESET
-from router.harness.localstack import LocalStack
-from router.harness.pipeline import Pipeline, PipelineSpec
 from router.receiver import Receiver
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from ops.harness.collect import Collector
+from ops.harness.localstack import LocalStack
+from ops.harness.pipeline import Pipeline, PipelineSpec
+from ops.harness.verify import verify
+from ops.harness.workload import Senders, WorkloadSpec
 from router.config import RouterSettings
-from router.harness.collect import Collector
-from router.harness.localstack import LocalStack
-from router.harness.pipeline import Pipeline, PipelineSpec
-from router.harness.verify import verify
-from router.harness.workload import Senders, WorkloadSpec
 from tests.helpers import unique, wait_until
 
 pytestmark = pytest.mark.slow

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from ops.harness.pipeline import PipelineSpec
 from router import schemas
 from router.clients import redis_client
 from router.contract import headers_for
 from router.events import ABANDONED_GROUP
-from router.harness.pipeline import PipelineSpec
 from router.routing import RouteRequest
 from router.side import table_for
 from router.sweeper import Sweeper

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from ops.harness.pipeline import PipelineSpec
+from ops.harness.spark_demo import SparkDemoSpec, expected, read_output, run_spark_demo
 from router.config import load_settings
-from router.harness.pipeline import PipelineSpec
 from spark_jobs import workload
-from spark_jobs.demo import SparkDemoSpec, expected, read_output, run_spark_demo
 from tests.helpers import unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

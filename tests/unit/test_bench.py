@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from router.harness.bench import (
+from ops.harness.bench import (
     KEY,
     BenchSpec,
     GroupModel,

@@ -3,6 +3,8 @@ printed; client handles destroyed off the caller's thread."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -60,3 +62,14 @@ def test_client_handles_are_destroyed_off_the_callers_thread() -> None:
     while not destroyed_on and time.monotonic() < deadline:
         time.sleep(0.01)
     assert destroyed_on == ["kafka-client-dispose"]
+
+
+def test_the_production_cli_does_not_load_the_drivers() -> None:
+    """The demo, chaos and benchmark drivers live in ops/, which the wheel does not ship;
+    loading the `router` command must not import any of it."""
+    code = (
+        "import sys, router.cli, router.unit, router.sweeper; "
+        "loaded = sorted(m for m in sys.modules if m == 'ops' or m.startswith('ops.')); "
+        "assert not loaded, loaded"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router.harness.verify import Seen, Sent, verify
+from ops.harness.verify import Seen, Sent, verify
 
 
 def sent_group(g: str, n: int) -> list[Sent]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from router.harness.workload import WorkloadSpec, plan
+from ops.harness.workload import WorkloadSpec, plan
 
 
 def test_plan_makes_complete_groups_and_hits_the_quota() -> None:

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ops.harness.collect import Collector, read_queues
+from ops.harness.fleet import Proc
+from ops.harness.localstack import LocalStack
+from ops.harness.pipeline import Pipeline, PipelineSpec
+from ops.harness.verify import Report, verify
+from ops.harness.workload import Senders, WorkloadSpec
 from router.config import RouterSettings
 from router.faults import POINTS
-from router.harness.collect import Collector, read_queues
-from router.harness.fleet import Proc
-from router.harness.localstack import LocalStack
-from router.harness.pipeline import Pipeline, PipelineSpec
-from router.harness.verify import Report, verify
-from router.harness.workload import Senders, WorkloadSpec
 
 UNIT_ROLES = ("send-unit", "receive-unit")
 

@@ -1,11 +1,12 @@
-"""`router spark demo` (`make spark-demo`): Spark sender -> router -> Spark receiver.
+"""The Spark demo (`make spark-demo`, `python -m ops.spark_demo`): Spark sender ->
+router -> Spark receiver.
 
 Starts a fresh topology (send units, receive units and a sweeper as processes), the
 Spark receiver on every receive queue and the Spark sender on an input directory, drops
 business records into that directory as files over time, waits until the receiver has
 accounted for every message, stops everything cleanly, and then checks the receiver's
 Parquet output (complete groups, ordinary records, duplicates, violations) against the
-input files with `router.harness.verify`, printing the same summary as `router demo`.
+input files with `ops.harness.verify`, printing the same summary as the demo.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from typing import Any, TextIO
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import functions as F
 
+from ops.harness.demo import DemoResult, summary
+from ops.harness.pipeline import Pipeline, PipelineSpec
+from ops.harness.verify import Seen, Sent, verify
 from router import clients
 from router.config import RouterSettings, load_settings
-from router.demo import DemoResult, summary
-from router.harness.pipeline import Pipeline, PipelineSpec
-from router.harness.verify import Seen, Sent, verify
 from spark_jobs import domain, receiver, sender, workload
 from spark_jobs.session import (
     SparkOptions,
@@ -161,7 +162,7 @@ def run_spark_demo(
     t = pipeline.settings.topology
     kafka = kafka_options(pipeline.settings.kafka.bootstrap_servers)
     say(
-        f"router spark demo: topology {t.name!r}: Spark sender -> {len(t.send_queues)} send "
+        f"spark demo: topology {t.name!r}: Spark sender -> {len(t.send_queues)} send "
         f"queues x {t.send_queue_partitions} partitions -> {t.receive_units} receive-side "
         f"units -> {len(t.receive_queues)} receive queues -> Spark receiver"
     )
@@ -308,7 +309,7 @@ def run_spark_demo(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="router spark demo",
+        prog="python -m ops.spark_demo",
         description="Spark sender -> router -> Spark receiver, end to end, with a verdict "
         "(exit 1 if a guarantee broke).",
     )
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None, settings: RouterSettings | None = None) 
     )
     base = settings or load_settings(args.config)
     run_id = f"spark-demo-{secrets.token_hex(3)}"
-    print(f"router spark demo {run_id}: checking the stack", flush=True)
+    print(f"spark demo {run_id}: checking the stack", flush=True)
     ensure_stack(base, lambda line: print(line, flush=True))
     if launched_by_spark_submit():
         print("   (under spark-submit: --master and the jars come from spark-submit)")

@@ -8,10 +8,10 @@ import time
 
 from confluent_kafka import Consumer, TopicPartition
 
+from ops.harness.verify import Seen
+from ops.harness.workload import ORDER_EVENT
 from router import schemas
 from router.config import RouterSettings
-from router.harness.verify import Seen
-from router.harness.workload import ORDER_EVENT
 from router.receiver import Receiver
 
 log = logging.getLogger("router.collect")

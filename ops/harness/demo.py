@@ -1,4 +1,4 @@
-"""`router demo` (`make demo`): the whole system, end to end, with a verdict.
+"""The demo (`make demo`, `python -m ops.demo`): the whole system, end to end, with a verdict.
 
 Creates a fresh topology, starts send units, receive units and a sweeper as separate
 processes, sends a realistic mix from several senders (orders of varied sizes mixed with
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from ops.harness.collect import Collector
+from ops.harness.pipeline import Pipeline, PipelineSpec
+from ops.harness.verify import Report, verify
+from ops.harness.workload import Senders, WorkloadSpec
 from router.config import RouterSettings
-from router.harness.collect import Collector
-from router.harness.pipeline import Pipeline, PipelineSpec
-from router.harness.verify import Report, verify
-from router.harness.workload import Senders, WorkloadSpec
 
 
 @dataclass
@@ -184,7 +184,7 @@ def run_demo(
     )
     t = pipeline.settings.topology
     say(
-        f"router demo: topology {t.name!r}: {len(t.send_queues)} send queues x "
+        f"demo: topology {t.name!r}: {len(t.send_queues)} send queues x "
         f"{t.send_queue_partitions} partitions -> {t.receive_units} receive-side units "
         f"(transfer partitions) -> {len(t.receive_queues)} receive queues"
     )

@@ -39,9 +39,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ops.harness.pipeline import Pipeline, PipelineSpec
 from router import clients, contract
 from router.config import RouterSettings
-from router.harness.pipeline import Pipeline, PipelineSpec
 from router.offsets import CommittedOffsets
 from router.relay import relay_spec
 from router.side import side_spec

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ops.harness.verify import Sent
 from router import schemas
 from router.config import RouterSettings
-from router.harness.verify import Sent
 from router.sender import DeliveryFailed, Sender
 
 ORDER_EVENT = "router.demo.OrderEvent"

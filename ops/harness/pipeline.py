@@ -1,6 +1,6 @@
 """A whole routing topology as processes: topics, send units, receive units, a sweeper.
 
-Used by `router demo`, the chaos and benchmark drivers and the multi-process tests:
+Used by the demo, the chaos and benchmark drivers and the multi-process tests:
 
     with Pipeline(base_settings, PipelineSpec(...), run_dir) as p:
         ... send with p.settings, read receive queues ...
@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from confluent_kafka.admin import AdminClient
 
+from ops.harness.fleet import Fleet
 from router import clients
 from router.config import RouterSettings, load_settings
-from router.harness.fleet import Fleet
 from router.metrics import read_all
 from router.side import side_spec, table_for
 from router.table import Side
