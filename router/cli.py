@@ -19,7 +19,7 @@ from router.clients import admin_config, redis_client
 from router.config import RouterSettings, load_settings
 from router.faults import Faults
 from router.metrics import read_all
-from router.relay import RawRelay
+from router.relay import RelaySteps, relay_spec
 from router.side import side_spec, table_for
 from router.spark_cli import spark as spark_commands
 from router.sweeper import Sweeper
@@ -112,10 +112,16 @@ def receive_unit(ctx: click.Context) -> None:
     _run_unit(_settings(ctx), "receive")
 
 
-def _run_unit(settings: RouterSettings, side: str, kind: type[TransferUnit] = TransferUnit) -> None:
+def _run_unit(settings: RouterSettings, side: str, relay: bool = False) -> None:
     # Test-only fault injection (see router/faults.py); off unless ROUTER_FAULTS is set.
     faults = Faults(os.environ.get("ROUTER_FAULTS", ""))
-    unit = kind(settings, side_spec(settings, side), faults=faults)  # type: ignore[arg-type]
+    spec = side_spec(settings, side)  # type: ignore[arg-type]
+    if relay:
+        unit = TransferUnit(
+            settings, relay_spec(spec), kind="relay", steps=lambda _: RelaySteps(spec)
+        )
+    else:
+        unit = TransferUnit(settings, spec, faults=faults)
     try:
         _run_until_signalled(unit, unit.role)
     except FatalUnitError as exc:
@@ -129,7 +135,7 @@ def _run_unit(settings: RouterSettings, side: str, kind: type[TransferUnit] = Tr
 def relay(ctx: click.Context, side: str) -> None:
     """Run a raw relay: a unit without routing (the benchmark's baseline; no guarantees
     for groups). Same sources and destination topics as a unit of SIDE."""
-    _run_unit(_settings(ctx), side, RawRelay)
+    _run_unit(_settings(ctx), side, relay=True)
 
 
 @cli.command()

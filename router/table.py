@@ -30,6 +30,19 @@ def _decode_entry(raw: bytes | str) -> Entry:
     return Entry(dest, int(opened), int(updated), int(ttl), closing)
 
 
+def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
+    """One request as the route script reads it (see `router/lua/route.lua`): guarantee ID
+    ('' = ordinary), flags, TTL, token, lane. The only place that spells the flags."""
+    flags = (
+        ("f" if r.final else "")
+        + ("s" if r.force_share else "")
+        + ("d" if r.dead else "")
+        + ("p" if r.poison_stop else "")
+        + ("c" if r.continuation else "")
+    )
+    return (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
+
+
 def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
@@ -109,22 +122,11 @@ class ManagementTable:
         self, requests: Sequence[RouteRequest], now_ms: int | None = None, batch: str = "batch"
     ) -> RouteResult:
         """Decide a destination for every request of a batch (one round trip)."""
+        if not requests:
+            return RouteResult([], 0, 0, 0)
         args = self.head_args(batch, now_ms)
         for r in requests:
-            flags = (
-                ("f" if r.final else "")
-                + ("s" if r.force_share else "")
-                + ("d" if r.dead else "")
-                + ("p" if r.poison_stop else "")
-                + ("c" if r.continuation else "")
-            )
-            args += (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
-        return self.route_raw(args, len(requests))
-
-    def route_raw(self, args: list[Any], count: int) -> RouteResult:
-        """`route` with the arguments already flattened (the units' hot path)."""
-        if count == 0:
-            return RouteResult([], 0, 0, 0)
+            args += encode(r)
         out = self._route(keys=self._route_keys, args=args)
         epoch = _text(out[5])
         if int(out[6]):
@@ -140,7 +142,7 @@ class ManagementTable:
         )
 
     def head_args(self, batch: str, now_ms: int | None = None) -> list[Any]:
-        """The leading arguments of `route_raw`; append 5 values per message."""
+        """The leading arguments of the route script; `encode` gives 5 per message."""
         return [
             "" if now_ms is None else now_ms,
             self.policy,

@@ -1,0 +1,65 @@
+"""Blocking Kafka calls on a daemon thread, with a hard deadline.
+
+librdkafka has been seen to block past its own timeout when a transaction coordinator
+disappears. A call that never returns is abandoned with its thread (a daemon never holds
+up the process's exit); its owner replaces the producer, which fences the stuck one.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+Done = queue.SimpleQueue[tuple[bool, Any]]
+
+
+class Abandoned(Exception):
+    """The call did not return in time (or a stop request cut its grace short)."""
+
+
+class CallThread:
+    """Runs one call at a time on a daemon thread."""
+
+    def __init__(self, name: str = "txn-call") -> None:
+        self._tasks: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Done]] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            call, args, done = self._tasks.get()
+            try:
+                done.put((True, call(*args)))
+            except BaseException as exc:
+                done.put((False, exc))
+
+    def submit(self, call: Callable[..., Any], *args: Any) -> Done:
+        done: Done = queue.SimpleQueue()
+        self._tasks.put((call, args, done))
+        return done
+
+    @staticmethod
+    def wait(done: Done, timeout: float, stop: threading.Event, grace: float) -> Any:
+        """The call's result (or its exception, raised). Abandoned on the deadline, or
+        `grace` seconds after `stop` is set, whichever comes first."""
+        deadline = time.monotonic() + timeout
+        stopping = False
+        while True:
+            now = time.monotonic()
+            if not stopping and stop.is_set():
+                stopping = True
+                deadline = min(deadline, now + grace)
+            if now >= deadline:
+                raise Abandoned
+            try:
+                ok, value = done.get(timeout=min(deadline - now, 0.25))
+                break
+            except queue.Empty:
+                continue
+        if ok:
+            return value
+        raise value

@@ -1,0 +1,94 @@
+"""The classify step (pure): consumed messages -> a batch of items with bad input marked.
+
+Reads each message's routing headers once (`router.contract`), checks the limits a
+destination enforces and, on the send side, that payloads of typed messages decode with
+their Avro schema. A bad message keeps what is known of its group, so that the route step
+can keep the group whole and its poison policy can apply. Nothing here talks to a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from confluent_kafka import Message
+
+from router import contract, schemas
+from router.batch import Batch, Item
+from router.config import RouterSettings
+from router.contract import BadInput
+from router.table import Side
+
+
+def payload_validators(settings: RouterSettings) -> dict[str, Callable[[bytes], None]]:
+    """Message type -> a check that the payload decodes with the type's Avro schema."""
+    out: dict[str, Callable[[bytes], None]] = {}
+    for message_type, name in settings.routing.schema_by_type.items():
+        schemas.load(name)  # fails at start-up if the schema is missing
+        out[message_type] = partial(schemas.validate, name)
+    return out
+
+
+class Classifier:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        side: Side,
+        rejected: dict[tuple[str, int, int], str] | None = None,
+    ) -> None:
+        self.rules = settings.routing
+        self.max_record = settings.kafka.max_message_bytes
+        # Payloads are checked where they enter the path: on the send side.
+        self.validators = payload_validators(settings) if side == "send" else {}
+        # Source positions whose record the broker refused earlier (e.g. too large for
+        # the destination topic): dead-lettered when the batch is replayed.
+        self.rejected: dict[tuple[str, int, int], str] = {} if rejected is None else rejected
+
+    def classify(self, batch: Batch, messages: list[Message]) -> None:
+        rules = self.rules
+        validators = self.validators
+        rejected = self.rejected
+        items = batch.items
+        for m in messages:
+            tp = batch.track(m)
+            try:
+                headers = contract.read_headers(m)
+            except BadInput as bad:  # a header name that is not UTF-8
+                items.append(Item(m, None, None, bad))
+                continue
+            item = Item(m, headers, None)
+            try:
+                r = item.routing = contract.parse(headers, rules)
+                value, key = m.value(), m.key()
+                size = (len(value) if value else 0) + (len(key) if key else 0)
+                if headers:
+                    size += sum(len(k) + (len(v) if v else 0) for k, v in headers)
+                if size > self.max_record:
+                    raise r.bad(
+                        "oversized",
+                        f"record of {size} bytes exceeds the {self.max_record} bytes "
+                        "a destination accepts (kafka.max_message_bytes)",
+                    )
+                if rejected:
+                    # kept until a batch holding it commits (`forget_rejected`): a
+                    # replay that fails again must dead-letter it again
+                    reason = rejected.get((tp[0], tp[1], m.offset()))
+                    if reason is not None:
+                        raise r.bad("rejected-by-broker", reason)
+                check = validators.get(r.message_type or "") if validators else None
+                if check is not None:
+                    try:
+                        check(value or b"")
+                    except Exception as exc:
+                        schema = rules.schema_by_type[r.message_type or ""]
+                        detail = f"payload is not a {schema}: {exc}"
+                        raise r.bad("undecodable-payload", detail[:500]) from None
+            except BadInput as bad:
+                item.bad = bad
+                policy = (
+                    bad.on_poison
+                    or rules.poison_policy_by_type.get(bad.message_type or "")
+                    or rules.poison_policy
+                )
+                item.stop = bad.guarantee_id is not None and policy == "stop-group"
+            items.append(item)

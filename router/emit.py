@@ -1,0 +1,185 @@
+"""The emit step (pure): a decided batch -> the records its transaction produces.
+
+Forwarded messages keep their key, value, headers and timestamp (the send side adds
+`router-origin`); bad input becomes a dead letter with its reason; messages of stopped
+groups and orphans are parked on the dead-letter topic, in order; alerts (GroupStopped,
+TableReset) go to the events topic. Also returns what the settle step needs (finals
+forwarded, destinations that got ordinary messages) and the batch's counts. No I/O: the
+transactional session produces the records.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from router import contract, events, schemas
+from router.batch import Batch, Item, where
+from router.config import RouterSettings
+from router.contract import BadInput
+from router.routing import ORPHAN, PARKED
+from router.side import SideSpec
+
+log = logging.getLogger("router.emit")
+
+# Larger forwarded records get a delivery report, so that a broker's refusal (too large
+# for the destination topic) dead-letters them when the batch is replayed.
+TRACK_DELIVERY_BYTES = 65_536
+
+
+class Record(NamedTuple):
+    topic: str
+    partition: int  # -1: the producer's partitioner
+    key: bytes | None
+    value: bytes | None
+    headers: Any
+    timestamp: int  # 0: now
+    source: tuple[str, int, int] | None  # track the delivery of this source position
+
+
+@dataclass(slots=True)
+class Output:
+    records: list[Record] = field(default_factory=list)
+    finals: list[tuple[str, str]] = field(default_factory=list)  # (gid, token) forwarded
+    ordinary_dests: set[str] = field(default_factory=set)
+    forwarded: int = 0
+    grouped: int = 0
+    dead: int = 0
+    parked: int = 0
+    groups_stopped: int = 0
+    orphans_parked: int = 0
+
+    @property
+    def consumed(self) -> int:
+        return self.forwarded + self.dead + self.parked
+
+
+class Emitter:
+    def __init__(self, settings: RouterSettings, spec: SideSpec, unit: str) -> None:
+        self.spec = spec
+        self.unit = unit
+        self.topology = settings.topology.name
+        self.dead_letter_topic = settings.topology.dead_letter_topic
+        self.events_topic = settings.topology.events_topic
+        self.max_record = settings.kafka.max_message_bytes
+
+    def emit(self, batch: Batch, now_ms: int) -> Output:
+        out = Output()
+        if batch.table_reset is not None:
+            previous, epoch = batch.table_reset
+            record = events.table_reset(
+                side=self.spec.side,
+                topology=self.topology,
+                previous=previous,
+                epoch=epoch,
+                unit=self.unit,
+                now_ms=now_ms,
+            )
+            out.records.append(self._event(events.TABLE_RESET, None, record))
+        spec = self.spec
+        add_origin = spec.side == "send"
+        target = spec.target
+        records = out.records
+        for item in batch.items:
+            if not batch.forwards(item):
+                continue  # held, or behind a held message of its partition
+            dest = item.decision
+            if dest in (PARKED, ORPHAN):
+                out.parked += 1
+                self._park(item, dest == ORPHAN, now_ms, out)
+                continue
+            if item.bad is not None:
+                out.dead += 1
+                records.append(self._dead_letter(item, item.bad, now_ms))
+                continue
+            assert dest is not None and item.routing is not None
+            m = item.m
+            topic, partition = target(dest)
+            headers = item.headers
+            if add_origin:
+                origin = (contract.ORIGIN, f"{m.topic()}/{m.partition()}/{m.offset()}".encode())
+                headers = [*headers, origin] if headers else [origin]
+            value = m.value()
+            ts_type, ts = m.timestamp()
+            big = value is not None and len(value) > TRACK_DELIVERY_BYTES
+            source = (m.topic(), m.partition(), m.offset()) if big else None
+            records.append(
+                Record(topic, partition, m.key(), value, headers, ts if ts_type else 0, source)
+            )
+            out.forwarded += 1
+            r = item.routing
+            if r.guarantee_id is None:
+                out.ordinary_dests.add(dest)
+            else:
+                out.grouped += 1
+                if r.final:
+                    token = f"{m.topic()}/{m.partition()}/{m.offset()}"
+                    out.finals.append((r.guarantee_id, token))
+        return out
+
+    def _dead_letter(self, item: Item, bad: BadInput, now_ms: int) -> Record:
+        m = item.m
+        ts_type, ts = m.timestamp()
+        record = events.dead_letter(
+            bad,
+            side=self.spec.side,
+            unit=self.unit,
+            topic=m.topic(),
+            partition=m.partition(),
+            offset=m.offset(),
+            timestamp_ms=ts if ts_type else None,
+            key=m.key(),
+            value=m.value(),
+            headers=item.headers,
+            now_ms=now_ms,
+            max_value_bytes=self.max_record,
+        )
+        headers = [
+            (schemas.SCHEMA_HEADER, events.DEAD_LETTER.encode()),
+            ("reason", bad.code.encode()),
+        ]
+        log.warning("dead-lettered %s: %s", where(m), bad)
+        return Record(self.dead_letter_topic, -1, m.key(), record, headers, 0, None)
+
+    def _park(self, item: Item, orphan: bool, now_ms: int, out: Output) -> None:
+        """A message of a stopped group, or an orphan: dead-lettered, in order, and
+        forwarded nowhere. A malformed one keeps its own reason."""
+        m = item.m
+        gid = (
+            (item.routing.guarantee_id if item.routing else None)
+            or (item.bad.guarantee_id if item.bad else None)
+            or ""
+        )
+        if orphan:
+            out.orphans_parked += 1
+            reason = item.bad or BadInput(
+                "group-entry-missing",
+                f"group {gid!r} continues (sequence > 0) but has no table entry: it expired "
+                "or the table was lost; routing it anew could split the group",
+            )
+        elif item.bad is not None and item.stop:
+            reason = item.bad
+            out.groups_stopped += 1
+            log.error("stopping group %r at %s: %s (policy stop-group)", gid, where(m), item.bad)
+            record = events.group_stopped(
+                gid,
+                item.bad,
+                side=self.spec.side,
+                topology=self.topology,
+                unit=self.unit,
+                topic=m.topic(),
+                partition=m.partition(),
+                offset=m.offset(),
+                now_ms=now_ms,
+            )
+            out.records.append(self._event(events.GROUP_STOPPED, gid.encode(), record))
+        else:
+            reason = item.bad or BadInput(
+                "group-stopped", f"group {gid!r} is stopped (policy stop-group); parked"
+            )
+        out.records.append(self._dead_letter(item, reason, now_ms))
+
+    def _event(self, schema: str, key: bytes | None, record: bytes) -> Record:
+        headers = [(schemas.SCHEMA_HEADER, schema.encode())]
+        return Record(self.events_topic, -1, key, record, headers, 0, None)

@@ -1,0 +1,116 @@
+"""The route step: a classified batch -> one management-table call -> a decision per item.
+
+Requests are `router.routing.RouteRequest`s, encoded by the table (`router.table.encode`),
+so the flags are spelled in one place. A bad message whose group is known is routed too,
+so that its group stays whole (dead-lettered but routed, or stopping its group). Redis
+unavailable marks the batch failed: nothing of it may be forwarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis
+
+from router.batch import Batch, Item
+from router.config import RoutingSettings
+from router.faults import Faults
+from router.holds import Holds
+from router.metrics import Metrics
+from router.routing import HELD, RouteRequest
+from router.table import ManagementTable
+
+log = logging.getLogger("router.route")
+
+
+def request_for(item: Item, rules: RoutingSettings, lane: str, force_share: bool) -> RouteRequest:
+    """What the table needs to know about one item (call only for items with a group or
+    good routing headers)."""
+    m, r, bad = item.m, item.routing, item.bad
+    if r is not None:
+        gid, final, ttl, seq = r.guarantee_id, r.final, r.ttl_ms, r.seq
+    else:
+        assert bad is not None and bad.guarantee_id is not None
+        gid, final, ttl, seq = bad.guarantee_id, False, rules.default_ttl_ms, bad.seq
+    return RouteRequest(
+        gid,
+        final,
+        ttl,
+        f"{lane}/{m.offset()}" if final else "",
+        lane,
+        force_share=force_share,
+        dead=bad is not None and not item.stop,
+        poison_stop=bad is not None and item.stop,
+        continuation=gid is not None and bool(seq),
+    )
+
+
+class TableRoute:
+    def __init__(
+        self,
+        table: ManagementTable,
+        rules: RoutingSettings,
+        metrics: Metrics,
+        holds: Holds,
+        faults: Faults,
+    ) -> None:
+        self.table = table
+        self.rules = rules
+        self.metrics = metrics
+        self.holds = holds
+        self.faults = faults
+        self._lanes: dict[tuple[str, int], str] = {}
+
+    def lane(self, topic: str, partition: int) -> str:
+        lane = self._lanes.get((topic, partition))
+        if lane is None:
+            lane = self._lanes[(topic, partition)] = f"{topic}/{partition}"
+        return lane
+
+    def route(self, batch: Batch) -> None:
+        rules, holds, metrics = self.rules, self.holds, self.metrics
+        now = time.monotonic()
+        requests: list[RouteRequest] = []
+        routed: list[Item] = []
+        for item in batch.items:
+            if item.routing is None and (item.bad is None or item.bad.guarantee_id is None):
+                continue  # bad, and no group to keep whole: dead-lettered as it is
+            m = item.m
+            force = bool(holds) and holds.timed_out((m.topic(), m.partition()), m.offset(), now)
+            if force:
+                metrics.inc("hold_timeouts")
+            requests.append(request_for(item, rules, self.lane(m.topic(), m.partition()), force))
+            routed.append(item)
+        table = self.table
+        epoch, resets = table.epoch, table.resets
+        batch.routed_at = time.monotonic()
+        t0 = time.perf_counter_ns()
+        try:
+            result = table.route(requests, batch=batch.id)
+        except redis.RedisError as exc:
+            metrics.inc("redis_errors")
+            batch.failure = f"Redis unavailable, nothing forwarded: {exc}"
+            return
+        if requests:
+            metrics.inc("redis_round_trips")
+            metrics.inc("route_us", (time.perf_counter_ns() - t0) // 1000)
+        metrics.inc("busy_shared", result.shared)
+        metrics.inc("busy_held", result.held)
+        metrics.inc("orphans", result.orphans)
+        if table.resets > resets:
+            metrics.inc("table_resets")
+            batch.table_reset = (epoch, table.epoch)
+            log.error(
+                "table lost (epoch %s -> %s): Redis came back without its data? Groups with "
+                "sequence numbers are protected; open groups without them may split.",
+                epoch,
+                table.epoch,
+            )
+        held_at = batch.held_at
+        for item, decision in zip(routed, result.decisions, strict=True):
+            item.decision = decision
+            if decision == HELD:
+                held_at[(item.m.topic(), item.m.partition())] = item.m.offset()
+        if self.faults.hit("after_route"):
+            self.faults.die("after_route")

@@ -1,0 +1,137 @@
+"""A unit's source: its consumer, the partitions assigned to it, and where they resume.
+
+Polling in batches, pausing and resuming, rewinding (seek) and reading the committed
+offsets. Rebalance callbacks stay with the run loop, which must complete the batch in
+flight before partitions move on; this class only keeps the assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from router.batch import TP
+from router.metrics import Metrics
+
+log = logging.getLogger("router.source")
+
+Callback = Callable[[Consumer, list[TopicPartition]], None]
+
+
+class FatalUnitError(RuntimeError):
+    """The unit cannot continue (a fatal consumer error, a rewind that failed): exit
+    non-zero. Dying is safe: the group hands its partitions on from the committed offsets."""
+
+
+def tps(partitions: Iterable[TP]) -> list[TopicPartition]:
+    return [TopicPartition(t, p) for t, p in partitions]
+
+
+class Source:
+    def __init__(self, config: dict[str, object], batch_size: int, metrics: Metrics) -> None:
+        self.consumer = Consumer(config)
+        self.batch_size = batch_size
+        self.metrics = metrics
+        self.assigned: set[TP] = set()
+
+    def subscribe(self, topics: list[str], on_assign: Callback, on_revoke: Callback) -> None:
+        self.consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+
+    def poll(self, timeout: float) -> list[Message]:
+        """Wait up to `timeout` s for one message, then take whatever else is already
+        fetched, up to batch_size. Messages of partitions revoked meanwhile are dropped."""
+        first = self.consumer.poll(timeout)
+        if first is None:
+            return []
+        messages = [first]
+        if self.batch_size > 1:
+            messages.extend(self.consumer.consume(self.batch_size - 1, 0))
+        good = []
+        assigned = self.assigned
+        for m in messages:
+            err = m.error()
+            if err is None:
+                if (m.topic(), m.partition()) in assigned:
+                    good.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self.error(err)
+        return good
+
+    def drain_paused(self, timeout: float) -> None:
+        """Poll while every partition is paused (so the group keeps us); anything already
+        fetched is rewound rather than handled."""
+        m = self.consumer.poll(timeout)
+        if m is not None:
+            if m.error() is None:
+                self.seek(m.topic(), m.partition(), m.offset())
+            else:
+                self.error(m.error())
+
+    def error(self, err: KafkaError) -> None:
+        self.metrics.inc("kafka_errors")
+        if err.fatal():
+            raise FatalUnitError(f"fatal consumer error: {err}")
+        log.warning("consumer error: %s", err)
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        if (topic, partition) not in self.assigned:
+            return  # revoked meanwhile: the next owner starts from the committed offset
+        try:
+            self.consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as exc:
+            # Going on would commit past messages never forwarded.
+            raise FatalUnitError(f"could not rewind {topic}[{partition}] to {offset}") from exc
+
+    def pause(self, partitions: Iterable[TP]) -> None:
+        if ps := tps(partitions):
+            self.consumer.pause(ps)
+
+    def resume(self, partitions: Iterable[TP]) -> None:
+        if ps := tps(partitions):
+            self.consumer.resume(ps)
+
+    def rewind_to_committed(self) -> bool:
+        """Every assigned partition back to the group's committed offset. False if the
+        coordinator does not answer yet."""
+        assigned = tps(self.assigned)
+        try:
+            committed = self.consumer.committed(assigned, timeout=30) if assigned else []
+        except KafkaException as exc:
+            log.warning("cannot read the committed offsets yet: %s", exc)
+            return False
+        for tp in committed:
+            self.seek(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+        log.warning("resuming %d partitions from their committed offsets", len(committed))
+        return True
+
+    def assign(self, partitions: list[TopicPartition], paused: bool) -> None:
+        """Take newly assigned partitions (incremental protocols: KIP-848, cooperative-
+        sticky). librdkafka keeps a partition's pause flag across losing and regaining
+        it, so say explicitly what it should be."""
+        for tp in partitions:
+            self.assigned.add((tp.topic, tp.partition))
+        self.consumer.incremental_assign(partitions)
+        if partitions:
+            if paused:
+                self.consumer.pause(partitions)
+            else:
+                self.consumer.resume(partitions)
+
+    def revoke(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.assigned.discard((tp.topic, tp.partition))
+
+    def group_metadata(self) -> object:
+        return self.consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self.consumer.close()  # leaves the consumer group now, not at session timeout

@@ -1,0 +1,108 @@
+"""The steps of a unit's batch, composed: classify -> route -> emit, then settle after
+the batch's transaction committed. The run loop (`router.unit`) only sees `Steps`; the
+raw relay is the same loop with pass-through steps (`router.relay`)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import redis
+from confluent_kafka import Message
+
+from router.batch import Batch
+from router.classify import Classifier
+from router.config import RouterSettings
+from router.emit import Emitter, Output
+from router.faults import Faults
+from router.holds import Holds
+from router.metrics import Metrics
+from router.route import TableRoute
+from router.side import SideSpec, table_for
+from router.table import ManagementTable
+
+log = logging.getLogger("router.steps")
+
+
+class Steps(Protocol):
+    def decide(self, batch: Batch, messages: list[Message]) -> None:
+        """Fill the batch: items and their decisions, or `batch.failure`."""
+
+    def emit(self, batch: Batch, now_ms: int) -> Output:
+        """The records the batch's transaction produces."""
+
+    def settle(self, batch: Batch, out: Output) -> None:
+        """After the batch's transaction committed."""
+
+
+class RoutingSteps:
+    """A transfer unit's steps: the patent's routing through a management table."""
+
+    def __init__(
+        self,
+        classifier: Classifier,
+        route: TableRoute,
+        emitter: Emitter,
+        table: ManagementTable,
+        metrics: Metrics,
+    ) -> None:
+        self.classifier = classifier
+        self.route = route
+        self.emitter = emitter
+        self.table = table
+        self.metrics = metrics
+
+    def decide(self, batch: Batch, messages: list[Message]) -> None:
+        self.classifier.classify(batch, messages)
+        self.route.route(batch)
+
+    def emit(self, batch: Batch, now_ms: int) -> Output:
+        return self.emitter.emit(batch, now_ms)
+
+    def settle(self, batch: Batch, out: Output) -> None:
+        """End the batch's in-flight leases and release the groups whose final it
+        committed (one round trip). If Redis is away, the leases expire by themselves and
+        the sweeper releases the finals once it sees the committed offsets: nothing can
+        split meanwhile, a destination is only freed late."""
+        if not out.finals and not out.ordinary_dests:
+            return
+        m = self.metrics
+        try:
+            m.inc("released", self.table.settle(batch.id, out.ordinary_dests, out.finals))
+            m.inc("redis_round_trips")
+        except redis.RedisError as exc:
+            m.inc("redis_errors")
+            m.inc("release_failures", len(out.finals))
+            log.warning(
+                "settling batch %s failed (%d finished groups left to the sweeper): %s",
+                batch.id,
+                len(out.finals),
+                exc,
+            )
+
+
+@dataclass(frozen=True)
+class UnitContext:
+    """What a unit shares with its steps."""
+
+    settings: RouterSettings
+    spec: SideSpec
+    instance: str
+    redis: redis.Redis
+    metrics: Metrics
+    holds: Holds
+    faults: Faults
+    rejected: dict[tuple[str, int, int], str]  # source position -> the broker's refusal
+
+
+def routing_steps(ctx: UnitContext) -> RoutingSteps:
+    """The steps of a transfer unit of `ctx.spec.side`."""
+    table = table_for(ctx.settings, ctx.spec.side, ctx.redis)
+    return RoutingSteps(
+        Classifier(ctx.settings, ctx.spec.side, ctx.rejected),
+        TableRoute(table, ctx.settings.routing, ctx.metrics, ctx.holds, ctx.faults),
+        Emitter(ctx.settings, ctx.spec, ctx.instance),
+        table,
+        ctx.metrics,
+    )
