@@ -3,7 +3,8 @@
 classify -> items, with bad input marked; route -> a decision per item, held partitions,
 the table's epoch; emit -> the records to produce (`router.emit.Output`). Offsets travel
 with the batch: `first` says where each source partition rewinds to if the batch fails,
-`resume_offsets()` what its transaction commits.
+`resume_offsets()` what its transaction commits. `routed_at` and `lease_until` say how
+long the leases of its ordinary messages' destinations last (`router.leases`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class Batch:
     table_reset: tuple[str, str] | None = None  # (previous epoch, new epoch)
     failure: str | None = None  # why nothing of it may be produced (e.g. Redis away)
     routed_at: float | None = None  # time.monotonic() just before the table call
+    # Set by the unit (`router.leases`): when its ordinary messages' leases end, by the
+    # unit's clock, less a safety margin.
+    lease_until: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # step-specific notes
 
     def track(self, m: Message) -> TP:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
 import socket
 import threading
@@ -137,9 +138,29 @@ def dispose_in_background(box: list[Any]) -> None:
     benchmark harness, the sender library) hand them here when they are done, so that
     such a hang strands a daemon thread instead of the caller. `box` must hold the only
     references (build it as `[obj.__dict__.pop(name)]`): it is emptied on the thread, so
-    the last reference, and the destroy, go with it."""
+    the last reference, and the destroy, go with it.
 
-    def drop() -> None:
-        box.clear()
+    Safe in `__del__`: it only puts the box on a `queue.SimpleQueue` (reentrant). Starting
+    a thread there is not: a garbage collection inside `Thread.start` runs the `__del__`
+    while the threading module's lock is held, and the new thread never starts (seen as
+    a test run stuck for good)."""
+    _disposals.put(box)
+    if _dispatcher[0] != os.getpid():  # forked: the dispatcher thread stayed behind
+        _start_dispatcher()
 
-    threading.Thread(target=drop, name="kafka-client-dispose", daemon=True).start()
+
+def _dispatch() -> None:
+    while True:
+        box = _disposals.get()
+        threading.Thread(target=box.clear, name="kafka-client-dispose", daemon=True).start()
+        del box
+
+
+def _start_dispatcher() -> None:
+    _dispatcher[0] = os.getpid()
+    threading.Thread(target=_dispatch, name="kafka-client-dispatch", daemon=True).start()
+
+
+_disposals: queue.SimpleQueue[list[Any]] = queue.SimpleQueue()
+_dispatcher = [0]  # the pid the dispatcher thread runs in
+_start_dispatcher()

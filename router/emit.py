@@ -18,7 +18,7 @@ from router import contract, events, schemas
 from router.batch import Batch, Item, where
 from router.config import RouterSettings
 from router.contract import BadInput
-from router.routing import ORPHAN, PARKED
+from router.routing import ORPHAN, PARKED, SPANS
 from router.side import SideSpec
 
 log = logging.getLogger("router.emit")
@@ -41,7 +41,9 @@ class Record(NamedTuple):
 @dataclass(slots=True)
 class Output:
     records: list[Record] = field(default_factory=list)
-    finals: list[tuple[str, str]] = field(default_factory=list)  # (gid, token) forwarded
+    # (gid, token) of finals routed (forwarded, or dead-lettered: the group ends either way)
+    finals: list[tuple[str, str]] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)  # groups this batch stopped
     ordinary_dests: set[str] = field(default_factory=set)
     forwarded: int = 0
     grouped: int = 0
@@ -89,9 +91,16 @@ class Emitter:
                 out.parked += 1
                 self._park(item, dest == ORPHAN, now_ms, out)
                 continue
+            if dest == SPANS:
+                out.dead += 1
+                records.append(self._dead_letter(item, item.bad or _spans(item), now_ms))
+                continue
             if item.bad is not None:
                 out.dead += 1
                 records.append(self._dead_letter(item, item.bad, now_ms))
+                r = item.routing
+                if r is not None and r.final and r.guarantee_id and dest and dest[0] != "!":
+                    out.finals.append((r.guarantee_id, _token(item)))
                 continue
             assert dest is not None and item.routing is not None
             m = item.m
@@ -114,8 +123,7 @@ class Emitter:
             else:
                 out.grouped += 1
                 if r.final:
-                    token = f"{m.topic()}/{m.partition()}/{m.offset()}"
-                    out.finals.append((r.guarantee_id, token))
+                    out.finals.append((r.guarantee_id, _token(item)))
         return out
 
     def _dead_letter(self, item: Item, bad: BadInput, now_ms: int) -> Record:
@@ -161,6 +169,7 @@ class Emitter:
         elif item.bad is not None and item.stop:
             reason = item.bad
             out.groups_stopped += 1
+            out.stopped.append(gid)
             log.error("stopping group %r at %s: %s (policy stop-group)", gid, where(m), item.bad)
             record = events.group_stopped(
                 gid,
@@ -183,3 +192,23 @@ class Emitter:
     def _event(self, schema: str, key: bytes | None, record: bytes) -> Record:
         headers = [(schemas.SCHEMA_HEADER, schema.encode())]
         return Record(self.events_topic, -1, key, record, headers, 0, None)
+
+
+def _token(item: Item) -> str:
+    """A final's source position, as the route step gave it to the table."""
+    m = item.m
+    return f"{m.topic()}/{m.partition()}/{m.offset()}"
+
+
+def _spans(item: Item) -> BadInput:
+    m, r = item.m, item.routing
+    gid = r.guarantee_id if r is not None else None
+    bad = BadInput(
+        "group-spans-partitions",
+        f"group {gid!r} is open on another partition than {m.topic()}[{m.partition()}]: a "
+        "group's messages must come from one send-queue partition, in order (the sender "
+        "library keeps a group on one); routing this one could split the group",
+    )
+    bad.guarantee_id = gid
+    bad.seq = r.seq if r is not None else None
+    return bad

@@ -1,11 +1,19 @@
 """The routing decision of the patent, as a pure model over a table snapshot (no I/O).
 
-This is the specification. The Redis adapter (`router.table`, scripts in `router/lua/`)
-implements the same rules atomically inside Redis; a property test runs both side by
-side on random histories and requires identical decisions and tables.
+This module names the rules and their types; `router.model.TableModel` is the
+specification. The Redis adapter (`router.table`, scripts in `router/lua/`) implements
+the same rules atomically inside Redis; a property test runs both side by side on random
+histories and requires identical decisions and tables.
 
 Rules, for each message of a batch, in order:
 
+* A group lives on one *lane* (source partition), recorded in its entry: only one
+  lane's order is a group's order. A message of an open group from another lane answers
+  SPANS (the unit dead-letters it, `group-spans-partitions`): routing it could append it
+  out of order, or after the final the other lane releases. A first message (no
+  sequence number > 0) from another lane for a group whose final was routed but not yet
+  released is the ID reused: it answers HELD until the release (whatever the policy; a
+  forced share does not apply) and then starts a new group.
 * Known group (its guarantee ID has an entry) -> the entry's destination. The entry's
   update time is refreshed (and its TTL set from this message). A final message marks the
   entry *closing* with the message's source position; the entry is removed only by
@@ -22,9 +30,12 @@ Rules, for each message of a batch, in order:
   destination could be appended after the group's first message: an interleaving.
 * Within a batch, a destination whose open groups all had their final message routed
   earlier in the same batch counts as free: the batch is one transaction from one
-  producer, so what it sends there next is appended after those finals, and if the
-  batch aborts, the replay finds the same entries. (Other batches still see it busy
-  until the batch commits and settles.)
+  producer, so what it sends there next is appended after those finals. For a *new group*
+  only finals from the group's own lane count: if the batch aborts, the new group's entry
+  survives, and a replay split over two units (a rebalance) could append the new group's
+  messages before a final from another lane; from the same lane, any replay keeps the
+  lane's order. (Other batches still see the destination busy until the batch commits
+  and settles.)
 * Choosing among candidates: a destination's cost is its load (number of open groups
   not closed earlier in this batch) and, for a new group, whether another batch has it
   in flight. The cheapest are the
@@ -37,30 +48,34 @@ Rules, for each message of a batch, in order:
   request with `force_share` (its hold timed out) is shared regardless of policy.
 * Poison and orphans (the unit decides what is bad; the table keeps groups whole):
   - a request with `dead` (a bad message of a group under the dead-letter policy) is
-    routed like a non-final message, so its group keeps its entry and continues; the unit
-    dead-letters the message itself;
+    routed like any message of its group, so its group keeps its entry and continues;
+    the unit dead-letters the message itself. A dead-lettered final still ends its group
+    (its release frees the destination);
   - a request with `poison_stop` (a bad message under the stop-group policy) marks its
     group's entry stopped (creating one without a destination if the group is new) and
     answers PARKED; every later message of a stopped group answers PARKED too, so the
-    unit parks them in order and forwards nothing more of that group;
+    unit parks them in order and forwards nothing more of that group. Once the batch that
+    stopped it commits, `settle` with the token STOPPED frees its destination (the entry
+    stays, without a destination, so that later messages are still parked);
   - a request with `continuation` (sequence number > 0) for a group with no entry answers
     ORPHAN and creates nothing: its entry expired or the table was lost, and routing it as
     a new group could send the rest of the group to another destination.
-* `sweep(now)` removes entries idle past their TTL (now > update time + TTL), oldest
-  deadline first.
+* `sweep(now, horizon)` removes entries idle past their TTL (update time + TTL before
+  now), oldest deadline first, and only if their deadline is also before the side's
+  horizon: never while the side's sources may still hold a record written before the
+  deadline (`router/horizon.py`).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 HELD = "!h"
 SKIPPED = "!s"
 PARKED = "!p"  # a message of a stopped group
 ORPHAN = "!o"  # a continuation of a group that has no entry
+SPANS = "!x"  # a message of an open group from another lane than the group's
 STOPPED = "!stop"  # Entry.closing of a stopped group
 NO_DEST = "!"  # Entry.dest of a group stopped before it had a destination
 
@@ -89,6 +104,7 @@ class Entry:
     updated_ms: int
     ttl_ms: int
     closing: str = ""  # source position of the routed final message, "" while open
+    lane: str = ""  # the source partition the group's messages come from
 
     @property
     def deadline_ms(self) -> int:
@@ -97,7 +113,7 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class RouteResult:
-    decisions: list[str]  # a destination name, HELD or SKIPPED, one per request
+    decisions: list[str]  # a destination name, or a "!" decision, one per request
     shared: int  # placed on a busy destination (policy share, or a hold that timed out)
     held: int
     created: int  # new entries
@@ -113,7 +129,9 @@ class TraceStep:
     decision: str
     known: bool  # the group already had an entry
     free: frozenset[str]  # in charge of no open group (except ones closed in this batch)
-    clean: frozenset[str]  # free, and no other batch's ordinary messages in flight
+    # free for a new group of this lane (finals of this batch count only from the same
+    # lane), and no other batch's ordinary messages in flight
+    clean: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,175 +139,3 @@ class Swept:
     guarantee_id: str
     entry: Entry
     swept_ms: int
-
-
-@dataclass
-class TableModel:
-    """One management table (send side or receive side)."""
-
-    destinations: list[str]
-    policy: Policy = "share"
-    entries: dict[str, Entry] = field(default_factory=dict)
-    load: dict[str, int] = field(default_factory=dict)
-    cursor: int = 0
-    # (destination, batch ID) -> lease expiry: ordinary messages routed, not yet committed
-    inflight: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    def _choose(self, fenced: set[str], freed: Counter[str]) -> tuple[int, bool]:
-        """(index of the chosen destination, whether it is busy)."""
-        n = len(self.destinations)
-        cost = [(self.load.get(d, 0) - freed[d], d in fenced) for d in self.destinations]
-        best = min(cost)
-        for k in range(n):
-            i = (self.cursor + k) % n
-            if cost[i] == best:
-                return i, best != (0, False)
-        raise AssertionError("unreachable: some destination has the minimum cost")
-
-    def route(
-        self,
-        requests: Sequence[RouteRequest],
-        now_ms: int,
-        batch: str = "batch",
-        lease_ms: int = 15_000,
-        trace: list[TraceStep] | None = None,
-    ) -> RouteResult:
-        self.inflight = {k: exp for k, exp in self.inflight.items() if exp > now_ms}
-        fenced = {d for (d, b) in self.inflight if b != batch}
-        decisions: list[str] = []
-
-        freed: Counter[str] = Counter()  # groups per destination closed in this batch
-        closed_here: set[str] = set()
-
-        def record(r: RouteRequest, known: bool) -> None:
-            if trace is not None:
-                free = frozenset(
-                    d for d in self.destinations if self.load.get(d, 0) - freed[d] == 0
-                )
-                trace.append(TraceStep(r, decisions[-1], known, free, free - fenced))
-
-        held_lanes: set[str] = set()
-        shared = held = created = stopped = orphans = 0
-        batch_dest: str | None = None
-        for r in requests:
-            if r.lane in held_lanes:
-                decisions.append(SKIPPED)
-                continue
-            gid = r.guarantee_id
-            entry = self.entries.get(gid) if gid is not None else None
-            if entry is not None:
-                assert gid is not None
-                entry.updated_ms = now_ms
-                if entry.closing == STOPPED:
-                    decisions.append(PARKED)
-                    record(r, True)
-                    continue
-                if r.poison_stop:
-                    if gid in closed_here:
-                        closed_here.discard(gid)
-                        freed[entry.dest] -= 1
-                    entry.closing = STOPPED
-                    stopped += 1
-                    decisions.append(PARKED)
-                    record(r, True)
-                    continue
-                entry.ttl_ms = r.ttl_ms
-                decisions.append(entry.dest)
-                record(r, True)
-                if r.final and not r.dead:
-                    entry.closing = r.token
-                    if gid not in closed_here:
-                        closed_here.add(gid)
-                        freed[entry.dest] += 1
-                elif entry.closing:
-                    entry.closing = ""
-                    if gid in closed_here:  # the ID reused in this very batch
-                        closed_here.discard(gid)
-                        freed[entry.dest] -= 1
-                continue
-            if gid is not None and r.continuation:
-                orphans += 1
-                decisions.append(ORPHAN)
-                record(r, False)
-                continue
-            if gid is not None and r.poison_stop:
-                self.entries[gid] = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, STOPPED)
-                stopped += 1
-                decisions.append(PARKED)
-                record(r, False)
-                continue
-            ordinary = r.guarantee_id is None
-            if (
-                ordinary
-                and batch_dest is not None
-                and self.load.get(batch_dest, 0) - freed[batch_dest] == 0
-            ):
-                decisions.append(batch_dest)
-                record(r, False)
-                continue
-            index, busy = self._choose(set() if ordinary else fenced, freed)
-            if busy and self.policy == "hold" and not r.force_share:
-                held += 1
-                held_lanes.add(r.lane)
-                decisions.append(HELD)
-                record(r, False)
-                continue
-            if busy:
-                shared += 1
-            dest = self.destinations[index]
-            decisions.append(dest)
-            record(r, False)
-            self.cursor = (index + 1) % len(self.destinations)
-            if ordinary:
-                batch_dest = dest
-                self.inflight[(dest, batch)] = now_ms + lease_ms
-            else:
-                assert r.guarantee_id is not None
-                final = r.final and not r.dead
-                self.entries[r.guarantee_id] = Entry(
-                    dest, now_ms, now_ms, r.ttl_ms, r.token if final else ""
-                )
-                self.load[dest] = self.load.get(dest, 0) + 1
-                created += 1
-                if final:
-                    closed_here.add(r.guarantee_id)
-                    freed[dest] += 1
-        return RouteResult(decisions, shared, held, created, stopped, orphans)
-
-    def settle(self, batch: str, dests: Iterable[str], finals: Iterable[tuple[str, str]]) -> int:
-        """After a batch's commit: end its in-flight leases and release its finals."""
-        for d in dests:
-            self.inflight.pop((d, batch), None)
-        return self.release(finals)
-
-    def _remove(self, gid: str) -> Entry:
-        entry = self.entries.pop(gid)
-        if entry.dest != NO_DEST:
-            self.load[entry.dest] -= 1
-            if self.load[entry.dest] == 0:
-                del self.load[entry.dest]
-        return entry
-
-    def release(self, finals: Iterable[tuple[str, str]]) -> int:
-        """Remove entries whose routed final (gid, token) is now committed in Kafka.
-
-        The token "*" (an operator's manual release) matches any entry."""
-        released = 0
-        for gid, token in finals:
-            entry = self.entries.get(gid)
-            if entry is not None and token in (entry.closing, "*"):
-                self._remove(gid)
-                released += 1
-        return released
-
-    def sweep(self, now_ms: int, limit: int | None = None) -> list[Swept]:
-        """Remove entries idle past their TTL, oldest deadline first (ties by ID)."""
-        expired = sorted(
-            (e.deadline_ms, gid) for gid, e in self.entries.items() if e.deadline_ms < now_ms
-        )
-        if limit is not None:
-            expired = expired[:limit]
-        return [Swept(gid, self._remove(gid), now_ms) for _, gid in expired]
-
-    def open_groups(self, dest: str) -> int:
-        return self.load.get(dest, 0)

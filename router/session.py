@@ -12,7 +12,9 @@ machine.
 
 * A batch is produced inside one transaction: `begin` (for a batch decided in the current
   `generation`), `produce` its records, `commit` its consumed offsets (on the call thread,
-  so that the unit can decide the next batch meanwhile), `wait_committed`.
+  so that the unit can decide the next batch meanwhile), `wait_committed`. A batch with
+  leases (`router.leases`) commits only if its records were all appended before
+  `append_by`; the unit gives up (`fail`) an open transaction whose leases lapsed.
 * Any failure of an open or committing transaction moves to FAILED or BROKEN and bumps
   `generation`. A batch decided in an older generation is *stale*: `begin` refuses it, and
   the unit rewinds it. This is how "the next batch was polled while the previous one
@@ -40,6 +42,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from router.callthread import Abandoned, CallThread, Done
 from router.emit import Record
 from router.faults import Faults
+from router.leases import appended_by
 from router.metrics import Metrics
 
 log = logging.getLogger("router.session")
@@ -189,17 +192,38 @@ class TransactionalSession:
         except KafkaException as exc:
             raise self._failed(exc) from exc
 
-    def commit(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
-        """OPEN -> COMMITTING: the offsets into the transaction and the commit, on the
-        call thread. `wait_committed` collects the outcome."""
-        self._to(S.COMMITTING)
-        self._committing = self._calls.submit(self._finish, self.producer, offsets, group_metadata)
+    def fail(self, reason: str) -> TxnFailed:
+        """OPEN -> FAILED: the unit gives up the open transaction (its batch's leases
+        lapsed); it is aborted like any failed one."""
+        self.generation += 1
+        self.failure = reason
+        self._to(S.FAILED)
+        return TxnFailed(reason)
 
-    def _finish(self, producer: Producer, offsets: list[TopicPartition], metadata: Any) -> None:
+    def commit(
+        self, offsets: list[TopicPartition], group_metadata: Any, append_by: float | None = None
+    ) -> None:
+        """OPEN -> COMMITTING: the offsets into the transaction and the commit, on the
+        call thread. With `append_by` (time.monotonic()), the transaction fails unless
+        every record is on the broker by then. `wait_committed` collects the outcome."""
+        self._to(S.COMMITTING)
+        self._committing = self._calls.submit(
+            self._finish, self.producer, offsets, group_metadata, append_by
+        )
+
+    def _finish(
+        self,
+        producer: Producer,
+        offsets: list[TopicPartition],
+        metadata: Any,
+        append_by: float | None,
+    ) -> None:
         producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
         if self.faults.hit("after_produce"):
             producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
             self.faults.die("after_produce")
+        if append_by is not None:  # the batch's leases end then: `router.leases`
+            appended_by(producer, append_by)
         for attempt in range(5):
             try:
                 producer.commit_transaction(TXN_TIMEOUT_S)

@@ -19,6 +19,7 @@ from router.faults import Faults
 from router.holds import Holds
 from router.metrics import Metrics
 from router.route import TableRoute
+from router.routing import STOPPED
 from router.side import SideSpec, table_for
 from router.table import ManagementTable
 
@@ -65,11 +66,12 @@ class RoutingSteps:
         committed (one round trip). If Redis is away, the leases expire by themselves and
         the sweeper releases the finals once it sees the committed offsets: nothing can
         split meanwhile, a destination is only freed late."""
-        if not out.finals and not out.ordinary_dests:
+        if not out.finals and not out.ordinary_dests and not out.stopped:
             return
         m = self.metrics
+        releases = [*out.finals, *((gid, STOPPED) for gid in out.stopped)]
         try:
-            m.inc("released", self.table.settle(batch.id, out.ordinary_dests, out.finals))
+            m.inc("released", self.table.settle(batch.id, out.ordinary_dests, releases))
             m.inc("redis_round_trips")
         except redis.RedisError as exc:
             m.inc("redis_errors")

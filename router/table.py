@@ -15,9 +15,14 @@ from typing import Any, Literal
 
 import redis
 
-from router.routing import Entry, Policy, RouteRequest, RouteResult, Swept
+from router.routing import HELD, SKIPPED, Entry, Policy, RouteRequest, RouteResult, Swept
 
 Side = Literal["send", "receive"]
+
+# Bounds on one route call's work (Redis runs one script at a time, for every unit): a
+# batch larger than this is routed in several calls.
+CALL_REQUESTS = 2_000
+CALL_WORK = 20_000  # requests x destinations
 
 
 def _script(name: str) -> str:
@@ -25,9 +30,10 @@ def _script(name: str) -> str:
 
 
 def _decode_entry(raw: bytes | str) -> Entry:
+    """'dest|opened|updated|ttl|closing|lane' (entries written before lanes have 5 fields)."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    dest, opened, updated, ttl, closing = text.split("|", 4)
-    return Entry(dest, int(opened), int(updated), int(ttl), closing)
+    dest, opened, updated, ttl, closing, *lane = text.split("|", 5)
+    return Entry(dest, int(opened), int(updated), int(ttl), closing, lane[0] if lane else "")
 
 
 def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
@@ -58,6 +64,7 @@ class TableKeys:
     stats: str
     inflight: str
     epoch: str
+    writes: str
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:
@@ -102,9 +109,12 @@ class ManagementTable:
             keys.stats,
             keys.inflight,
             keys.epoch,
+            keys.writes,
         ]
-        # The table's epoch as last seen; a different one means the table was lost.
+        # The table's epoch and write count as last seen: a different epoch, or fewer
+        # writes, means the table was lost (wholly or partly).
         self.epoch = ""
+        self.writes: int | None = None
         self.resets = 0
         self._settle_keys = [
             keys.entries,
@@ -121,19 +131,51 @@ class ManagementTable:
     def route(
         self, requests: Sequence[RouteRequest], now_ms: int | None = None, batch: str = "batch"
     ) -> RouteResult:
-        """Decide a destination for every request of a batch (one round trip)."""
+        """Decide a destination for every request of a batch: one round trip per chunk
+        of `chunk_size` requests, so that no call blocks Redis for long."""
         if not requests:
             return RouteResult([], 0, 0, 0)
+        size = self.chunk_size
+        if len(requests) <= size:
+            return self._route_chunk(requests, now_ms, batch)
+        # A lane held in one chunk stays held for the rest of the batch.
+        decisions: list[str] = []
+        counts = [0] * 5
+        held: set[str] = set()
+        for start in range(0, len(requests), size):
+            chunk = requests[start : start + size]
+            sent = [r for r in chunk if r.lane not in held]
+            result = self._route_chunk(sent, now_ms, batch) if sent else RouteResult([], 0, 0, 0)
+            got = iter(result.decisions)
+            for r in chunk:
+                d = next(got) if r.lane not in held else SKIPPED
+                if d == HELD:
+                    held.add(r.lane)
+                decisions.append(d)
+            res = result
+            for i, n in enumerate((res.shared, res.held, res.created, res.stopped, res.orphans)):
+                counts[i] += n
+        return RouteResult(decisions, *counts)
+
+    @property
+    def chunk_size(self) -> int:
+        """Requests per route call: at most CALL_REQUESTS, and at most CALL_WORK
+        request x destination steps (choosing a destination looks at every one)."""
+        return max(1, min(CALL_REQUESTS, CALL_WORK // len(self.destinations)))
+
+    def _route_chunk(
+        self, requests: Sequence[RouteRequest], now_ms: int | None, batch: str
+    ) -> RouteResult:
         args = self.head_args(batch, now_ms)
         for r in requests:
             args += encode(r)
         out = self._route(keys=self._route_keys, args=args)
-        epoch = _text(out[5])
         if int(out[6]):
             self.resets += 1
-        self.epoch = epoch
+        self.epoch = _text(out[5])
+        self.writes = max(self.writes or 0, int(out[7]))
         return RouteResult(
-            [_text(d) for d in out[7:]],
+            [_text(d) for d in out[8:]],
             int(out[0]),
             int(out[1]),
             int(out[2]),
@@ -149,6 +191,7 @@ class ManagementTable:
             batch,
             self.lease_ms,
             self.epoch,
+            "" if self.writes is None else self.writes,
             *self._dests,
         ]
 
@@ -191,10 +234,11 @@ class ManagementTable:
         """The oldest swept entries whose abandoned-group events are not yet published."""
         swept = []
         for raw in self._r.lrange(self.keys.outbox, 0, limit - 1):
-            dest, opened, updated, ttl, closing, at, gid = _text(raw).split("|", 6)
-            swept.append(
-                Swept(gid, Entry(dest, int(opened), int(updated), int(ttl), closing), int(at))
-            )
+            # "entry|swept_at|gid"; an entry written before lanes has one field less
+            text = _text(raw)
+            n = 5 if text.split("|", 6)[5].isdigit() else 6
+            fields = text.split("|", n + 1)
+            swept.append(Swept(fields[n + 1], _decode_entry("|".join(fields[:n])), int(fields[n])))
         return swept
 
     def ack_outbox(self, count: int) -> None:
@@ -241,3 +285,11 @@ class ManagementTable:
     def drop(self) -> None:
         """Delete the whole table (operators: `router table drop`; tests)."""
         self._r.delete(*self.keys.all())
+
+    def renew(self, batch: str, dests: Iterable[str]) -> bool:
+        """Extend a batch's in-flight leases on `dests` to now + lease_ms (Redis clock), all
+        or none: False if one is gone (expired and removed; `router/lua/lease.lua`)."""
+        script = self.__dict__.get("_lease")
+        if script is None:  # registered on first use: renewals are rare
+            script = self.__dict__["_lease"] = self.client.register_script(_script("lease"))
+        return bool(script(keys=[self.keys.inflight], args=[batch, self.lease_ms, *dests]))

@@ -8,7 +8,9 @@ sequences them, and handles rebalancing, holds and back-off. While a batch's off
 commit run on the session's call thread, the next batch is polled and decided
 (`unit.overlap_commit`); it is produced only once the previous one committed and
 settled, and only if no transaction failed since it was polled (the session's
-generation): otherwise it is rewound, never produced.
+generation): otherwise it is rewound, never produced. A batch that waited past half its
+leases renews them before it produces and commits, and is rewound if they lapsed; its
+commit appends its records before the leases end, or fails (`router.leases`).
 
 Redis or Kafka unavailable: nothing is forwarded, the batch is rewound, partitions are
 paused while the unit backs off (it keeps polling, so it stays in its consumer group).
@@ -20,34 +22,27 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import redis
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from router import clients
 from router.batch import TP, Batch
+from router.bookkeeping import count_committed, forget_committed, tracker
 from router.config import RouterSettings
 from router.emit import Output
 from router.faults import Faults
 from router.holds import Backoff, Holds
-from router.metrics import MetricName, Metrics, MetricsPublisher, metrics_key
+from router.leases import LeaseLost, Leases
+from router.metrics import Metrics, MetricsPublisher, metrics_key
 from router.session import TransactionalSession, TxnFailed, TxnState
-from router.side import SideSpec
+from router.side import SideSpec, table_for
 from router.source import FatalUnitError, Source
 from router.steps import Steps, UnitContext, routing_steps
 
 __all__ = ["FatalUnitError", "TransferUnit"]
 
 log = logging.getLogger("router.unit")
-
-BROKER_REJECTIONS = {
-    KafkaError.MSG_SIZE_TOO_LARGE,
-    KafkaError.RECORD_LIST_TOO_LARGE,
-    KafkaError.INVALID_RECORD,
-    KafkaError.INVALID_MSG,
-    KafkaError.INVALID_MSG_SIZE,
-}
 
 
 class TransferUnit:
@@ -77,6 +72,8 @@ class TransferUnit:
             self.rejected,
         )  # fmt: skip
         self.steps = steps(ctx)
+        self.leases = Leases(table_for(settings, spec.side, self.redis), self.metrics)
+        self._track = tracker(self.rejected)
         self.publisher = MetricsPublisher(
             self.metrics,
             self.redis,
@@ -180,14 +177,17 @@ class TransferUnit:
         if not offsets:  # everything held at the head of its partition
             self._apply_holds(batch)
             return
+        session = self.session
         try:
-            if not self.session.begin(batch.generation):
+            if not session.begin(batch.generation):
                 self._discard(batch)  # polled while the previous transaction failed
                 return
             self._rewound.clear()
             out = self.steps.emit(batch, int(time.time() * 1000))
-            self.session.produce(out.records, self._track)
-            self.session.commit(offsets, self.source.group_metadata())
+            self._keep_leases(batch, out)
+            session.produce(out.records, self._track)
+            append_by = self._keep_leases(batch, out)
+            session.commit(offsets, self.source.group_metadata(), append_by)
         except TxnFailed as exc:
             self._fail(str(exc), batch)
             return
@@ -205,40 +205,21 @@ class TransferUnit:
             return False
         if self.faults.hit("after_commit"):
             self.faults.die("after_commit")
-        counts: list[tuple[MetricName, int]] = [
-            ("batches", 1),
-            ("txn_commits", 1),
-            ("messages_in", out.consumed),
-            ("messages_out", out.forwarded),
-            ("grouped", out.grouped),
-            ("ordinary", out.forwarded - out.grouped),
-            ("finals", len(out.finals)),
-            ("dead_letters", out.dead),
-            ("parked", out.parked),
-            ("groups_stopped", out.groups_stopped),
-            ("orphans_parked", out.orphans_parked),
-        ]
-        for name, n in counts:
-            if n:
-                self.metrics.inc(name, n)
+        count_committed(self.metrics, out)
         self.backoff.ms = 0
         if self.rejected:
-            self._forget_rejected(batch)
+            forget_committed(self.rejected, batch)
         self.steps.settle(batch, out)
         self._apply_holds(batch)
         return True
 
-    def _track(self, source: tuple[str, int, int]) -> Callable[[Any, Any], None]:
-        def delivered(err: KafkaError | None, _msg: Any) -> None:
-            if err is not None and err.code() in BROKER_REJECTIONS:
-                self.rejected[source] = f"the broker refused the record: {err}"
-
-        return delivered
-
-    def _forget_rejected(self, batch: Batch) -> None:
-        resume = {(tp.topic, tp.partition): tp.offset for tp in batch.resume_offsets()}
-        for key in [k for k in self.rejected if k[2] < resume.get((k[0], k[1]), -1)]:
-            del self.rejected[key]
+    def _keep_leases(self, batch: Batch, out: Output) -> float | None:
+        """When the batch's records must be appended by (None: no leases); renewed if
+        it waited long. Lapsed: its open transaction fails (rewound, replayed)."""
+        try:
+            return self.leases.keep(batch, out.ordinary_dests)
+        except LeaseLost as exc:
+            raise self.session.fail(str(exc)) from exc
 
     def _apply_holds(self, batch: Batch) -> None:
         for (topic, partition), offset in self.holds.settle(batch, time.monotonic()):

@@ -1,23 +1,28 @@
 -- Route one batch atomically: the rules of router/routing.py (the reference model).
 --
--- KEYS: 1 entries (hash gid -> "dest|opened|updated|ttl|closing")
+-- KEYS: 1 entries (hash gid -> "dest|opened|updated|ttl|closing|lane")
 --       2 deadlines (zset gid -> updated + ttl)   3 load (hash dest -> open groups)
 --       4 cursor (string)   5 closing (zset gid -> time marked)   6 stats (hash)
 --       7 inflight (zset "dest|batch" -> lease expiry): ordinary messages not yet committed
 --       8 epoch (string): created with the table; missing again means the table was lost
+--       9 writes (counter): +1 per call; lower than a caller saw means writes were lost
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold'
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
---       6 n destinations, then n destination names
+--       6 the highest write count the caller saw ('' if none)
+--       7 n destinations, then n destination names
 --       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
 --       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
 --       its group, 'c' continuation: sequence number > 0), TTL ms, token (source
 --       position), lane (source partition)
--- Returns: {shared, held, created, stopped, orphans, epoch, reset, decision_1, ...}; a
---          decision is a destination name, '!h' (held), '!s' (skipped: its lane is held),
---          '!p' (parked: its group is stopped) or '!o' (orphan: a continuation without an
---          entry). reset is 1 if the caller's epoch is gone: the table was lost.
-local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, K_EPOCH =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+-- Returns: {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
+--          ...}; a decision is a destination name, '!h' (held), '!s' (skipped: its lane
+--          is held), '!p' (parked: its group is stopped), '!o' (orphan: a continuation
+--          without an entry) or '!x' (its open group lives on another lane). reset is 1
+--          if the table was lost, entirely (the caller's epoch is gone) or partly (fewer
+--          writes than the caller saw: a crash lost the last ones); a partial loss starts
+--          a new epoch, so that every caller learns it.
+local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, K_EPOCH,
+  K_WRITES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -28,11 +33,12 @@ local hold = ARGV[2] == 'hold'
 local batch = ARGV[3]
 local lease = tonumber(ARGV[4])
 local seen_epoch = ARGV[5]
-local ndest = tonumber(ARGV[6])
+local seen_writes = tonumber(ARGV[6])
+local ndest = tonumber(ARGV[7])
 local dests = {}
 local load = {}
 for i = 1, ndest do
-  dests[i] = ARGV[6 + i]
+  dests[i] = ARGV[7 + i]
   load[dests[i]] = 0
 end
 local raw = redis.call('HGETALL', K_LOAD)
@@ -42,7 +48,7 @@ for d, l in pairs(load) do load0[d] = l end
 local cursor = tonumber(redis.call('GET', K_CURSOR) or '0') % ndest
 local cursor0 = cursor
 
-local base = 6 + ndest
+local base = 7 + ndest
 
 local function num(x) return string.format('%.0f', x) end
 
@@ -55,6 +61,14 @@ if not epoch then
   redis.call('SET', K_EPOCH, epoch)
   if seen_epoch ~= '' then reset = 1 end
 elseif seen_epoch ~= '' and seen_epoch ~= epoch then
+  reset = 1
+end
+local writes = redis.call('INCR', K_WRITES)
+if seen_writes and writes <= seen_writes then
+  -- Fewer writes than this caller saw: the table lost its latest writes (a crash under
+  -- appendfsync everysec, a failover to a replica behind). A new epoch tells everyone.
+  epoch = num(now) .. '-' .. batch .. '-partial'
+  redis.call('SET', K_EPOCH, epoch)
   reset = 1
 end
 
@@ -84,26 +98,52 @@ for s = 1, #want, 1000 do
   for j = 1, #chunk do
     local v = vals[j]
     if v then
-      local d, o, u, t, c = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-      cache[chunk[j]] = { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c }
+      local d, o, u, t, c, l = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+      cache[chunk[j]] = { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c,
+                          lane = l }
     end
   end
 end
 
 -- Groups per destination whose final was routed earlier in this batch: the rest of the
 -- batch (one transaction) is appended after those finals, so they do not make it busy.
+-- For a new group only finals from its own lane count (freed_lane[dest .. '|' .. lane]):
+-- its entry survives an abort, and a replay keeps only each lane's own order.
 local freed = {}
+local freed_lane = {}
 local closed_here = {}
 local function eff(d) return load[d] - (freed[d] or 0) end
+local function close(gid, d, lane)
+  if not closed_here[gid] then
+    closed_here[gid] = { d, lane }
+    freed[d] = (freed[d] or 0) + 1
+    freed_lane[d .. '|' .. lane] = (freed_lane[d .. '|' .. lane] or 0) + 1
+  end
+end
+local function reopen(gid)
+  local c = closed_here[gid]
+  if c then
+    closed_here[gid] = nil
+    freed[c[1]] = freed[c[1]] - 1
+    freed_lane[c[1] .. '|' .. c[2]] = freed_lane[c[1] .. '|' .. c[2]] - 1
+  end
+end
 
 -- The first cheapest destination at or after the cursor: cost is (load, fenced) for a
--- new group, load alone for an ordinary message. Returns its 0-based index and busy.
-local function choose(use_fence)
+-- new group of lane `lane`, load alone for an ordinary message (lane nil). Returns its
+-- 0-based index and busy.
+local function choose(lane)
   local cost = {}
   local best = nil
   for i = 1, ndest do
-    local c = eff(dests[i]) * 2
-    if use_fence and fenced[dests[i]] then c = c + 1 end
+    local d = dests[i]
+    local c
+    if lane then
+      c = (load[d] - (freed_lane[d .. '|' .. lane] or 0)) * 2
+      if fenced[d] then c = c + 1 end
+    else
+      c = eff(d) * 2
+    end
     cost[i] = c
     if best == nil or c < best then best = c end
   end
@@ -113,7 +153,7 @@ local function choose(use_fence)
   end
 end
 
-local out = { 0, 0, 0, 0, 0, epoch, reset }
+local out = { 0, 0, 0, 0, 0, epoch, reset, writes }
 local held_lanes = {}
 local batch_dest = nil
 local marks = {}
@@ -129,34 +169,34 @@ for m = 0, nmsg - 1 do
   else
     local e = false
     if gid ~= '' then e = cache[gid] end
-    if e then
+    if e and e.closing ~= '!stop' and e.lane ~= '' and e.lane ~= lane then
+      if e.closing ~= '' and not has('c') then
+        out[2] = out[2] + 1  -- the ID reused on another lane: wait for the release
+        held_lanes[lane] = true
+        decision = '!h'
+      else
+        decision = '!x'
+      end
+    elseif e then
       e.updated = num(now)
+      if e.lane == '' then e.lane = lane end
       touch(gid)
       if e.closing == '!stop' then
         decision = '!p'
       elseif has('p') then
-        if closed_here[gid] then
-          closed_here[gid] = nil
-          freed[e.dest] = freed[e.dest] - 1
-        end
+        reopen(gid)
         e.closing = '!stop'
         out[4] = out[4] + 1
         decision = '!p'
       else
         decision = e.dest
         e.ttl = ttl
-        if has('f') and not has('d') then
+        if has('f') then
           e.closing = token
-          if not closed_here[gid] then
-            closed_here[gid] = true
-            freed[e.dest] = (freed[e.dest] or 0) + 1
-          end
+          close(gid, e.dest, lane)
         elseif e.closing ~= '' then
           e.closing = ''
-          if closed_here[gid] then
-            closed_here[gid] = nil
-            freed[e.dest] = freed[e.dest] - 1
-          end
+          reopen(gid)
         end
       end
     elseif gid ~= '' and has('c') then
@@ -164,14 +204,15 @@ for m = 0, nmsg - 1 do
       decision = '!o'
     elseif gid ~= '' and has('p') then
       cache[gid] = { dest = '!', opened = num(now), updated = num(now), ttl = ttl,
-                     closing = '!stop', closing0 = '' }
+                     closing = '!stop', closing0 = '', lane = lane }
       touch(gid)
       out[4] = out[4] + 1
       decision = '!p'
     elseif gid == '' and batch_dest ~= nil and eff(batch_dest) == 0 then
       decision = batch_dest
     else
-      local i, busy = choose(gid ~= '')
+      local i, busy
+      if gid ~= '' then i, busy = choose(lane) else i, busy = choose(nil) end
       if busy and hold and not has('s') then
         out[2] = out[2] + 1
         held_lanes[lane] = true
@@ -185,18 +226,15 @@ for m = 0, nmsg - 1 do
           marks[#marks + 1] = num(now + lease)
           marks[#marks + 1] = decision .. '|' .. batch
         else
-          local final = has('f') and not has('d')
+          local final = has('f')
           local c = ''
           if final then c = token end
           cache[gid] = { dest = decision, opened = num(now), updated = num(now), ttl = ttl,
-                         closing = c, closing0 = '' }
+                         closing = c, closing0 = '', lane = lane }
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
           touch(gid)
-          if final then
-            closed_here[gid] = true
-            freed[decision] = (freed[decision] or 0) + 1
-          end
+          if final then close(gid, decision, lane) end
         end
       end
     end
@@ -215,7 +253,8 @@ end
 for gid in pairs(dirty) do
   local e = cache[gid]
   hset[#hset + 1] = gid
-  hset[#hset + 1] = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|' .. e.closing
+  hset[#hset + 1] = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|'
+    .. e.closing .. '|' .. e.lane
   zadd[#zadd + 1] = num(tonumber(e.updated) + tonumber(e.ttl))
   zadd[#zadd + 1] = gid
   if e.closing ~= '' and e.closing ~= '!stop' and e.closing ~= e.closing0 then

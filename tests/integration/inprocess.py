@@ -58,14 +58,28 @@ def limit_record_size(admin: AdminClient, topic: str, max_bytes: int) -> None:
 
 
 def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
+    send(bootstrap, topic, [(partition, v, None) for v in values])
+
+
+def send(
+    bootstrap: str, topic: str, records: list[tuple[int, bytes, list[tuple[str, bytes]] | None]]
+) -> None:
+    """Produce (partition, value, headers) records, in order, and wait for them."""
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for v in values:
-        p.produce(topic, v, partition=partition)
+    for partition, value, headers in records:
+        p.produce(topic, value, partition=partition, headers=headers)
     assert p.flush(30) == 0
 
 
 def read_to_end(bootstrap: str, topic: str, partitions: int = 1) -> list[bytes]:
-    """Every committed record of `topic`, read to its end offsets."""
+    """Every committed record's value of `topic`, read to its end offsets."""
+    return [value for value, _ in read_records(bootstrap, topic, partitions)]
+
+
+def read_records(
+    bootstrap: str, topic: str, partitions: int = 1
+) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
+    """Every committed record of `topic` as (value, headers), read to its end offsets."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -76,7 +90,7 @@ def read_to_end(bootstrap: str, topic: str, partitions: int = 1) -> list[bytes]:
         }
     )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[bytes] = []
+    out: list[tuple[bytes, list[tuple[str, bytes]]]] = []
     ended = 0
     try:
         while ended < partitions:
@@ -85,7 +99,7 @@ def read_to_end(bootstrap: str, topic: str, partitions: int = 1) -> list[bytes]:
             if m.error() is not None:
                 ended += 1
             else:
-                out.append(m.value())
+                out.append((m.value(), m.headers() or []))
     finally:
         c.close()
     return out

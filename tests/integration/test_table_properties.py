@@ -26,15 +26,16 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from router.model import TableModel
 from router.routing import (
     HELD,
     NO_DEST,
     ORPHAN,
     PARKED,
     SKIPPED,
+    SPANS,
     STOPPED,
     RouteRequest,
-    TableModel,
     TraceStep,
 )
 from router.table import ManagementTable, TableKeys
@@ -46,7 +47,7 @@ TTLS = [1_000, 5_000]
 UNITS = ["u1", "u2", "u3"]
 LEASE_MS = 3_000
 
-Message = tuple[str | None, bool, int, str, bool, str]
+Message = tuple[str | None, bool, int, str, bool, str, bool]
 message = st.tuples(
     st.one_of(st.none(), st.sampled_from(GIDS)),  # None: an ordinary message
     st.booleans(),  # final (only meaningful with a guarantee ID)
@@ -56,7 +57,11 @@ message = st.tuples(
     # "": plain; d: dead-lettered (group continues); p: poison stopping its group;
     # c: a continuation (sequence number > 0)
     st.sampled_from(["", "", "", "", "c", "c", "d", "p"]),
+    # A group's messages come from its own lane, except rarely (a group that spans
+    # partitions, or its ID reused on another lane)
+    st.integers(0, 12).map(lambda n: n == 0),
 )
+LANE_OF = {g: LANES[i % len(LANES)] for i, g in enumerate(GIDS)}
 
 
 def check_trace(trace: list[TraceStep]) -> None:
@@ -97,8 +102,9 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
 
         def _requests(self, batch: list[Message]) -> list[RouteRequest]:
             out = []
-            for gid, final, ttl, lane, force, kind in batch:
+            for gid, final, ttl, drawn_lane, force, kind, stray in batch:
                 self.counter += 1
+                lane = LANE_OF[gid] if gid is not None and not stray else drawn_lane
                 token = f"{lane}/{self.counter}"
                 grouped = gid is not None
                 out.append(
@@ -136,13 +142,15 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                     assert d == PARKED, "a stopped group's message was not parked"
                 if d == ORPHAN:
                     assert r.continuation and not step.known
+                if d == SPANS:
+                    assert step.known and r.guarantee_id is not None
             self.unsettled[batch_id] = {
                 d
                 for r, d in zip(requests, actual.decisions, strict=True)
                 if r.guarantee_id is None and d[0] != "!"
             }
             for r, d in zip(requests, actual.decisions, strict=True):
-                if r.guarantee_id is None or d in (HELD, SKIPPED, PARKED, ORPHAN):
+                if r.guarantee_id is None or d in (HELD, SKIPPED, PARKED, ORPHAN, SPANS):
                     continue
                 first = self.assigned.setdefault(r.guarantee_id, d)
                 assert first == d, f"group {r.guarantee_id} moved from {first} to {d}"
@@ -150,6 +158,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
 
         def _finals(self, data: st.DataObject) -> list[tuple[str, str]]:
             assert self.model is not None
+            # A stopped group's closing is STOPPED: settling it frees its destination.
             closing = [(g, e.closing) for g, e in self.model.entries.items() if e.closing]
             stale = [(g, "q9/0/999999") for g in GIDS]  # tokens no final was routed from
             manual = [(g, "*") for g in GIDS]  # an operator's release
@@ -158,7 +167,11 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
         def _released(self, finals: list[tuple[str, str]]) -> set[str]:
             assert self.model is not None
             entries = self.model.entries
-            return {g for g, t in finals if g in entries and t in (entries[g].closing, "*")}
+            return {
+                g
+                for g, t in finals
+                if g in entries and t != STOPPED and t in (entries[g].closing, "*")
+            }
 
         @precondition(lambda self: self.table is not None and self.unsettled)
         @rule(data=st.data())

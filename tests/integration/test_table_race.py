@@ -18,10 +18,11 @@ def race(url: str, prefix: str, unit: str, start: Any, out: Any) -> None:
     table = ManagementTable(redis.Redis.from_url(url), TableKeys.of(prefix, "race", "send"), DESTS)
     start.wait()
     decided: dict[str, str] = {}
-    # Small batches, so the two processes' scripts interleave.
+    # Small batches, so the two processes' scripts interleave. The same lane, as when a
+    # partition moves between units and both still route its messages for a moment.
     for i in range(0, len(GIDS), 5):
         chunk = GIDS[i : i + 5]
-        requests = [RouteRequest(g, False, 60_000, "", f"{unit}/0") for g in chunk]
+        requests = [RouteRequest(g, False, 60_000, "", "q/0") for g in chunk]
         result = table.route(requests, batch=f"{unit}:{i}")
         decided.update(zip(chunk, result.decisions, strict=True))
     out.put(decided)

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import os
 
+import redis
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from router import contract
+from router.contract import headers_for
+from router.routing import NO_DEST, STOPPED
+from router.side import table_for
 from tests.conftest import TopologyFactory
 from tests.integration.inprocess import (
     committed,
     limit_record_size,
     produce,
+    read_records,
     read_to_end,
+    send,
     started_unit,
     step_until,
     stop,
@@ -72,3 +79,51 @@ def test_a_batch_polled_while_a_revoke_fails_the_previous_commit_is_not_produced
     assert read_to_end(bootstrap, transfer) == [b"m0", b"m2", b"m3"]
     dead = read_to_end(bootstrap, s.topology.dead_letter_topic)
     assert len(dead) == 1 and b"rejected-by-broker" in dead[0]
+
+
+def test_a_stopped_group_frees_its_destination_and_a_second_partition_is_refused(
+    topology: TopologyFactory, redis_client: redis.Redis
+) -> None:
+    """Defects 6 and 8 through a real unit. A group stopped by a poison message gives its
+    destination back once its batch commits (not after its TTL); a message of an open
+    group arriving on another send-queue partition is dead-lettered
+    (`group-spans-partitions`), never routed into the group."""
+    s = topology(
+        topology={"send_queue_count": 1, "send_queue_partitions": 2, "receive_units": 2},
+        unit={"batch_size": 50},
+    )
+    queue, bootstrap = s.topology.send_queues[0], s.kafka.bootstrap_servers
+    poison = [*headers_for("S", on_poison="stop-group"), (contract.SEQ, b"not-a-number")]
+    send(bootstrap, queue, [
+        (0, b"s0", headers_for("S", seq=0, on_poison="stop-group")),
+        (0, b"s1", poison),
+        (0, b"g0", headers_for("G", seq=0)),
+    ])  # fmt: skip
+    unit = started_unit(s, "send", partitions=2)
+    try:
+        step_until(unit, lambda: committed(s.kafka, s.topology.send_group, queue, 0) == 3, 60, "p0")
+        send(bootstrap, queue, [
+            (1, b"g1", headers_for("G", seq=1)),  # G lives on partition 0
+            (0, b"g2", headers_for("G", seq=2, final=True)),
+        ])  # fmt: skip
+
+        def both_done() -> bool:
+            group = s.topology.send_group
+            return (
+                committed(s.kafka, group, queue, 0) == 4
+                and committed(s.kafka, group, queue, 1) == 1
+            )
+
+        step_until(unit, both_done, 60, "both partitions committed")
+    finally:
+        stop(unit)
+    table = table_for(s, "send", redis_client)
+    assert table.loads() == {}, "a stopped or finished group still holds its destination"
+    stopped = table.entry("S")
+    assert stopped is not None and stopped.closing == STOPPED and stopped.dest == NO_DEST
+    assert table.entry("G") is None
+    forwarded = read_to_end(bootstrap, s.topology.transfer_topic, partitions=2)
+    assert sorted(forwarded) == [b"g0", b"g2", b"s0"]
+    dead = read_records(bootstrap, s.topology.dead_letter_topic)
+    reasons = [dict(headers).get("reason") for _, headers in dead]
+    assert reasons == [b"bad-seq", b"group-spans-partitions"]

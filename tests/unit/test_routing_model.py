@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from router.routing import HELD, SKIPPED, RouteRequest, TableModel
+from router.model import TableModel
+from router.routing import HELD, SKIPPED, RouteRequest
 
 
 def req(

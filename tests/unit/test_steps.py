@@ -10,7 +10,7 @@ from router.classify import Classifier
 from router.config import RouterSettings
 from router.emit import Emitter
 from router.holds import Backoff, Holds
-from router.routing import HELD, ORPHAN, PARKED, SKIPPED
+from router.routing import HELD, ORPHAN, PARKED, SKIPPED, SPANS
 from router.side import side_spec
 from tests.unit.fakes import FakeMessage, msg
 
@@ -113,6 +113,24 @@ def test_emit_dead_letters_parks_and_raises_group_stopped() -> None:
         1,
         1,
     )
+    assert out.stopped == ["s"], "settle frees the stopped group's destination (defect 6)"
+
+
+def test_emit_ends_a_group_whose_final_is_dead_lettered_and_refuses_a_second_lane() -> None:
+    """Defects 6 and 8: a dead-lettered final still ends its group (settle releases it);
+    a message whose group lives on another lane is dead-lettered with its reason."""
+    too_big = b"x" * (SETTINGS.kafka.max_message_bytes + 1)
+    batch = classified(
+        msg(1, "g", seq=0),
+        msg(2, "g", seq=1, final=True, value=too_big),
+        msg(3, "h", seq=4, partition=1),
+    )
+    out = emitted(batch, ["1", "1", SPANS])
+    reasons = [dict(r.headers).get("reason") for r in out.records]
+    assert reasons == [None, b"oversized", b"group-spans-partitions"]
+    assert out.finals == [("g", "in/0/2")]
+    letter = schemas.decode(events.DEAD_LETTER, out.records[2].value)
+    assert letter["reason_code"] == "group-spans-partitions" and letter["source_partition"] == 1
 
 
 def test_emit_skips_what_a_hold_keeps_back_and_the_offsets_resume_there() -> None:

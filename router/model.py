@@ -1,0 +1,240 @@
+"""The management table as a pure model: the specification of `router.routing`'s rules.
+
+No I/O. The Lua scripts (`router/lua/`) must take the same decisions and leave the same
+table; `tests/integration/test_table_properties.py` runs both on random histories.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from router.routing import (
+    HELD,
+    NO_DEST,
+    ORPHAN,
+    PARKED,
+    SKIPPED,
+    SPANS,
+    STOPPED,
+    Entry,
+    Policy,
+    RouteRequest,
+    RouteResult,
+    Swept,
+    TraceStep,
+)
+
+
+@dataclass
+class TableModel:
+    """One management table (send side or receive side)."""
+
+    destinations: list[str]
+    policy: Policy = "share"
+    entries: dict[str, Entry] = field(default_factory=dict)
+    load: dict[str, int] = field(default_factory=dict)
+    cursor: int = 0
+    # (destination, batch ID) -> lease expiry: ordinary messages routed, not yet committed
+    inflight: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def _choose(self, cost: list[tuple[int, bool]]) -> tuple[int, bool]:
+        """(index of the cheapest destination at or after the cursor, whether it is busy)."""
+        n = len(self.destinations)
+        best = min(cost)
+        for k in range(n):
+            i = (self.cursor + k) % n
+            if cost[i] == best:
+                return i, best != (0, False)
+        raise AssertionError("unreachable: some destination has the minimum cost")
+
+    def route(
+        self,
+        requests: Sequence[RouteRequest],
+        now_ms: int,
+        batch: str = "batch",
+        lease_ms: int = 15_000,
+        trace: list[TraceStep] | None = None,
+    ) -> RouteResult:
+        self.inflight = {k: exp for k, exp in self.inflight.items() if exp > now_ms}
+        fenced = {d for (d, b) in self.inflight if b != batch}
+        decisions: list[str] = []
+        # Groups per destination whose final was routed earlier in this batch, in all and
+        # per (destination, lane) of the final.
+        freed: Counter[str] = Counter()
+        freed_lane: Counter[tuple[str, str]] = Counter()
+        closed_here: dict[str, tuple[str, str]] = {}  # gid -> (destination, lane)
+
+        def close(gid: str, dest: str, lane: str) -> None:
+            if gid not in closed_here:
+                closed_here[gid] = (dest, lane)
+                freed[dest] += 1
+                freed_lane[(dest, lane)] += 1
+
+        def reopen(gid: str) -> None:
+            if gid in closed_here:
+                dest, lane = closed_here.pop(gid)
+                freed[dest] -= 1
+                freed_lane[(dest, lane)] -= 1
+
+        def record(r: RouteRequest, known: bool) -> None:
+            if trace is not None:
+                load = self.load
+                free = frozenset(d for d in self.destinations if load.get(d, 0) == freed[d])
+                lane_free = {
+                    d for d in self.destinations if load.get(d, 0) == freed_lane[(d, r.lane)]
+                }
+                trace.append(
+                    TraceStep(r, decisions[-1], known, free, frozenset(lane_free - fenced))
+                )
+
+        held_lanes: set[str] = set()
+        shared = held = created = stopped = orphans = 0
+        batch_dest: str | None = None
+        for r in requests:
+            if r.lane in held_lanes:
+                decisions.append(SKIPPED)
+                continue
+            gid = r.guarantee_id
+            entry = self.entries.get(gid) if gid is not None else None
+            if entry is not None:
+                assert gid is not None
+                if entry.closing != STOPPED and entry.lane not in ("", r.lane):
+                    if entry.closing and not r.continuation:
+                        held += 1  # the ID reused on another lane: wait for the release
+                        held_lanes.add(r.lane)
+                        decisions.append(HELD)
+                    else:
+                        decisions.append(SPANS)
+                    record(r, True)
+                    continue
+                entry.updated_ms = now_ms
+                entry.lane = entry.lane or r.lane
+                if entry.closing == STOPPED:
+                    decisions.append(PARKED)
+                    record(r, True)
+                    continue
+                if r.poison_stop:
+                    reopen(gid)
+                    entry.closing = STOPPED
+                    stopped += 1
+                    decisions.append(PARKED)
+                    record(r, True)
+                    continue
+                entry.ttl_ms = r.ttl_ms
+                decisions.append(entry.dest)
+                record(r, True)
+                if r.final:
+                    entry.closing = r.token
+                    close(gid, entry.dest, r.lane)
+                elif entry.closing:
+                    entry.closing = ""
+                    reopen(gid)  # the ID reused in this very batch
+                continue
+            if gid is not None and r.continuation:
+                orphans += 1
+                decisions.append(ORPHAN)
+                record(r, False)
+                continue
+            if gid is not None and r.poison_stop:
+                self.entries[gid] = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, STOPPED, r.lane)
+                stopped += 1
+                decisions.append(PARKED)
+                record(r, False)
+                continue
+            ordinary = gid is None
+            if (
+                ordinary
+                and batch_dest is not None
+                and self.load.get(batch_dest, 0) == freed[batch_dest]
+            ):
+                decisions.append(batch_dest)
+                record(r, False)
+                continue
+            if ordinary:
+                cost = [(self.load.get(d, 0) - freed[d], False) for d in self.destinations]
+            else:
+                cost = [
+                    (self.load.get(d, 0) - freed_lane[(d, r.lane)], d in fenced)
+                    for d in self.destinations
+                ]
+            index, busy = self._choose(cost)
+            if busy and self.policy == "hold" and not r.force_share:
+                held += 1
+                held_lanes.add(r.lane)
+                decisions.append(HELD)
+                record(r, False)
+                continue
+            if busy:
+                shared += 1
+            dest = self.destinations[index]
+            decisions.append(dest)
+            record(r, False)
+            self.cursor = (index + 1) % len(self.destinations)
+            if gid is None:
+                batch_dest = dest
+                self.inflight[(dest, batch)] = now_ms + lease_ms
+            else:
+                token = r.token if r.final else ""
+                self.entries[gid] = Entry(dest, now_ms, now_ms, r.ttl_ms, token, r.lane)
+                self.load[dest] = self.load.get(dest, 0) + 1
+                created += 1
+                if r.final:
+                    close(gid, dest, r.lane)
+        return RouteResult(decisions, shared, held, created, stopped, orphans)
+
+    def settle(self, batch: str, dests: Iterable[str], finals: Iterable[tuple[str, str]]) -> int:
+        """After a batch's commit: end its in-flight leases, release its finals and free
+        the destinations of the groups it stopped (token STOPPED)."""
+        for d in dests:
+            self.inflight.pop((d, batch), None)
+        return self.release(finals)
+
+    def _unload(self, dest: str) -> None:
+        if dest != NO_DEST:
+            self.load[dest] -= 1
+            if self.load[dest] == 0:
+                del self.load[dest]
+
+    def release(self, finals: Iterable[tuple[str, str]]) -> int:
+        """Remove entries whose routed final (gid, token) is now committed in Kafka.
+
+        The token "*" (an operator's manual release) matches any entry. The token STOPPED
+        frees a stopped group's destination and keeps its entry (not counted)."""
+        released = 0
+        for gid, token in finals:
+            entry = self.entries.get(gid)
+            if entry is None:
+                continue
+            if token == STOPPED:
+                if entry.closing == STOPPED:
+                    self._unload(entry.dest)
+                    entry.dest = NO_DEST
+            elif token in (entry.closing, "*"):
+                self._unload(self.entries.pop(gid).dest)
+                released += 1
+        return released
+
+    def sweep(
+        self, now_ms: int, limit: int | None = None, horizon_ms: int | None = None
+    ) -> list[Swept]:
+        """Remove entries idle past their TTL, oldest deadline first (ties by ID): those
+        whose deadline is before `now_ms` and before `horizon_ms`, the time before which
+        every record of the side's sources has been consumed (`router.horizon`; None: no
+        horizon). The others stay and are looked at again by the next sweep."""
+        bound = now_ms if horizon_ms is None else min(now_ms, horizon_ms)
+        expired = sorted(
+            (e.deadline_ms, gid) for gid, e in self.entries.items() if e.deadline_ms < bound
+        )
+        if limit is not None:
+            expired = expired[:limit]
+        out = []
+        for _, gid in expired:
+            entry = self.entries.pop(gid)
+            self._unload(entry.dest)
+            out.append(Swept(gid, entry, now_ms))
+        return out
+
+    def open_groups(self, dest: str) -> int:
+        return self.load.get(dest, 0)
