@@ -44,6 +44,8 @@ MetricName = Literal[
     "swept",  # sweeper: entries removed past their TTL
     "abandoned_events",  # sweeper: abandoned-group events published
     "closing_resolved",  # sweeper: interrupted releases completed
+    "horizon_unknown",  # sweeper: rounds that swept nothing, the horizon unknown (broker away)
+    "sweep_deferred",  # sweeper: rounds that kept entries past their TTL (units behind)
     "route_us",  # total time spent in the routing round trip, microseconds
 ]
 

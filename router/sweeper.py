@@ -1,7 +1,10 @@
 """The sweeper: the patent's deletion process, for both management tables.
 
 Each round, for the send-side and the receive-side table:
-1. remove entries idle past their entry deletion time (TTL); each goes to the table's
+1. remove entries idle past their entry deletion time (TTL) whose deadline is also
+   before the side's *horizon* (`router.horizon`): every record written before it has
+   been routed, so the sender really went quiet. Never from Redis alone: without a
+   horizon (the broker away) nothing is swept. Each removed entry goes to the table's
    outbox in the same Lua call;
 2. publish an AbandonedGroup event (Avro, `schemas/router/AbandonedGroup.avsc`) for every
    outbox item to the events topic, and drop the items only once Kafka acknowledged them
@@ -20,18 +23,24 @@ import logging
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import redis
 from confluent_kafka import KafkaException, Producer
 
 from router import clients, events, schemas
 from router.config import RouterSettings
+from router.horizon import NEVER, HorizonReader, Horizons, HorizonUnknown
 from router.metrics import Metrics, MetricsPublisher, metrics_key
 from router.offsets import CommittedOffsets
 from router.side import side_spec, table_for
 from router.table import ManagementTable, Side
 
 log = logging.getLogger("router.sweeper")
+# Once a minute per kind of message: an outage makes every round say the same.
+horizon_log = logging.getLogger("router.sweeper.horizon")
+horizon_log.addFilter(clients.RepeatFilter(60.0))
 
 # How long one round waits for the broker (offsets, event deliveries) before giving up
 # until the next round; short enough that SIGTERM is honoured well inside a minute.
@@ -48,7 +57,13 @@ class SweepReport:
 
 
 class Sweeper:
-    def __init__(self, settings: RouterSettings, *, redis_client: redis.Redis | None = None):
+    def __init__(
+        self,
+        settings: RouterSettings,
+        *,
+        redis_client: redis.Redis | None = None,
+        horizons: HorizonReader | None = None,
+    ):
         self.settings = settings
         self.instance = clients.instance_id()
         self._redis = redis_client or clients.redis_client(settings.redis)
@@ -66,6 +81,7 @@ class Sweeper:
         )
         self._producer = Producer(clients.idempotent_producer_config(settings.kafka, self.instance))
         self._committed = CommittedOffsets(settings.kafka, self.instance)
+        self.horizons = horizons or HorizonReader(settings, self.instance, timeout=BROKER_TIMEOUT_S)
         self._stop = threading.Event()
 
     def request_stop(self) -> None:
@@ -74,6 +90,8 @@ class Sweeper:
     def run(self) -> int:
         interval = self.settings.sweeper.interval_ms / 1000
         log.info("sweeper %s starting, every %.1fs", self.instance, interval)
+        # What senders held back before this process started is unknown: as after an outage.
+        self.horizons.after_outage()
         while not self._stop.is_set():
             try:
                 self.run_once()
@@ -83,32 +101,87 @@ class Sweeper:
             self._stop.wait(interval)  # a periodic job's timer, not synchronisation
         self._producer.flush(BROKER_TIMEOUT_S)
         self._committed.close()
+        self.horizons.close()
         self._publisher.maybe_publish(force=True)
         return 0
 
     def run_once(self) -> SweepReport:
         report = SweepReport()
+        report.swept = self._sweep_expired()
         for side, table in self.tables.items():
-            limit = self.settings.sweeper.batch
-            while True:
-                swept = table.sweep(limit)
-                report.swept += len(swept)
-                for s in swept:
-                    log.info(
-                        "%s table: swept abandoned group %r (destination %s, idle > %d ms)",
-                        side,
-                        s.guarantee_id,
-                        s.entry.dest,
-                        s.entry.ttl_ms,
-                    )
-                if len(swept) < limit:
-                    break
             report.published += self._publish_outbox(side, table)
             report.resolved += self._resolve_closing(side, table)
         self.metrics.inc("swept", report.swept)
         self.metrics.inc("abandoned_events", report.published)
         self.metrics.inc("closing_resolved", report.resolved)
         return report
+
+    def _sweep_expired(self) -> int:
+        """Sweep, on each side, the entries whose deadline is before now and the side's
+        horizon; with no horizon (the broker away), none."""
+        now = self.tables["send"].now_ms()
+        cutoff = now - self.horizons.delivery_slack_ms
+        due: dict[Side, float] = {}
+        for side, table in self.tables.items():
+            # redis-py types sync and async results as one union; this client is synchronous.
+            oldest: Any = self._redis.zrange(table.keys.deadlines, 0, 0, withscores=True)
+            if oldest and float(oldest[0][1]) < cutoff:
+                due[side] = float(oldest[0][1])
+        try:
+            horizons = self.horizons.round(now, min(due.values()) if due else None)
+        except HorizonUnknown as exc:
+            self.metrics.inc("horizon_unknown")
+            if due:
+                horizon_log.warning(
+                    "not sweeping this round, no horizon (%s table has entries past their "
+                    "TTL since %s): %s",
+                    " and ".join(due),
+                    _ms(min(due.values())),
+                    exc,
+                )
+            return 0
+        if horizons is None:
+            return 0
+        swept = 0
+        deferred = False
+        for side, oldest_deadline in due.items():
+            horizon = horizons.of(side)
+            if horizon <= oldest_deadline:
+                deferred = True
+                horizon_log.info(
+                    "%s table: entries past their TTL since %s kept, their side's horizon "
+                    "is %s (records written before it not yet all routed%s)",
+                    side,
+                    _ms(oldest_deadline),
+                    _ms(horizon),
+                    f": {horizons.note}" if horizons.note else "",
+                )
+                continue
+            swept += self._sweep_side(side, horizons)
+        if deferred:
+            self.metrics.inc("sweep_deferred")
+        return swept
+
+    def _sweep_side(self, side: Side, horizons: Horizons) -> int:
+        table = self.tables[side]
+        limit = self.settings.sweeper.batch
+        horizon = int(horizons.of(side))  # finite: at most now - the delivery slack
+        count = 0
+        while True:
+            swept = table.sweep(limit, horizon_ms=horizon)
+            count += len(swept)
+            for s in swept:
+                log.info(
+                    "%s table: swept abandoned group %r (destination %s, idle > %d ms, "
+                    "every record written before %s routed)",
+                    side,
+                    s.guarantee_id,
+                    s.entry.dest,
+                    s.entry.ttl_ms,
+                    _ms(horizon),
+                )
+            if len(swept) < limit:
+                return count
 
     def _publish_outbox(self, side: Side, table: ManagementTable) -> int:
         published = 0
@@ -165,3 +238,12 @@ class Sweeper:
         if released:
             log.info("%s table: completed %d interrupted releases", side, released)
         return released
+
+
+def _ms(ms: float) -> str:
+    """A time on the Redis clock, for logs."""
+    if ms == NEVER:
+        return "never"
+    if ms == float("inf"):
+        return "forever"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"

@@ -218,12 +218,21 @@ class ManagementTable:
             out[(dest, batch)] = int(score)
         return out
 
-    def sweep(self, limit: int, now_ms: int | None = None) -> list[Swept]:
-        """Remove up to `limit` entries idle past their TTL; each also goes to the outbox."""
+    def sweep(
+        self, limit: int, now_ms: int | None = None, horizon_ms: int | None = None
+    ) -> list[Swept]:
+        """Remove up to `limit` entries whose deadline (update time + TTL) is before both
+        now and `horizon_ms` (None: no horizon, as the pure model's `sweep`); each also
+        goes to the outbox. The sweeper always passes the side's horizon
+        (`router.horizon`): it never sweeps from Redis alone."""
         k = self.keys
         out = self._sweep(
             keys=[k.entries, k.deadlines, k.load, k.closing, k.outbox, k.stats],
-            args=["" if now_ms is None else now_ms, limit],
+            args=[
+                "" if now_ms is None else now_ms,
+                limit,
+                "" if horizon_ms is None else horizon_ms,
+            ],
         )
         now = int(out[0])
         return [Swept(_text(out[i]), _decode_entry(out[i + 1]), now) for i in range(1, len(out), 2)]

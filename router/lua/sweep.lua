@@ -2,6 +2,11 @@
 --
 -- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 outbox (list)  6 stats
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 at most this many entries
+--       3 the side's horizon in ms, or '' (or absent) for none: the sweeper's proof that
+--         every record written before it has been consumed by the side's units
+--         (router/horizon.py). An entry is removed only if its deadline (update time +
+--         TTL) is before both now and the horizon; one past its deadline but not before
+--         the horizon stays in the deadlines set and is looked at again next round.
 -- Each removed entry is appended to the outbox as "entry|swept_at|gid" so that the
 -- sweeper publishes an abandoned-group event for it even if it dies right after this.
 -- Returns: {now, gid_1, entry_1, gid_2, entry_2, ...}
@@ -13,8 +18,12 @@ if not now then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local snow = string.format('%.0f', now)
+local bound = now
+local horizon = tonumber(ARGV[3] or '')
+if horizon and horizon < bound then bound = horizon end
 local out = { snow }
-local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. snow, 'LIMIT', 0, tonumber(ARGV[2]))
+local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. string.format('%.0f', bound),
+  'LIMIT', 0, tonumber(ARGV[2]))
 for _, gid in ipairs(ids) do
   local v = redis.call('HGET', K_ENTRIES, gid)
   redis.call('ZREM', K_DEADLINES, gid)
