@@ -1,30 +1,55 @@
-"""Read every receive queue (read_committed) and turn what arrived into `Seen` records."""
+"""Read what the destinations hold (read_committed) and turn it into `Seen` records.
+
+* `Collector`: a background reader of the receive queues while a run goes on (progress,
+  latency, and knowing when everything arrived). Never the source of a verdict.
+* `read_sides`: the final read, once every unit process stopped or was killed: every
+  destination of both sides (send side: each partition of the transfer topic, named
+  "transfer[<partition>]"; receive side: every receive queue) from its beginning to its
+  end, each record with its broker append time. "Nothing more arrives" is shown, not
+  waited for: the read starts once the transaction timeout (plus the broker's abort check
+  interval) has passed since the last unit stopped, so every transaction a unit could
+  have left open has been aborted, and it ends only when a read_committed consumer stands
+  at every partition's high watermark (which it cannot pass while a transaction is open)
+  and the watermarks stay put.
+* `read_to_end`: that read for any partitions (the tests use it).
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, Message, TopicPartition
 
-from ops.harness.verify import Seen
+from ops.harness.capacity import RELEASE_SLACK_MS
+from ops.harness.verify import CapacitySpec, Report, Seen, Sent, verify
 from ops.harness.workload import ORDER_EVENT
 from router import schemas
-from router.config import RouterSettings
+from router.config import KafkaSettings, RouterSettings
 from router.receiver import Receiver
 
 log = logging.getLogger("router.collect")
 
+# transaction.abort.timed.out.transaction.cleanup.interval.ms of the broker (ops/stack.sh):
+# a timed-out transaction is aborted at the first check after its timeout.
+ABORT_CHECK_INTERVAL_MS = 1_000
 
-def to_seen(queue: str, offset: int, payload: bytes | None) -> Seen | None:
+
+def to_seen(
+    queue: str, offset: int, payload: bytes | None, append_ms: int | None = None
+) -> Seen | None:
+    """A record of the demo workload, identified by its payload alone."""
     if payload is None:
         return None
     try:
         event = schemas.decode(ORDER_EVENT, payload)
     except Exception:
         return None
-    latency = time.time() * 1000 - event["created_at"].timestamp() * 1000
+    created_ms = round(event["created_at"].timestamp() * 1000)
     return Seen(
         queue,
         offset,
@@ -32,7 +57,9 @@ def to_seen(queue: str, offset: int, payload: bytes | None) -> Seen | None:
         event["order_id"],
         event["line_no"],
         event["last_line"],
-        latency,
+        time.time() * 1000 - created_ms,
+        append_ms,
+        created_ms,
     )
 
 
@@ -44,7 +71,6 @@ class Collector:
         self.group_id = group_id
         self.seen: list[Seen] = []
         self.undecodable = 0
-        self.last_arrival = time.monotonic()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="collector", daemon=True)
@@ -69,19 +95,14 @@ class Collector:
                         self.undecodable += 1
                     else:
                         self.seen.append(seen)
-                    self.last_arrival = time.monotonic()
         finally:
             receiver.close()
 
-    def wait_for(self, expected: int, timeout: float, quiet: float = 2.0) -> bool:
-        """Until `expected` records arrived and nothing more came for `quiet` s (so that
-        duplicates would show), or `timeout`. True if `expected` arrived."""
+    def wait_for(self, expected: int, timeout: float) -> bool:
+        """Until `expected` records arrived, or `timeout`; True if they did. (Whether
+        anything more arrives is for the final read to say.)"""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                n, last = len(self.seen), self.last_arrival
-            if n >= expected and time.monotonic() - last >= quiet:
-                return True
+        while self.count() < expected and time.monotonic() < deadline:
             self._stop.wait(0.1)
         return self.count() >= expected
 
@@ -90,44 +111,149 @@ class Collector:
         self._thread.join(30)
 
 
-def read_queues(settings: RouterSettings, timeout: float = 120.0) -> tuple[list[Seen], int]:
-    """Read every receive queue from its beginning to its end with read_committed, in a
-    fresh consumer: (what is there, undecodable records). Call when nothing writes any more
-    (the end is the high watermark, which committed transactions' markers reach)."""
+def wait_out_transactions(transaction_timeout_ms: int, since: float) -> None:
+    """Sleep until every transaction open at `since` (a `time.monotonic()` instant, when
+    the last writer stopped or was killed) has timed out and been aborted by the broker."""
+    wait = since + (transaction_timeout_ms + ABORT_CHECK_INTERVAL_MS) / 1000 - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+
+
+class Unresolved(TimeoutError):
+    """A read_committed consumer could not reach a partition's end: a transaction there
+    was never committed or aborted."""
+
+
+def read_to_end(
+    kafka: KafkaSettings, partitions: Mapping[str, TopicPartition], timeout: float = 120.0
+) -> dict[str, list[Message]]:
+    """Every committed record of `partitions` (name -> partition), from the beginning to
+    the high watermark, read with read_committed until every position stands at the high
+    watermark and the watermarks stay put. Call it once nothing writes there any more (a
+    writer that was killed: after `wait_out_transactions`). Raises `Unresolved` after
+    `timeout` s."""
     consumer = Consumer(
         {
-            **settings.kafka.common(),
-            "group.id": f"{settings.topology.name}.final-check",
+            **kafka.common(),
+            "group.id": f"final-read-{uuid.uuid4().hex[:10]}",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
     )
-    ends: dict[str, int] = {}
-    for queue in settings.topology.receive_queues:
-        low, high = consumer.get_watermark_offsets(TopicPartition(queue, 0), timeout=30)
-        if high > low:
-            ends[queue] = high
-    consumer.assign([TopicPartition(q, 0, 0) for q in ends])
-    seen: list[Seen] = []
-    undecodable = 0
-    done: set[str] = set()
+    names = {(tp.topic, tp.partition): name for name, tp in partitions.items()}
+    got: dict[str, list[Message]] = {name: [] for name in partitions}
+    at: dict[str, int] = {}
     deadline = time.monotonic() + timeout
+
+    def ends() -> dict[str, int]:
+        return {
+            n: consumer.get_watermark_offsets(tp, timeout=30)[1] for n, tp in partitions.items()
+        }
+
     try:
-        while len(done) < len(ends):
+        for name, tp in partitions.items():
+            at[name] = consumer.get_watermark_offsets(tp, timeout=30)[0]
+        consumer.assign(
+            [TopicPartition(tp.topic, tp.partition, at[n]) for n, tp in partitions.items()]
+        )
+        end = ends()
+        while True:
+            behind = [n for n in partitions if at[n] < end[n]]
+            if not behind:
+                end, before = ends(), end
+                if end == before:
+                    return got
+                continue
             if time.monotonic() > deadline:
-                raise TimeoutError(f"receive queues not read to the end: {set(ends) - done}")
+                raise Unresolved(
+                    f"read_committed could not reach the end in {timeout:.0f} s on: "
+                    + ", ".join(f"{n} (at {at[n]} of {end[n]})" for n in behind)
+                )
             for m in consumer.consume(1000, 0.5):
-                if m.error() is not None:
-                    continue  # end-of-partition events; position is checked below
-                record = to_seen(m.topic(), m.offset(), m.value())
-                if record is None:
-                    undecodable += 1
+                name, err = names[(m.topic(), m.partition())], m.error()
+                if err is None:
+                    got[name].append(m)
+                    at[name] = max(at[name], m.offset() + 1)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at[name] = max(at[name], m.offset())
                 else:
-                    seen.append(record)
-            for tp in consumer.position([TopicPartition(q, 0) for q in ends if q not in done]):
-                if tp.offset >= ends[tp.topic]:
-                    done.add(tp.topic)
+                    log.warning("reading %s: %s", name, err)
+            for tp in consumer.position([partitions[n] for n in behind]):
+                name = names[(tp.topic, tp.partition)]
+                at[name] = max(at[name], tp.offset)
     finally:
         consumer.close()
-    return seen, undecodable
+
+
+@dataclass
+class SideRead:
+    """What one side's destinations hold, read to the end."""
+
+    side: str
+    destinations: tuple[str, ...]
+    records: list[Seen] = field(default_factory=list)
+    undecodable: int = 0
+
+
+# A destination's record (destination name, message) -> `Seen` (None: undecodable).
+Decode = Callable[[str, Message], Seen | None]
+
+
+def order_event(dest: str, m: Message) -> Seen | None:
+    """A record of the demo workload (`ORDER_EVENT` payloads), with its append time."""
+    return to_seen(dest, m.offset(), m.value(), m.timestamp()[1])
+
+
+def read_sides(
+    settings: RouterSettings,
+    stopped_at: float,
+    *,
+    timeout: float = 120.0,
+    decode: Decode = order_event,
+) -> tuple[SideRead, SideRead]:
+    """The final read of both sides (send, receive), once the transaction timeout passed
+    since `stopped_at` (see the module's docstring). Every record must carry the broker's
+    append time (`Pipeline.start` sets LogAppendTime on these topics)."""
+    t = settings.topology
+    dests = {
+        "send": {
+            f"transfer[{p}]": TopicPartition(t.transfer_topic, p) for p in range(t.receive_units)
+        },
+        "receive": {q: TopicPartition(q, 0) for q in t.receive_queues},
+    }
+    wait_out_transactions(settings.kafka.transaction_timeout_ms, stopped_at)
+    messages = read_to_end(settings.kafka, {**dests["send"], **dests["receive"]}, timeout)
+    reads = []
+    for side, partitions in dests.items():
+        read = SideRead(side, tuple(partitions))
+        for name in partitions:
+            for m in messages[name]:
+                kind = m.timestamp()[0]
+                if kind != TIMESTAMP_LOG_APPEND_TIME:
+                    raise ValueError(
+                        f"{name}@{m.offset()} has timestamp type {kind}, not the broker's "
+                        "append time: Pipeline.start sets LogAppendTime before anything runs"
+                    )
+                record = decode(name, m)
+                if record is None:
+                    read.undecodable += 1
+                else:
+                    read.records.append(record)
+        reads.append(read)
+    return reads[0], reads[1]
+
+
+def verdict(
+    sent: Iterable[Sent],
+    send: SideRead,
+    receive: SideRead,
+    release_slack_ms: int = RELEASE_SLACK_MS,
+) -> Report:
+    """`verify` over both sides' final reads, interleavings judged by the capacity rule."""
+    return verify(
+        sent,
+        receive.records,
+        forwarded=send.records,
+        capacity=CapacitySpec(send.destinations, receive.destinations, release_slack_ms),
+    )

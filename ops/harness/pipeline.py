@@ -4,7 +4,17 @@ Used by the demo, the chaos and benchmark drivers and the multi-process tests:
 
     with Pipeline(base_settings, PipelineSpec(...), run_dir) as p:
         ... send with p.settings, read receive queues ...
-        p.stop()          # SIGTERM every process; exit codes in p.exit_codes
+        p.stop()          # SIGTERM every process; exit codes in p.exit_codes,
+                          # the instant the last one was gone in p.stopped_at
+
+One clock for every destination: `start` sets `message.timestamp.type=LogAppendTime` on
+the topics the router writes, the transfer topic (the send side's destinations) and the
+receive queues (the receive side's), before any unit runs. Every record there then
+carries the broker's append time, which the capacity rule of `ops.harness.capacity` needs
+(when a record landed, when a destination was busy). Send queues keep CreateTime (the
+senders' clock, on the same machine in these runs). This is the harness's choice, not a
+product default: `router topics create` makes every topic CreateTime, and the router
+works with either.
 """
 
 from __future__ import annotations
@@ -19,7 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from ops.harness.fleet import Fleet
 from router import clients
@@ -83,6 +99,7 @@ class Pipeline:
         self.settings = self._settings(config_file)
         self.fleet = Fleet(config_file, run_dir / "logs", self.env)
         self.exit_codes: dict[str, int] = {}
+        self.stopped_at: float | None = None  # time.monotonic() when the last one was gone
         self._admin = AdminClient(clients.admin_config(self.settings.kafka))
 
     def _settings(self, config_file: Path) -> RouterSettings:
@@ -113,11 +130,43 @@ class Pipeline:
 
     def start(self, ready_timeout: float = 90.0) -> None:
         ensure_topics(self.settings, self._admin)
+        self.use_append_time()
         self.fleet.start("send-unit", self.spec.send_units)
         self.fleet.start("receive-unit", self.spec.receive_units)
         if self.spec.sweepers:
             self.fleet.start("sweeper", self.spec.sweepers)
         self.wait_ready(ready_timeout)
+
+    def use_append_time(self, timeout: float = 30.0) -> None:
+        """LogAppendTime on the transfer topic and the receive queues (see the module's
+        docstring); returns once the broker describes them so."""
+        t = self.settings.topology
+        names = [t.transfer_topic, *t.receive_queues]
+        entry = ConfigEntry(
+            "message.timestamp.type",
+            "LogAppendTime",
+            incremental_operation=AlterConfigOpType.SET,
+        )
+        resources = [
+            ConfigResource(ResourceType.TOPIC, n, incremental_configs=[entry]) for n in names
+        ]
+        for future in self._admin.incremental_alter_configs(resources).values():
+            future.result(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            described = self._admin.describe_configs(
+                [ConfigResource(ResourceType.TOPIC, n) for n in names]
+            )
+            pending = [
+                r.name
+                for r, future in described.items()
+                if future.result(timeout=timeout)["message.timestamp.type"].value != "LogAppendTime"
+            ]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"LogAppendTime not in effect on {pending} in {timeout}s")
+            time.sleep(0.1)
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         """Until every unit process has joined its group and every partition is assigned."""
@@ -157,6 +206,7 @@ class Pipeline:
     def stop(self, timeout: float = 30.0) -> dict[str, int]:
         if not self.exit_codes:
             self.exit_codes = self.fleet.stop_all(timeout)
+            self.stopped_at = time.monotonic()
         return self.exit_codes
 
     def cleanup(self, keep: Collection[str] = ()) -> None:
@@ -179,6 +229,11 @@ class Pipeline:
         return {
             side: table_for(self.settings, side, client).stats() for side in ("send", "receive")
         }
+
+    def shared(self) -> dict[str, int]:
+        """Busy destinations shared, per side: the tables' own counters, to explain a
+        verdict (never part of one)."""
+        return {side: stats.get("shared", 0) for side, stats in self.table_stats().items()}
 
     def unit_metrics(self) -> dict[str, dict[str, int]]:
         """Counters summed per role over every process that published them."""

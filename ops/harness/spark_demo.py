@@ -6,7 +6,10 @@ Spark receiver on every receive queue and the Spark sender on an input directory
 business records into that directory as files over time, waits until the receiver has
 accounted for every message, stops everything cleanly, and then checks the receiver's
 Parquet output (complete groups, ordinary records, duplicates, violations) against the
-input files with `ops.harness.verify`, printing the same summary as the demo.
+input files with `ops.harness.verify`, printing the same summary as the demo. The
+interleavings on both sides are judged, as in the demo, by the capacity rule from what
+the transfer topic and the receive queues hold (read to their end with read_committed
+once the transaction timeout has passed), decoded from the payloads.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import functions as F
 
+from ops.harness.collect import read_sides
 from ops.harness.demo import DemoResult, summary
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from ops.harness.verify import Seen, Sent, verify
-from router import clients
+from ops.harness.verify import CapacitySpec, Seen, Sent, judge_sides, verify
+from router import clients, schemas
 from router.config import RouterSettings, load_settings
 from spark_jobs import domain, receiver, sender, workload
 from spark_jobs.session import (
@@ -113,6 +118,35 @@ def read_output(spark: Any, output: Path) -> ReceiverOutput:
                 if len(out.reasons) < 5:
                     out.reasons.append(f"{r.guarantee_id or r.record_id}: {r.reason}")
     return out
+
+
+def spark_message(dest: str, m: Message) -> Seen | None:
+    """A message of the Spark sender, identified by its payload (its schema named by the
+    sender's schema header), with its append time on `dest`."""
+    headers = dict(m.headers() or [])
+    name = (headers.get(schemas.SCHEMA_HEADER) or b"").decode()
+    try:
+        p = schemas.decode(name, m.value())
+    except Exception:
+        return None
+    if name == domain.ORDER_LINE:
+        group, seq, final = (
+            domain.order_group(p["order_id"]),
+            p["line_no"],
+            p["line_no"] == p["line_count"] - 1,
+        )
+    elif name == domain.DOCUMENT_SEGMENT:
+        group, seq, final = (
+            domain.document_group(p["document_id"]),
+            p["segment_no"],
+            p["segment_no"] == p["segment_count"] - 1,
+        )
+    else:
+        group, seq, final = None, 0, False
+    created_ms = round(p["created_at"].timestamp() * 1000)
+    return Seen(
+        dest, m.offset(), p["record_id"], group, seq, final, None, m.timestamp()[1], created_ms
+    )
 
 
 def expected(input_dir: Path, segment_bytes: int) -> list[Sent]:
@@ -258,14 +292,22 @@ def run_spark_demo(
             job.stop()
         failures = [f"{j.name}: {j.failure()}" for j in jobs if j.failure()]
         exit_codes = pipeline.stop()
-        time.sleep(0.2)  # let the last metrics publication land (written before exit)
+        assert pipeline.stopped_at is not None
 
-        say(f"[5/5] verifying the receiver's Parquet output ({output_dir}) against the input")
+        say(
+            f"[5/5] verifying the receiver's Parquet output ({output_dir}) against the input, "
+            "and both sides' interleavings from what the destinations hold"
+        )
         got = read_output(spark, output_dir)
         sent = expected(input_dir, spec.segment_bytes)
         report = verify(sent, got.seen)
-        stats = pipeline.table_stats()
-        shared = {side: s.get("shared", 0) for side, s in stats.items()}
+        fwd, recv_read = read_sides(pipeline.settings, pipeline.stopped_at, decode=spark_message)
+        report.send, report.receive = judge_sides(
+            recv_read.records,
+            fwd.records,
+            CapacitySpec(fwd.destinations, recv_read.destinations),
+        )
+        shared = pipeline.shared()
         metrics = pipeline.unit_metrics()
         rtpm = {
             role: m.get("redis_round_trips", 0) / max(m.get("messages_in", 0), 1)
@@ -283,7 +325,7 @@ def run_spark_demo(
             got.latencies_ms,
             exit_codes,
             sender_failures + failures,
-            got.undecodable,
+            got.undecodable + fwd.undecodable + recv_read.undecodable,
             senders="the Spark sender",
         )
         say(

@@ -1,24 +1,31 @@
-"""Check what the receivers got against what the senders sent (pure logic, no I/O).
+"""Check what the destinations hold against what the senders sent (pure logic, no I/O).
 
 Every record is identified by its payload (event ID, group, position in the group), not
-by router headers, so a router bug cannot hide itself. Counts:
+by router headers, and judged from what the destinations hold, never from the router's
+counters or logs, so a router bug cannot hide itself. Counts, on the receive queues:
 
 * lost: sent and acknowledged, never received; duplicated: extra copies received (a copy
   counts only as a duplicate: order, interleaving and completeness are judged on first
-  copies);
+  copies, the earliest appended);
 * reordered: a group's message received after a later message of the same group, on
   the same queue (position in the queue = offset);
 * split: a group whose messages reached more than one receive queue;
-* interleaved: a message received on a queue while another group was open there
-  (between that group's first and final message);
-* unexpected: received but never sent (leftovers of another run would show here).
+* unexpected: received but never sent (leftovers of another run would show here);
+* interleaved: a message received inside another group's open span on its queue.
+
+With what the transfer topic holds and every record's append time, the interleavings of
+both sides are judged by the capacity rule (`ops.harness.capacity`): one it does not
+allow is a broken guarantee, whatever the busy policy; without append times, every
+interleaving is.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from ops.harness.capacity import RELEASE_SLACK_MS, Placed, SideReport, judge_side
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +38,25 @@ class Sent:
 
 @dataclass(frozen=True, slots=True)
 class Seen:
-    queue: str
+    queue: str  # the destination: a receive queue, or "transfer[<partition>]" (send side)
     offset: int
     event_id: str
     group: str | None
     seq: int
     final: bool
     latency_ms: float | None = None
+    append_ms: int | None = None  # the broker's append time on `queue` (LogAppendTime)
+    created_ms: int | None = None  # the sender's create time (payload `created_at`)
+
+
+@dataclass(frozen=True)
+class CapacitySpec:
+    """Every destination of each side (one that received nothing is never occupied, so
+    it disallows every interleaving of its side) and the release slack."""
+
+    send_destinations: tuple[str, ...]
+    receive_destinations: tuple[str, ...]
+    release_slack_ms: int = RELEASE_SLACK_MS
 
 
 @dataclass
@@ -52,26 +71,60 @@ class Report:
     unexpected: int = 0
     reordered: int = 0
     split_groups: int = 0
-    interleaved: int = 0
-    interleaved_groups: int = 0
+    interleaved: int = 0  # on the receive queues, judged or not
     queues_used: int = 0
     lost_examples: list[str] = field(default_factory=list)
     split_examples: list[str] = field(default_factory=list)
     reorder_examples: list[str] = field(default_factory=list)
+    send: SideReport | None = None  # the capacity rule's verdict per side (None: not judged)
+    receive: SideReport | None = None
 
-    def violations(self, interleaving_allowed: bool) -> list[str]:
-        """Broken guarantees. Interleaving is allowed only if the router had to share a
-        busy destination (policy share, more open groups than destinations)."""
+    @property
+    def sides(self) -> list[SideReport]:
+        return [s for s in (self.send, self.receive) if s is not None]
+
+    def violations(self) -> list[str]:
+        """Broken guarantees: an interleaving is one unless the capacity rule allowed it."""
         out = []
         for name in ("lost", "duplicated", "unexpected", "reordered", "split_groups"):
             if getattr(self, name):
                 out.append(f"{name}={getattr(self, name)}")
-        if self.interleaved and not interleaving_allowed:
-            out.append(f"interleaved={self.interleaved} with no busy destination shared")
+        for side in self.sides:
+            if side.disallowed:
+                out.append(f"{side.side} side: {side.disallowed} disallowed interleavings")
+        if self.receive is None and self.interleaved:
+            out.append(f"interleaved={self.interleaved}, not judged by the capacity rule")
         return out
 
 
-def verify(sent: Iterable[Sent], seen: Iterable[Seen]) -> Report:
+def first_copies(records: Iterable[Seen]) -> tuple[list[Seen], int]:
+    """(each event's first copy, the number of extra copies): the first is the earliest
+    appended if append times are known, else the lowest (destination, offset)."""
+    best: dict[str, Seen] = {}
+    extra = 0
+    for r in records:
+        old = best.get(r.event_id)
+        if old is not None:
+            extra += 1
+        if old is None or _copy_key(r) < _copy_key(old):
+            best[r.event_id] = r
+    return list(best.values()), extra
+
+
+def _copy_key(r: Seen) -> tuple[int, str, int]:
+    return (r.append_ms if r.append_ms is not None else 0, r.queue, r.offset)
+
+
+def verify(
+    sent: Iterable[Sent],
+    seen: Iterable[Seen],
+    *,
+    forwarded: Iterable[Seen] | None = None,
+    capacity: CapacitySpec | None = None,
+) -> Report:
+    """Judge `seen` (what the receive queues hold) against `sent`. With `forwarded` (what
+    the transfer topic holds) and `capacity`, judge both sides' interleavings by the
+    capacity rule; every record then needs its append time."""
     report = Report()
     expected: dict[str, Sent] = {}
     group_sizes: dict[str, int] = defaultdict(int)
@@ -84,66 +137,102 @@ def verify(sent: Iterable[Sent], seen: Iterable[Seen]) -> Report:
     report.sent = len(expected)
     report.groups_sent = len(group_sizes)
 
-    copies: dict[str, int] = defaultdict(int)
-    by_queue: dict[str, list[Seen]] = defaultdict(list)
-    for r in seen:
-        report.received += 1
-        copies[r.event_id] += 1
-        by_queue[r.queue].append(r)
-    report.queues_used = len(by_queue)
-    report.duplicated = sum(n - 1 for n in copies.values() if n > 1)
-    report.unexpected = sum(1 for e in copies if e not in expected)
-    missing = [e for e in expected if e not in copies]
-    report.lost = len(missing)
-    report.lost_examples = sorted(missing)[:5]
+    received = list(seen)
+    report.received = len(received)
+    report.queues_used = len({r.queue for r in received})
+    firsts, report.duplicated = first_copies(received)
+    report.unexpected = sum(1 for r in firsts if r.event_id not in expected)
+    missing = sorted(set(expected) - {r.event_id for r in firsts})
+    report.lost, report.lost_examples = len(missing), missing[:5]
 
+    by_queue: dict[str, list[Seen]] = defaultdict(list)
+    for r in firsts:
+        by_queue[r.queue].append(r)
     queues_of: dict[str, set[str]] = defaultdict(set)
-    good_groups: dict[str, set[int]] = defaultdict(set)
-    bad_groups: set[str] = set()
-    first_copy: set[tuple[str, int]] = set()
-    seen_ids: set[str] = set()
-    for r in sorted((r for rs in by_queue.values() for r in rs), key=lambda r: (r.queue, r.offset)):
-        if r.event_id not in seen_ids:
-            seen_ids.add(r.event_id)
-            first_copy.add((r.queue, r.offset))
+    got: dict[str, set[int]] = defaultdict(set)
+    bad: set[str] = set()
     for queue, records in by_queue.items():
         records.sort(key=lambda r: r.offset)
+        report.interleaved += _interleaved(records)
         highest: dict[str, int] = {}
-        open_groups: set[str] = set()
-        interleaved: set[str] = set()
         for r in records:
-            if (queue, r.offset) not in first_copy:
-                continue  # a re-delivered copy: counted as a duplicate above
-            others = open_groups - {r.group} if r.group is not None else open_groups
-            if others:
-                report.interleaved += 1
-                interleaved |= others
-                if r.group is not None:
-                    interleaved.add(r.group)
             if r.group is None:
                 continue
             g = r.group
             queues_of[g].add(queue)
             if g in highest and r.seq < highest[g]:
                 report.reordered += 1
-                bad_groups.add(g)
+                bad.add(g)
                 if len(report.reorder_examples) < 5:
                     report.reorder_examples.append(f"{g}: {r.seq} after {highest[g]} on {queue}")
             highest[g] = max(highest.get(g, -1), r.seq)
-            good_groups[g].add(r.seq)
-            open_groups.add(g)
-            if r.final:
-                open_groups.discard(g)
-        report.interleaved_groups += len(interleaved)
+            got[g].add(r.seq)
     for g, queues in queues_of.items():
         if len(queues) > 1:
             report.split_groups += 1
-            bad_groups.add(g)
+            bad.add(g)
             if len(report.split_examples) < 5:
                 report.split_examples.append(f"{g} on {sorted(queues)}")
     report.groups_complete = sum(
-        1
-        for g, size in group_sizes.items()
-        if g not in bad_groups and good_groups.get(g) == set(range(size))
+        1 for g, size in group_sizes.items() if g not in bad and got[g] == set(range(size))
     )
+    if forwarded is not None and capacity is not None:
+        report.send, report.receive = judge_sides(firsts, list(forwarded), capacity)
     return report
+
+
+def _interleaved(records: Sequence[Seen]) -> int:
+    """Records inside another group's open span (one queue, in offset order)."""
+    count = 0
+    opened: set[str] = set()
+    seen: set[str] = set()
+    for r in records:
+        count += bool(opened - {r.group} if r.group is not None else opened)
+        if r.group is None:
+            continue
+        if r.group not in seen:
+            seen.add(r.group)
+            if not r.final:
+                opened.add(r.group)
+        elif r.final:
+            opened.discard(r.group)
+    return count
+
+
+def judge_sides(
+    received: Sequence[Seen], forwarded: Sequence[Seen], capacity: CapacitySpec
+) -> tuple[SideReport, SideReport]:
+    """The capacity rule on both sides: `forwarded` = what the transfer topic holds (send
+    side), `received` = what the receive queues hold (receive side). The decision window
+    of a record starts, on the send side, at the sender's create time; on the receive
+    side, at the append time of its first copy on the transfer topic (an event never seen
+    there: its create time, the earliest anything could have decided it)."""
+    upstream, _ = first_copies(forwarded)
+    send = judge_side(
+        "send",
+        [_placed(r, _created(r)) for r in upstream],
+        capacity.send_destinations,
+        capacity.release_slack_ms,
+    )
+    appended = {r.event_id: _appended(r) for r in upstream}
+    receive = judge_side(
+        "receive",
+        [_placed(r, appended.get(r.event_id, _created(r))) for r in first_copies(received)[0]],
+        capacity.receive_destinations,
+        capacity.release_slack_ms,
+    )
+    return send, receive
+
+
+def _appended(r: Seen) -> int:
+    if r.append_ms is None:
+        raise ValueError(f"no append time for {r.event_id} on {r.queue}@{r.offset}")
+    return r.append_ms
+
+
+def _created(r: Seen) -> int:
+    return r.created_ms if r.created_ms is not None else _appended(r)
+
+
+def _placed(r: Seen, from_ms: int) -> Placed:
+    return Placed(r.queue, r.offset, r.event_id, r.group, r.final, from_ms, _appended(r))

@@ -3,8 +3,11 @@
 Tens of thousands of messages; at least 10 kill events (SIGKILL from outside at random
 moments, and replacements armed to kill themselves exactly between routing and producing,
 producing and committing, or committing and releasing); one broker restart and one Redis
-restart; then every receive queue is read again from the start with read_committed.
-On a private stack, so the restarts disturb nothing else.
+restart; then the units are stopped and every destination of both sides (transfer
+topic, receive queues) is read from the start to its end with read_committed, once the
+transaction timeout has passed. Nothing lost, duplicated, reordered or split; no unit exit
+that was not a kill or an armed fault injection; no interleaving the capacity rule does
+not allow. On a private stack, so the restarts disturb nothing else.
 """
 
 from __future__ import annotations
@@ -36,3 +39,7 @@ def test_short_chaos_run_loses_duplicates_reorders_and_splits_nothing(
     assert result.kills >= 10, report
     assert result.restarts == {"kafka": 1, "redis": 1}, report
     assert not result.sender_failures and not result.undecodable, report
+    assert result.crashes == [], report
+    assert r.send is not None and r.receive is not None, "both sides judged"
+    assert r.send.records == r.sent, report
+    assert result.violations() == [], report  # unexpected exits, disallowed interleavings

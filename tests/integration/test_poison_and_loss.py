@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from ops.harness.collect import read_to_end
 from ops.harness.localstack import LocalStack
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from router import schemas
@@ -38,6 +39,7 @@ ONE_EACH = dict(
 
 
 def records(bootstrap: str, topic: str, expected: int) -> list[Any]:
+    """Until at least `expected` committed records are on `topic` (bounded); what came."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -61,6 +63,7 @@ def records(bootstrap: str, topic: str, expected: int) -> list[Any]:
 
 
 def arrived(settings: RouterSettings, expected: int) -> list[tuple[str, bytes]]:
+    """Until at least `expected` messages are on the receive queues (bounded); what came."""
     receiver = Receiver(settings, group_id=unique("check"), assign=True)
     got: list[tuple[str, bytes]] = []
 
@@ -72,10 +75,24 @@ def arrived(settings: RouterSettings, expected: int) -> list[tuple[str, bytes]]:
 
     try:
         wait_until(enough, 60, f"{expected} messages on the receive queues")
-        assert receiver.poll(1.0) is None  # nothing more
     finally:
         receiver.close()
     return got
+
+
+def held(p: Pipeline, *topics: str) -> list[tuple[str, Any]]:
+    """Everything the receive queues (or `topics`) hold, read to their end offsets with
+    read_committed once the units stopped (exit code 0: each committed its last batch):
+    nothing more can arrive, so anything extra shows. (topic, message) per topic in
+    offset order."""
+    assert all(code == 0 for code in p.stop().values()), p.exit_codes
+    names = list(topics or p.settings.topology.receive_queues)
+    got = read_to_end(p.settings.kafka, {t: TopicPartition(t, 0) for t in names})
+    return [(t, m) for t in names for m in got[t]]
+
+
+def values(p: Pipeline) -> list[tuple[str, bytes]]:
+    return [(t, m.value()) for t, m in held(p)]
 
 
 def send_group_with_poison(s: RouterSettings, policy: str | None) -> Producer:
@@ -102,12 +119,14 @@ def test_poison_dead_lettered_and_the_group_continues(pipeline: PipelineFactory)
     p = pipeline(PipelineSpec(**ONE_EACH))  # type: ignore[arg-type]
     s = p.settings
     send_group_with_poison(s, policy="dead-letter")
-    got = arrived(s, 7)
+    arrived(s, 7)
+    records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 1)
+    got = values(p)
     g = [v for _, v in got if v.startswith(b"G")]
     assert g == [b"G0", b"G2", b"G3"]
     assert len({q for q, v in got if v.startswith(b"G")}) == 1
     assert [v for _, v in got if v.startswith(b"H")] == [b"H0", b"H1", b"H2", b"H3"]
-    (dead,) = records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 1)
+    ((_, dead),) = held(p, s.topology.dead_letter_topic)
     record = schemas.decode(DEAD_LETTER, dead.value())
     assert record["value"] == b"G1" and record["reason_code"] == "bad-ttl"
 
@@ -116,16 +135,18 @@ def test_poison_stops_its_group_and_parks_the_rest_in_order(pipeline: PipelineFa
     p = pipeline(PipelineSpec(**ONE_EACH))  # type: ignore[arg-type]
     s = p.settings
     send_group_with_poison(s, policy="stop-group")
-    got = arrived(s, 5)
+    arrived(s, 5)
+    records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 3)
+    records(s.kafka.bootstrap_servers, s.topology.events_topic, 1)
+    got = values(p)
     assert [v for _, v in got if v.startswith(b"G")] == [b"G0"]
     assert [v for _, v in got if v.startswith(b"H")] == [b"H0", b"H1", b"H2", b"H3"]
     parked = [
-        schemas.decode(DEAD_LETTER, m.value())
-        for m in records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 3)
+        schemas.decode(DEAD_LETTER, m.value()) for _, m in held(p, s.topology.dead_letter_topic)
     ]
     assert [r["value"] for r in parked] == [b"G1", b"G2", b"G3"]
     assert [r["reason_code"] for r in parked] == ["bad-ttl", "group-stopped", "group-stopped"]
-    (event,) = records(s.kafka.bootstrap_servers, s.topology.events_topic, 1)
+    ((_, event),) = held(p, s.topology.events_topic)
     assert dict(event.headers())["schema"] == GROUP_STOPPED.encode()
     stopped = schemas.decode(GROUP_STOPPED, event.value())
     assert stopped["guarantee_id"] == "G" and stopped["reason_code"] == "bad-ttl"
@@ -157,18 +178,21 @@ def test_redis_losing_its_data_never_splits_a_sequenced_group(
             )
         producer.produce(a, b"K0", partition=0, headers=headers_for("K", seq=0, final=True))
         producer.flush(10)
+        records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 2)
+        records(s.kafka.bootstrap_servers, s.topology.events_topic, 1)
+        arrived(s, 4)  # G0..G2 from before, and the new group K
+        after = values(p)
+        assert sorted(v for _, v in after) == [b"G0", b"G1", b"G2", b"K0"]
+        assert [v for _, v in after if v.startswith(b"G")] == [b"G0", b"G1", b"G2"]
+        assert len({q for q, v in before}) == 1
         parked = [
-            schemas.decode(DEAD_LETTER, m.value())
-            for m in records(s.kafka.bootstrap_servers, s.topology.dead_letter_topic, 2)
+            schemas.decode(DEAD_LETTER, m.value()) for _, m in held(p, s.topology.dead_letter_topic)
         ]
         assert [r["value"] for r in parked] == [b"G3", b"G4"]
         assert {r["reason_code"] for r in parked} == {"group-entry-missing"}
-        after = arrived(s, 4)  # G0..G2 from before, and the new group K
-        assert [v for _, v in after] == [b"G0", b"G1", b"G2", b"K0"]
-        assert len({q for q, v in before}) == 1
-        events = records(s.kafka.bootstrap_servers, s.topology.events_topic, 1)
-        assert dict(events[0].headers())["schema"] == TABLE_RESET.encode()
-        assert schemas.decode(TABLE_RESET, events[0].value())["side"] == "SEND"
+        events = [m for _, m in held(p, s.topology.events_topic)]
+        assert {dict(m.headers())["schema"] for m in events} == {TABLE_RESET.encode()}
+        assert "SEND" in {schemas.decode(TABLE_RESET, m.value())["side"] for m in events}
 
 
 def test_sigterm_commits_leaves_the_group_and_exits_zero(pipeline: PipelineFactory) -> None:
@@ -194,6 +218,7 @@ def test_sigterm_commits_leaves_the_group_and_exits_zero(pipeline: PipelineFacto
     for i in range(200, 220):
         producer.produce(s.topology.send_queues[0], f"m{i}".encode(), partition=0)
     producer.flush(10)
-    everything = [v for _, v in arrived(s, 220)]  # exactly 220: arrived() checks no more come
+    arrived(s, 220)
+    everything = [v for _, v in values(p)]  # all of it: a copy too many would show
     assert sorted(everything) == sorted(f"m{i}".encode() for i in range(220))
     assert len(first) == 200

@@ -1,0 +1,252 @@
+"""The capacity rule: which interleavings a run may show (pure logic, no I/O).
+
+Judged for one side at a time from what its destinations hold (send side: the partitions
+of the transfer topic; receive side: the receive queues), each record with the broker's
+append time (LogAppendTime), never from the router's counters:
+
+* a record r on destination D is *interleaved* if another group G has an open span on D
+  around r: G's first record on D is before r, and G's final record on D after r or never
+  arrived on D;
+* a destination is *occupied* during each of its groups' occupancy: [from_ms of the
+  group's first record there, append time of its final there + `RELEASE_SLACK_MS`], or
+  open-ended if its final never arrived there;
+* the router places a record (an ordinary message, or a group's first message on D) at
+  one instant of its *decision window* [from_ms, append_ms]: from_ms is the earliest
+  instant it could have been decided (receive side: the append time of its first copy on
+  the transfer topic, which the receive unit reads only once committed; send side: the
+  sender's create time), append_ms the instant it reached D;
+* such a placement, if interleaved, is *allowed* only if at some instant of its decision
+  window every other destination of the side (including any that never received
+  anything) was occupied. Anything else is *disallowed*, whatever the busy policy;
+* a later message of a group is not a placement: it follows its group. Interleaved, it
+  is allowed only if every overlap it sits in was allowed, and an overlap of two groups'
+  spans was made by the first record of whichever of the two started later on D.
+
+Instants are whole milliseconds and intervals are closed: a timestamp of X ms stands for
+some instant in [X, X+1), so intervals that share a millisecond count as overlapping.
+
+Why the windows and occupancies are sound (the rule never fails a router that shared
+only when its table had every other destination busy): the table counts a destination
+busy from the decision of a group's first message, which is not before that record's
+from_ms, until the group's release, which comes after the commit of the transaction that
+carried its final, so after the final's append time; and each decision lies in its
+record's window. The one gap is the release: it follows the final's append by the rest of
+that transaction plus one Redis call, an amount the data cannot show. `RELEASE_SLACK_MS`
+covers it as measured (see its comment); a release that came later still (a unit killed
+between its commit and its settle leaves the release to the sweeper, seconds later) can
+make the rule disallow a share the table did make with every destination busy: such a
+verdict names the free destination and when it was freed, for a reader to check.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+# How long after a final's append time its destination may still count as busy in the
+# table: the rest of the transaction that carried it (its commit) and the settle call
+# that releases the group. Measured with
+# `python -m ops.harness.release_lag --runs 3` (both tables' entries polled every 2 ms
+# during the demo's run; lag = the first poll without a group's entry - its final's append
+# time, an upper bound): on this 2-core machine, 2,345 releases, p50 7 ms, p99 59-66 ms,
+# max 161 ms; runs on a busier machine (twice the units) reached 549 ms. 200 ms covers every
+# release measured at the demo's load, and no more: a larger value would also excuse
+# placements made while a destination was really free. A release later than this (a
+# loaded machine, a broker restart stalling commits, a unit killed between commit and
+# settle leaving the release to the sweeper) shows in an example as a destination "free
+# since -N" ms with N a little above it.
+RELEASE_SLACK_MS = 200
+
+FOREVER = 1 << 62  # the end of an occupancy whose final never arrived
+EXAMPLES = 5
+
+Intervals = list[tuple[int, int]]  # sorted, disjoint, non-adjacent closed [start, end]
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A record's first copy on one destination, with its decision window."""
+
+    dest: str
+    offset: int
+    event_id: str
+    group: str | None
+    final: bool
+    from_ms: int
+    append_ms: int
+
+
+@dataclass
+class SideReport:
+    side: str
+    destinations: int = 0
+    records: int = 0  # first copies judged
+    release_slack_ms: int = RELEASE_SLACK_MS
+    interleaved: int = 0  # records inside another group's open span
+    allowed: int = 0
+    disallowed: int = 0
+    placements: int = 0  # interleaved records the router placed (ordinary, group's first)
+    placements_disallowed: int = 0
+    examples: list[str] = field(default_factory=list)  # disallowed placements, explained
+
+    def line(self) -> str:
+        return (
+            f"{self.side} side: {self.interleaved} interleaved, {self.allowed} allowed, "
+            f"{self.disallowed} disallowed ({self.placements_disallowed} of {self.placements} "
+            f"placements); {self.destinations} destinations, release slack "
+            f"{self.release_slack_ms} ms"
+        )
+
+
+def judge_side(
+    side: str,
+    records: Iterable[Placed],
+    destinations: Sequence[str],
+    release_slack_ms: int = RELEASE_SLACK_MS,
+) -> SideReport:
+    """Count the interleavings on one side's destinations and judge each by the capacity
+    rule. `records`: first copies only; `destinations`: all of the side's."""
+    by_dest: dict[str, list[Placed]] = defaultdict(list)
+    for r in records:
+        by_dest[r.dest].append(r)
+    every = sorted(set(destinations) | set(by_dest))
+    report = SideReport(side, len(every), sum(map(len, by_dest.values())), release_slack_ms)
+    occupied = {}
+    for d in every:
+        by_dest[d].sort(key=lambda r: r.offset)
+        occupied[d] = occupancy(by_dest[d], release_slack_ms)
+    for dest in every:
+        others = {d: occupied[d] for d in every if d != dest}
+        cover: Intervals = [(-FOREVER, FOREVER)]
+        for occ in others.values():
+            cover = intersect(cover, occ)
+        _judge_destination(report, dest, by_dest[dest], cover, others)
+    report.allowed = report.interleaved - report.disallowed
+    return report
+
+
+def occupancy(records: Sequence[Placed], release_slack_ms: int) -> Intervals:
+    """When one destination was in charge of a group (`records` in offset order)."""
+    first: dict[str, Placed] = {}
+    end: dict[str, int] = {}
+    for r in records:
+        if r.group is None:
+            continue
+        first.setdefault(r.group, r)
+        if r.final and r.group not in end:
+            end[r.group] = r.append_ms + release_slack_ms
+    return merge((f.from_ms, end.get(g, FOREVER)) for g, f in first.items())
+
+
+def _judge_destination(
+    report: SideReport,
+    dest: str,
+    records: Sequence[Placed],
+    cover: Intervals,
+    others: dict[str, Intervals],
+) -> None:
+    opened: dict[str, tuple[int, bool]] = {}  # open group -> (first offset, placement allowed)
+    seen: set[str] = set()
+    for r in records:
+        g = r.group
+        around = [x for x in opened if x != g]
+        ok = True
+        if around:
+            report.interleaved += 1
+            if g is not None and g in opened:  # a later message of g: follows its group
+                mine, mine_ok = opened[g]
+                ok = all(mine_ok if opened[x][0] < mine else opened[x][1] for x in around)
+            else:  # placed here by the router
+                lo, hi = min(r.from_ms, r.append_ms), max(r.from_ms, r.append_ms)
+                ok = meets(cover, lo, hi)
+                report.placements += 1
+                if not ok:
+                    report.placements_disallowed += 1
+                    if len(report.examples) < EXAMPLES:
+                        report.examples.append(_example(dest, r, around, lo, hi, others))
+            report.disallowed += not ok
+        if g is None:
+            continue
+        if g not in seen:
+            seen.add(g)
+            if not r.final:
+                opened[g] = (r.offset, ok)
+        elif r.final:
+            opened.pop(g, None)
+
+
+def _example(
+    dest: str, r: Placed, around: list[str], lo: int, hi: int, others: dict[str, Intervals]
+) -> str:
+    """A disallowed placement: the destinations free during its window, when (ms into the
+    window), and for one free at its start, since when (its last occupancy's end)."""
+    what = f"ordinary {r.event_id}" if r.group is None else f"first of group {r.group}"
+    spans = around[0] + (f" (+{len(around) - 1} more)" if len(around) > 1 else "")
+    free = []
+    for d, occ in sorted(others.items()):
+        holes = gaps(occ, lo, hi)
+        if not holes:
+            continue
+        text = d + " " + ",".join(f"+{s - lo}..+{e - lo}" for s, e in holes[:3])
+        if holes[0][0] == lo:
+            before = [e for _, e in occ if e < lo]
+            text += f" (free since -{lo - before[-1]})" if before else " (never occupied)"
+        free.append(text)
+    shown = "; ".join(free[:4]) + (f"; +{len(free) - 4} more" if len(free) > 4 else "")
+    clock = datetime.fromtimestamp(lo / 1000).strftime("%H:%M:%S.%f")[:-3]
+    return (
+        f"{dest}@{r.offset} {what} entered group {spans}'s span; window {clock} "
+        f"+{hi - lo} ms; free (ms into the window): {shown}"
+    )
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+def merge(intervals: Iterable[tuple[int, int]]) -> Intervals:
+    """Union of closed integer intervals; touching ones ([1, 5] and [6, 9]) join."""
+    out: Intervals = []
+    for s, e in sorted(i for i in intervals if i[0] <= i[1]):
+        if out and s <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(e, out[-1][1]))
+        else:
+            out.append((s, e))
+    return out
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    out: Intervals = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if s <= e:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def meets(cover: Intervals, lo: int, hi: int) -> bool:
+    """Whether some instant of [lo, hi] is in `cover`."""
+    i = bisect.bisect_left(cover, lo, key=lambda iv: iv[1])
+    return i < len(cover) and cover[i][0] <= hi
+
+
+def gaps(cover: Intervals, lo: int, hi: int) -> Intervals:
+    """The parts of [lo, hi] not in `cover`."""
+    out: Intervals = []
+    at = lo
+    for s, e in cover[bisect.bisect_left(cover, lo, key=lambda iv: iv[1]) :]:
+        if s > hi:
+            break
+        if s > at:
+            out.append((at, s - 1))
+        at = max(at, e + 1)
+    if at <= hi:
+        out.append((at, hi))
+    return out
