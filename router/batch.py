@@ -33,6 +33,7 @@ class Item:
     routing: Routing | None  # None: bad input
     bad: BadInput | None = None
     stop: bool = False  # bad, and its group's policy is stop-group
+    close: bool = False  # a close marker from the send side (receive side only)
     decision: str | None = None  # the route step's answer; None: not part of the table call
 
 

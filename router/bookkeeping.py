@@ -62,6 +62,8 @@ def count_committed(metrics: Metrics, out: Output) -> None:
         ("parked", out.parked),
         ("groups_stopped", out.groups_stopped),
         ("orphans_parked", out.orphans_parked),
+        ("close_markers", out.close_markers),
+        ("closes", out.closes),
     ]
     for name, n in counts:
         if n:

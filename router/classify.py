@@ -40,6 +40,7 @@ class Classifier:
         self.max_record = settings.kafka.max_message_bytes
         # Payloads are checked where they enter the path: on the send side.
         self.validators = payload_validators(settings) if side == "send" else {}
+        self.side = side
         # Source positions whose record the broker refused earlier (e.g. too large for
         # the destination topic): dead-lettered when the batch is replayed.
         self.rejected: dict[tuple[str, int, int], str] = {} if rejected is None else rejected
@@ -59,6 +60,16 @@ class Classifier:
             item = Item(m, headers, None)
             try:
                 r = item.routing = contract.parse(headers, rules)
+                if headers and any(k == contract.CONTROL for k, _ in headers):
+                    if self.side == "send" or r.guarantee_id is None:
+                        raise r.bad(
+                            "bad-headers",
+                            f"header {contract.CONTROL!r} is reserved for the router's own "
+                            "records on the transfer topic",
+                        )
+                    item.close = True
+                    items.append(item)
+                    continue
                 value, key = m.value(), m.key()
                 size = (len(value) if value else 0) + (len(key) if key else 0)
                 if headers:

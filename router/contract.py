@@ -33,6 +33,11 @@ MESSAGE_TYPE = "message-type"
 TTL_MS = "guarantee-ttl-ms"
 ON_POISON = "guarantee-on-poison"
 ORIGIN = "router-origin"
+# On the transfer topic only: "close" marks a group the send side ended without forwarding
+# its final (a dead-lettered final, a stopped group), so that the receive side releases it.
+# Reserved: a send-queue message carrying it is dead-lettered (bad-headers).
+CONTROL = "router-control"
+CLOSE = b"close"
 
 ROUTING_HEADERS = frozenset({GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS, ON_POISON})
 POISON_POLICIES = ("dead-letter", "stop-group")
@@ -58,6 +63,7 @@ class BadInput(Exception):
         self.seq: int | None = None
         self.message_type: str | None = None
         self.on_poison: str | None = None
+        self.final: bool = False  # its final flag, if readable: a bad final still ends its group
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +136,7 @@ def parse(headers: Headers | None, rules: RoutingSettings) -> Routing:
     except BadInput as error:
         # The group is known: say which, so that its poison policy can apply.
         error.guarantee_id = gid
+        error.final = gid is not None and seen.get(FINAL) in _TRUE
         error.seq = _lenient(partial(_int, "seq", seen.get(SEQ) or b""), SEQ in seen)
         raw_type = seen.get(MESSAGE_TYPE)
         error.message_type = _lenient(partial(raw_type.decode), True) if raw_type else None

@@ -18,7 +18,7 @@ from router import contract, events, schemas
 from router.batch import Batch, Item, where
 from router.config import RouterSettings
 from router.contract import BadInput
-from router.routing import ORPHAN, PARKED, SPANS
+from router.routing import NO_DEST, ORPHAN, PARKED, SPANS, STOPPING
 from router.side import SideSpec
 
 log = logging.getLogger("router.emit")
@@ -51,10 +51,12 @@ class Output:
     parked: int = 0
     groups_stopped: int = 0
     orphans_parked: int = 0
+    closes: int = 0  # close markers consumed (receive side)
+    close_markers: int = 0  # close markers produced (send side)
 
     @property
     def consumed(self) -> int:
-        return self.forwarded + self.dead + self.parked
+        return self.forwarded + self.dead + self.parked + self.closes
 
 
 class Emitter:
@@ -87,9 +89,20 @@ class Emitter:
             if not batch.forwards(item):
                 continue  # held, or behind a held message of its partition
             dest = item.decision
+            if item.close:  # the send side ended this group: release it, forward nothing
+                out.closes += 1
+                if dest and dest[0] != "!" and item.routing is not None:
+                    out.finals.append((item.routing.guarantee_id or "", _token(item)))
+                continue
             if dest in (PARKED, ORPHAN):
                 out.parked += 1
                 self._park(item, dest == ORPHAN, now_ms, out)
+                continue
+            if dest is not None and dest.startswith(STOPPING):
+                out.parked += 1
+                self._park(item, False, now_ms, out)
+                if add_origin and dest[2:] != NO_DEST:
+                    records.append(self._close(item, dest[2:], out))
                 continue
             if dest == SPANS:
                 out.dead += 1
@@ -98,9 +111,12 @@ class Emitter:
             if item.bad is not None:
                 out.dead += 1
                 records.append(self._dead_letter(item, item.bad, now_ms))
-                r = item.routing
-                if r is not None and r.final and r.guarantee_id and dest and dest[0] != "!":
-                    out.finals.append((r.guarantee_id, _token(item)))
+                r, bad = item.routing, item.bad
+                gid, final = (r.guarantee_id, r.final) if r else (bad.guarantee_id, bad.final)
+                if final and gid and dest and dest[0] != "!":
+                    out.finals.append((gid, _token(item)))
+                    if add_origin:
+                        records.append(self._close(item, dest, out))
                 continue
             assert dest is not None and item.routing is not None
             m = item.m
@@ -149,6 +165,26 @@ class Emitter:
         ]
         log.warning("dead-lettered %s: %s", where(m), bad)
         return Record(self.dead_letter_topic, -1, m.key(), record, headers, 0, None)
+
+    def _close(self, item: Item, dest: str, out: Output) -> Record:
+        """A close marker (send side): the group of `item` ends here without its final
+        being forwarded, so the receive side must release it. Sent to the group's transfer
+        partition after everything forwarded of the group, in the same transaction."""
+        m, r = item.m, item.routing
+        gid = r.guarantee_id if r is not None else item.bad.guarantee_id if item.bad else None
+        assert gid is not None
+        headers: list[tuple[str, bytes | None]] = [
+            (contract.GUARANTEE_ID, gid.encode()),
+            (contract.FINAL, b"true"),
+            (contract.CONTROL, contract.CLOSE),
+            (contract.ORIGIN, f"{m.topic()}/{m.partition()}/{m.offset()}".encode()),
+        ]
+        if r is not None:
+            headers.append((contract.TTL_MS, str(r.ttl_ms).encode()))
+        topic, partition = self.spec.target(dest)
+        log.info("group %r ended without its final at %s: closing it downstream", gid, where(m))
+        out.close_markers += 1
+        return Record(topic, partition, m.key(), None, headers, 0, None)
 
     def _park(self, item: Item, orphan: bool, now_ms: int, out: Output) -> None:
         """A message of a stopped group, or an orphan: dead-lettered, in order, and

@@ -24,6 +24,8 @@ MetricName = Literal[
     "finals",
     "dead_letters",
     "parked",  # messages of stopped groups and orphans, on the dead-letter topic
+    "close_markers",  # send unit: groups ended without their final, closed downstream
+    "closes",  # receive unit: close markers consumed (their groups released)
     "groups_stopped",  # poison messages that stopped their group (policy stop-group)
     "orphans",  # continuations with no table entry (table decisions)
     "orphans_parked",

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 
 from router.routing import (
     HELD,
+    IGNORED,
     NO_DEST,
     ORPHAN,
     PARKED,
     SKIPPED,
     SPANS,
     STOPPED,
+    STOPPING,
     Entry,
     Policy,
     RouteRequest,
@@ -119,7 +121,7 @@ class TableModel:
                     reopen(gid)
                     entry.closing = STOPPED
                     stopped += 1
-                    decisions.append(PARKED)
+                    decisions.append(STOPPING + entry.dest)
                     record(r, True)
                     continue
                 entry.ttl_ms = r.ttl_ms
@@ -131,6 +133,10 @@ class TableModel:
                 elif entry.closing:
                     entry.closing = ""
                     reopen(gid)  # the ID reused in this very batch
+                continue
+            if gid is not None and r.close:
+                decisions.append(IGNORED)
+                record(r, False)
                 continue
             if gid is not None and r.continuation:
                 orphans += 1

@@ -32,7 +32,11 @@ def request_for(item: Item, rules: RoutingSettings, lane: str, force_share: bool
         gid, final, ttl, seq = r.guarantee_id, r.final, r.ttl_ms, r.seq
     else:
         assert bad is not None and bad.guarantee_id is not None
-        gid, final, ttl, seq = bad.guarantee_id, False, rules.default_ttl_ms, bad.seq
+        gid, final, ttl, seq = bad.guarantee_id, bad.final, rules.default_ttl_ms, bad.seq
+    if item.close:
+        assert gid is not None
+        token = f"{lane}/{m.offset()}"
+        return RouteRequest(gid, True, ttl, token, lane, continuation=True, close=True)
     return RouteRequest(
         gid,
         final,

@@ -53,13 +53,19 @@ Rules, for each message of a batch, in order:
     (its release frees the destination);
   - a request with `poison_stop` (a bad message under the stop-group policy) marks its
     group's entry stopped (creating one without a destination if the group is new) and
-    answers PARKED; every later message of a stopped group answers PARKED too, so the
+    answers STOPPING followed by the group's destination if it had one (so that the send
+    unit can close the group downstream), else PARKED; every later message of a stopped
+    group answers PARKED too, so the
     unit parks them in order and forwards nothing more of that group. Once the batch that
     stopped it commits, `settle` with the token STOPPED frees its destination (the entry
     stays, without a destination, so that later messages are still parked);
   - a request with `continuation` (sequence number > 0) for a group with no entry answers
     ORPHAN and creates nothing: its entry expired or the table was lost, and routing it as
-    a new group could send the rest of the group to another destination.
+    a new group could send the rest of the group to another destination;
+  - a request with `close` (a close marker: the send side ended this group without
+    forwarding its final, see `router.emit`) is a continuation and final of its group:
+    a known group on its lane is closed like by a final, an unknown one answers IGNORED
+    (the receive side never saw the group: nothing to close, no orphan counted).
 * `sweep(now, horizon)` removes entries idle past their TTL (update time + TTL before
   now), oldest deadline first, and only if their deadline is also before the side's
   horizon: never while the side's sources may still hold a record written before the
@@ -74,6 +80,8 @@ from typing import Literal
 HELD = "!h"
 SKIPPED = "!s"
 PARKED = "!p"  # a message of a stopped group
+STOPPING = "!P"  # prefix: the message that stopped its group, then the group's destination
+IGNORED = "!n"  # a close marker for a group the table does not know
 ORPHAN = "!o"  # a continuation of a group that has no entry
 SPANS = "!x"  # a message of an open group from another lane than the group's
 STOPPED = "!stop"  # Entry.closing of a stopped group
@@ -95,6 +103,7 @@ class RouteRequest:
     dead: bool = False  # a bad message of this group, dead-lettered (group continues)
     poison_stop: bool = False  # a bad message of this group, which stops the group
     continuation: bool = False  # sequence number > 0: the group must already have an entry
+    close: bool = False  # a close marker (with final and continuation): never an orphan
 
 
 @dataclass(slots=True)

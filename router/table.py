@@ -45,6 +45,7 @@ def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
         + ("d" if r.dead else "")
         + ("p" if r.poison_stop else "")
         + ("c" if r.continuation else "")
+        + ("k" if r.close else "")
     )
     return (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
 

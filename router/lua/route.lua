@@ -12,12 +12,14 @@
 --       7 n destinations, then n destination names
 --       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
 --       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
---       its group, 'c' continuation: sequence number > 0), TTL ms, token (source
---       position), lane (source partition)
+--       its group, 'c' continuation: sequence number > 0, 'k' close marker: with 'f' and
+--       'c', never an orphan), TTL ms, token (source position), lane (source partition)
 -- Returns: {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
 --          ...}; a decision is a destination name, '!h' (held), '!s' (skipped: its lane
---          is held), '!p' (parked: its group is stopped), '!o' (orphan: a continuation
---          without an entry) or '!x' (its open group lives on another lane). reset is 1
+--          is held), '!p' (parked: its group is stopped), '!P<dest>' (the message that
+--          stopped its group, which was on <dest>), '!o' (orphan: a continuation
+--          without an entry), '!n' (a close marker for an unknown group: ignored) or '!x'
+--          (its open group lives on another lane). reset is 1
 --          if the table was lost, entirely (the caller's epoch is gone) or partly (fewer
 --          writes than the caller saw: a crash lost the last ones); a partial loss starts
 --          a new epoch, so that every caller learns it.
@@ -187,7 +189,7 @@ for m = 0, nmsg - 1 do
         reopen(gid)
         e.closing = '!stop'
         out[4] = out[4] + 1
-        decision = '!p'
+        decision = '!P' .. e.dest
       else
         decision = e.dest
         e.ttl = ttl
@@ -199,6 +201,8 @@ for m = 0, nmsg - 1 do
           reopen(gid)
         end
       end
+    elseif gid ~= '' and has('k') then
+      decision = '!n'
     elseif gid ~= '' and has('c') then
       out[5] = out[5] + 1
       decision = '!o'

@@ -19,11 +19,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from ops.harness.collect import read_to_end
 from ops.harness.localstack import LocalStack
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import schemas
+from router import contract, schemas
+from router.clients import redis_client
 from router.config import RouterSettings
 from router.contract import headers_for
 from router.events import DEAD_LETTER, GROUP_STOPPED, TABLE_RESET
 from router.receiver import Receiver
+from router.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
 
@@ -150,6 +152,59 @@ def test_poison_stops_its_group_and_parks_the_rest_in_order(pipeline: PipelineFa
     assert dict(event.headers())["schema"] == GROUP_STOPPED.encode()
     stopped = schemas.decode(GROUP_STOPPED, event.value())
     assert stopped["guarantee_id"] == "G" and stopped["reason_code"] == "bad-ttl"
+
+
+def test_a_group_ended_on_the_send_side_is_released_on_the_receive_side(
+    pipeline: PipelineFactory,
+) -> None:
+    """Defect 6, receive side: a group stopped by a poison message (S) and a group whose
+    final is dead-lettered (D) never send their final downstream. The send unit follows
+    each with a close marker on its transfer partition, and the receive unit releases it:
+    every destination is free again and the receive table forgets both long before their
+    TTL (10 minutes); the receive queues hold only what was forwarded."""
+    p = pipeline(PipelineSpec(**ONE_EACH))  # type: ignore[arg-type]
+    s = p.settings
+    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
+    a, b = s.topology.send_queues
+    long_ttl = ("guarantee-ttl-ms", b"600000")
+    for seq in range(3):
+        stop = headers_for("S", seq=seq, final=seq == 2, on_poison="stop-group")
+        # S1 has a TTL out of bounds: it stops S (S2, its final, is parked)
+        stop.append(("guarantee-ttl-ms", b"5") if seq == 1 else long_ttl)
+        producer.produce(a, f"S{seq}".encode(), partition=0, headers=stop)
+        # D2, D's final, has a TTL out of bounds too: dead-lettered, and D ends there
+        dead = headers_for("D", seq=seq, final=seq == 2)
+        dead.append(("guarantee-ttl-ms", b"5") if seq == 2 else long_ttl)
+        producer.produce(b, f"D{seq}".encode(), partition=0, headers=dead)
+    assert producer.flush(30) == 0
+    client = redis_client(s.redis)
+    send, receive = (table_for(s, side, client) for side in ("send", "receive"))
+
+    def released() -> bool:
+        kept = send.entries()  # S stays, without a destination, to park its later messages
+        return (
+            not send.loads()
+            and not receive.loads()
+            and "D" not in kept
+            and kept.get("S") is not None
+            and kept["S"].dest == "!"
+            and not {"S", "D"} & set(receive.entries())
+        )
+
+    arrived(s, 3)  # S0, D0, D1
+    wait_until(released, 60, "S and D released on both sides, every destination free")
+    assert sorted(v for _, v in values(p)) == [b"D0", b"D1", b"S0"]
+    transfer = s.topology.transfer_topic
+    parts = {
+        f"{transfer}[{i}]": TopicPartition(transfer, i) for i in range(s.topology.receive_units)
+    }
+    markers = [
+        dict(m.headers())[contract.GUARANTEE_ID]
+        for ms in read_to_end(s.kafka, parts).values()
+        for m in ms
+        if dict(m.headers() or []).get(contract.CONTROL) == contract.CLOSE
+    ]
+    assert sorted(markers) == [b"D", b"S"]
 
 
 def test_redis_losing_its_data_never_splits_a_sequenced_group(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from router.routing import HELD, PARKED, SPANS, STOPPED, RouteRequest
+from router.routing import HELD, PARKED, SPANS, STOPPED, STOPPING, RouteRequest
 from router.table import CALL_REQUESTS, ManagementTable, TableKeys
 from tests.helpers import unique
 
@@ -75,7 +75,7 @@ def test_stopped_groups_and_dead_lettered_finals_free_their_destination(new_tabl
     t = new_table(["d0", "d1"])
     assert t.route([req("S", "A", 0), req("D", "B", 0)]).decisions == ["d0", "d1"]
     result = t.route([req("S", "A", 1, poison_stop=True), req("D", "B", 1, final=True, dead=True)])
-    assert result.decisions == [PARKED, "d1"]
+    assert result.decisions == [STOPPING + "d0", "d1"]
     assert t.settle("batch", [], [("D", "B/1"), ("S", STOPPED)]) == 1
     assert t.loads() == {}
     assert t.route([req("S", "A", 2)]).decisions == [PARKED]

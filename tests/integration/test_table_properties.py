@@ -29,12 +29,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from router.model import TableModel
 from router.routing import (
     HELD,
+    IGNORED,
     NO_DEST,
     ORPHAN,
     PARKED,
     SKIPPED,
     SPANS,
     STOPPED,
+    STOPPING,
     RouteRequest,
     TraceStep,
 )
@@ -55,8 +57,8 @@ message = st.tuples(
     st.sampled_from(LANES),
     st.integers(0, 20).map(lambda n: n == 0),  # force share, rarely
     # "": plain; d: dead-lettered (group continues); p: poison stopping its group;
-    # c: a continuation (sequence number > 0)
-    st.sampled_from(["", "", "", "", "c", "c", "d", "p"]),
+    # c: a continuation (sequence number > 0); k: a close marker (final continuation)
+    st.sampled_from(["", "", "", "", "c", "c", "d", "p", "k"]),
     # A group's messages come from its own lane, except rarely (a group that spans
     # partitions, or its ID reused on another lane)
     st.integers(0, 12).map(lambda n: n == 0),
@@ -110,14 +112,15 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                 out.append(
                     RouteRequest(
                         gid,
-                        final and grouped,
+                        (final or kind == "k") and grouped,
                         ttl,
                         token,
                         lane,
                         force,
                         dead=kind == "d" and grouped,
                         poison_stop=kind == "p" and grouped,
-                        continuation=kind == "c" and grouped,
+                        continuation=kind in ("c", "k") and grouped,
+                        close=kind == "k" and grouped,
                     )
                 )
             return out
@@ -140,6 +143,10 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                 r, d = step.request, step.decision
                 if r.guarantee_id in stopped_before:
                     assert d == PARKED, "a stopped group's message was not parked"
+                if d.startswith(STOPPING):
+                    assert r.poison_stop and step.known, "only a stop of a known group"
+                if d == IGNORED:
+                    assert r.close and not step.known
                 if d == ORPHAN:
                     assert r.continuation and not step.known
                 if d == SPANS:
@@ -149,8 +156,9 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                 for r, d in zip(requests, actual.decisions, strict=True)
                 if r.guarantee_id is None and d[0] != "!"
             }
-            for r, d in zip(requests, actual.decisions, strict=True):
-                if r.guarantee_id is None or d in (HELD, SKIPPED, PARKED, ORPHAN, SPANS):
+            for r, decision in zip(requests, actual.decisions, strict=True):
+                d = decision.removeprefix(STOPPING)
+                if r.guarantee_id is None or d in (HELD, SKIPPED, PARKED, ORPHAN, SPANS, IGNORED):
                     continue
                 first = self.assigned.setdefault(r.guarantee_id, d)
                 assert first == d, f"group {r.guarantee_id} moved from {first} to {d}"

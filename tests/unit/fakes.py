@@ -52,9 +52,9 @@ def msg(
     partition: int = 0,
     value: bytes | None = b"payload",
     extra: list[tuple[str, bytes | None]] | None = None,
+    headers: list[tuple[str, bytes | None]] | None = None,
 ) -> FakeMessage:
-    headers: list[tuple[str, bytes | None]] = [
-        *contract.headers_for(gid, final=final, seq=seq),
-        *(extra or []),
-    ]
+    """A consumed message: routing headers for `gid`, then `extra` (or exactly `headers`)."""
+    if headers is None:
+        headers = [*contract.headers_for(gid, final=final, seq=seq), *(extra or [])]
     return FakeMessage(topic, partition, offset, value, None, headers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from router.config import RoutingSettings
-from router.contract import BadInput, Routing, headers_for, parse
+from router.contract import FINAL, GUARANTEE_ID, TTL_MS, BadInput, Routing, headers_for, parse
 
 RULES = RoutingSettings(ttl_by_type={"split-file": 60_000, "slips": 3_600_000})
 
@@ -58,3 +58,15 @@ def test_headers_for_round_trips_through_parse() -> None:
     assert parse(headers_for(None), RULES) == Routing(None, False, RULES.default_ttl_ms)
     with pytest.raises(ValueError, match="cannot be final"):
         headers_for(None, final=True)
+
+
+def test_a_malformed_final_keeps_its_group_and_its_final_flag() -> None:
+    """A bad final still ends its group (its destination is freed, the receive side is
+    sent a close marker): the error says it was a final, when the flag is readable."""
+    headers = [*headers_for("g", seq=3, final=True), (TTL_MS, b"5")]
+    with pytest.raises(BadInput) as bad:
+        parse(headers, RULES)
+    assert (bad.value.code, bad.value.guarantee_id, bad.value.final) == ("bad-ttl", "g", True)
+    with pytest.raises(BadInput) as bad:
+        parse([(GUARANTEE_ID, b"g"), (FINAL, b"maybe")], RULES)
+    assert bad.value.code == "bad-final-flag" and not bad.value.final

@@ -10,7 +10,7 @@ from router.classify import Classifier
 from router.config import RouterSettings
 from router.emit import Emitter
 from router.holds import Backoff, Holds
-from router.routing import HELD, ORPHAN, PARKED, SKIPPED, SPANS
+from router.routing import HELD, IGNORED, ORPHAN, PARKED, SKIPPED, SPANS, STOPPING
 from router.side import side_spec
 from tests.unit.fakes import FakeMessage, msg
 
@@ -127,10 +127,45 @@ def test_emit_ends_a_group_whose_final_is_dead_lettered_and_refuses_a_second_lan
     )
     out = emitted(batch, ["1", "1", SPANS])
     reasons = [dict(r.headers).get("reason") for r in out.records]
-    assert reasons == [None, b"oversized", b"group-spans-partitions"]
+    assert reasons == [None, b"oversized", None, b"group-spans-partitions"]
     assert out.finals == [("g", "in/0/2")]
-    letter = schemas.decode(events.DEAD_LETTER, out.records[2].value)
+    # The receive side never gets g's final: a close marker follows g on its partition.
+    marker = out.records[2]
+    assert (marker.topic, marker.partition, marker.value) == ("t.transfer", 1, None)
+    headers = dict(marker.headers)
+    assert headers[contract.CONTROL] == contract.CLOSE and headers[contract.FINAL] == b"true"
+    assert headers[contract.GUARANTEE_ID] == b"g" and out.close_markers == 1
+    letter = schemas.decode(events.DEAD_LETTER, out.records[3].value)
     assert letter["reason_code"] == "group-spans-partitions" and letter["source_partition"] == 1
+
+
+def test_a_stopped_group_is_closed_downstream_and_a_close_marker_releases_it() -> None:
+    """Defect 6, receive side: the message that stops a group on the send side (decision
+    STOPPING + its destination) sends a close marker there; the receive side turns a
+    close marker into a release of its group (a final) and forwards nothing of it."""
+    batch = classified(
+        msg(2, "s", extra=[(contract.MESSAGE_TYPE, b"strict"), (contract.SEQ, b"x")]),
+    )
+    out = emitted(batch, [STOPPING + "3"])
+    assert [r.topic for r in out.records] == ["t.events", "t.dlq", "t.transfer"]
+    marker = out.records[2]
+    assert marker.partition == 3 and dict(marker.headers)[contract.CONTROL] == contract.CLOSE
+    assert out.stopped == ["s"] and out.parked == 1
+
+    # What the receive unit reads: the marker closes s; one for an unknown group is ignored.
+    received = [msg(7, headers=marker.headers), msg(8, headers=marker.headers)]
+    batch = classified(*received, side="receive")
+    assert [i.close for i in batch.items] == [True, True]
+    out = emitted(batch, ["q1", IGNORED], side="receive")
+    assert out.records == [] and out.finals == [("s", "in/0/7")]
+    assert out.closes == 2 and out.consumed == 2 and out.forwarded == 0
+
+
+def test_a_send_queue_message_may_not_pose_as_a_close_marker() -> None:
+    batch = classified(msg(1, "g", extra=[(contract.CONTROL, contract.CLOSE)]))
+    (item,) = batch.items
+    assert not item.close and item.bad is not None and item.bad.code == "bad-headers"
+    assert item.bad.guarantee_id == "g"
 
 
 def test_emit_skips_what_a_hold_keeps_back_and_the_offsets_resume_there() -> None:
