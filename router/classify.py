@@ -16,7 +16,7 @@ from confluent_kafka import Message
 from router import contract, schemas
 from router.batch import Batch, Item
 from router.config import RouterSettings
-from router.contract import BadInput
+from router.contract import CONTROL, BadInput
 from router.table import Side
 
 
@@ -60,20 +60,23 @@ class Classifier:
             item = Item(m, headers, None)
             try:
                 r = item.routing = contract.parse(headers, rules)
-                if headers and any(k == contract.CONTROL for k, _ in headers):
+                value, key = m.value(), m.key()
+                size = (len(value) if value else 0) + (len(key) if key else 0)
+                control = False
+                if headers:
+                    for k, v in headers:
+                        size += len(k) + (len(v) if v else 0)
+                        control = control or k == CONTROL
+                if control:
                     if self.side == "send" or r.guarantee_id is None:
                         raise r.bad(
                             "bad-headers",
-                            f"header {contract.CONTROL!r} is reserved for the router's own "
+                            f"header {CONTROL!r} is reserved for the router's own "
                             "records on the transfer topic",
                         )
                     item.close = True
                     items.append(item)
                     continue
-                value, key = m.value(), m.key()
-                size = (len(value) if value else 0) + (len(key) if key else 0)
-                if headers:
-                    size += sum(len(k) + (len(v) if v else 0) for k, v in headers)
                 if size > self.max_record:
                     raise r.bad(
                         "oversized",

@@ -18,6 +18,7 @@ it forwards, and keeps every other header, the key, the value and the timestamp.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -118,10 +119,15 @@ def read_headers(message: Any) -> list[tuple[str, bytes | None]] | None:
     return headers
 
 
+@functools.lru_cache(maxsize=64)
+def _ordinary(ttl_ms: int) -> Routing:
+    return Routing(None, False, ttl_ms)  # frozen: one instance serves every message
+
+
 def parse(headers: Headers | None, rules: RoutingSettings) -> Routing:
     """Read the routing headers of one message; raise BadInput with the reason if malformed."""
     if not headers:
-        return Routing(None, False, rules.default_ttl_ms)
+        return _ordinary(rules.default_ttl_ms)
     seen: dict[str, bytes | None] = {}
     for key, value in headers:
         if key in ROUTING_HEADERS:
@@ -129,7 +135,7 @@ def parse(headers: Headers | None, rules: RoutingSettings) -> Routing:
                 raise BadInput("duplicate-header", f"header {key!r} appears more than once")
             seen[key] = value
     if not seen:
-        return Routing(None, False, rules.default_ttl_ms)
+        return _ordinary(rules.default_ttl_ms)
     gid = _guarantee_id(seen.get(GUARANTEE_ID), rules)
     try:
         return _parse_rest(seen, gid, rules)

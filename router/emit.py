@@ -59,9 +59,14 @@ class Output:
         return self.forwarded + self.dead + self.parked + self.closes
 
 
+# Record(...) without the generated __new__'s call overhead (the emit loop's hot path)
+new_record = tuple.__new__
+
+
 class Emitter:
     def __init__(self, settings: RouterSettings, spec: SideSpec, unit: str) -> None:
         self.spec = spec
+        self._targets: dict[str, tuple[str, int]] = {}  # destination -> (topic, partition)
         self.unit = unit
         self.topology = settings.topology.name
         self.dead_letter_topic = settings.topology.dead_letter_topic
@@ -83,10 +88,11 @@ class Emitter:
             out.records.append(self._event(events.TABLE_RESET, None, record))
         spec = self.spec
         add_origin = spec.side == "send"
-        target = spec.target
+        targets = self._targets
         records = out.records
+        held = bool(batch.held_at)
         for item in batch.items:
-            if not batch.forwards(item):
+            if held and not batch.forwards(item):
                 continue  # held, or behind a held message of its partition
             dest = item.decision
             if item.close:  # the send side ended this group: release it, forward nothing
@@ -120,7 +126,10 @@ class Emitter:
                 continue
             assert dest is not None and item.routing is not None
             m = item.m
-            topic, partition = target(dest)
+            where = targets.get(dest)
+            if where is None:
+                where = targets[dest] = spec.target(dest)
+            topic, partition = where
             headers = item.headers
             if add_origin:
                 origin = (contract.ORIGIN, f"{m.topic()}/{m.partition()}/{m.offset()}".encode())
@@ -130,7 +139,10 @@ class Emitter:
             big = value is not None and len(value) > TRACK_DELIVERY_BYTES
             source = (m.topic(), m.partition(), m.offset()) if big else None
             records.append(
-                Record(topic, partition, m.key(), value, headers, ts if ts_type else 0, source)
+                new_record(
+                    Record,
+                    (topic, partition, m.key(), value, headers, ts if ts_type else 0, source),
+                )
             )
             out.forwarded += 1
             r = item.routing

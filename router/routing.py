@@ -90,7 +90,7 @@ NO_DEST = "!"  # Entry.dest of a group stopped before it had a destination
 Policy = Literal["share", "hold"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RouteRequest:
     """One message, as the table sees it."""
 

@@ -53,6 +53,7 @@ local cursor0 = cursor
 local base = 7 + ndest
 
 local function num(x) return string.format('%.0f', x) end
+local function has(flags, c) return string.find(flags, c, 1, true) ~= nil end
 
 -- The table's epoch: a table that disappeared (Redis restarted without its data) comes
 -- back with a new epoch, and the caller learns that its table was lost.
@@ -112,14 +113,16 @@ end
 -- For a new group only finals from its own lane count (freed_lane[dest .. '|' .. lane]):
 -- its entry survives an abort, and a replay keeps only each lane's own order.
 local freed = {}
-local freed_lane = {}
+local freed_lane = {}  -- lane -> dest -> finals of that lane routed in this batch
 local closed_here = {}
 local function eff(d) return load[d] - (freed[d] or 0) end
 local function close(gid, d, lane)
   if not closed_here[gid] then
     closed_here[gid] = { d, lane }
     freed[d] = (freed[d] or 0) + 1
-    freed_lane[d .. '|' .. lane] = (freed_lane[d .. '|' .. lane] or 0) + 1
+    local fl = freed_lane[lane]
+    if not fl then fl = {}; freed_lane[lane] = fl end
+    fl[d] = (fl[d] or 0) + 1
   end
 end
 local function reopen(gid)
@@ -127,21 +130,23 @@ local function reopen(gid)
   if c then
     closed_here[gid] = nil
     freed[c[1]] = freed[c[1]] - 1
-    freed_lane[c[1] .. '|' .. c[2]] = freed_lane[c[1] .. '|' .. c[2]] - 1
+    freed_lane[c[2]][c[1]] = freed_lane[c[2]][c[1]] - 1
   end
 end
 
 -- The first cheapest destination at or after the cursor: cost is (load, fenced) for a
 -- new group of lane `lane`, load alone for an ordinary message (lane nil). Returns its
 -- 0-based index and busy.
+local cost = {}  -- reused by every call
+local none = {}
 local function choose(lane)
-  local cost = {}
   local best = nil
+  local fl = lane and (freed_lane[lane] or none)
   for i = 1, ndest do
     local d = dests[i]
     local c
-    if lane then
-      c = (load[d] - (freed_lane[d .. '|' .. lane] or 0)) * 2
+    if fl then
+      c = (load[d] - (fl[d] or 0)) * 2
       if fenced[d] then c = c + 1 end
     else
       c = eff(d) * 2
@@ -158,13 +163,13 @@ end
 local out = { 0, 0, 0, 0, 0, epoch, reset, writes }
 local held_lanes = {}
 local batch_dest = nil
-local marks = {}
+local marks, marked = {}, {}
+local now_s, lease_s = num(now), num(now + lease)
 local dirty = {}
 local function touch(gid) dirty[gid] = true end
 for m = 0, nmsg - 1 do
   local b = base + m * 5
   local gid, flags, ttl, token, lane = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-  local function has(c) return string.find(flags, c, 1, true) ~= nil end
   local decision
   if held_lanes[lane] then
     decision = '!s'
@@ -172,7 +177,7 @@ for m = 0, nmsg - 1 do
     local e = false
     if gid ~= '' then e = cache[gid] end
     if e and e.closing ~= '!stop' and e.lane ~= '' and e.lane ~= lane then
-      if e.closing ~= '' and not has('c') then
+      if e.closing ~= '' and not has(flags, 'c') then
         out[2] = out[2] + 1  -- the ID reused on another lane: wait for the release
         held_lanes[lane] = true
         decision = '!h'
@@ -180,12 +185,12 @@ for m = 0, nmsg - 1 do
         decision = '!x'
       end
     elseif e then
-      e.updated = num(now)
+      e.updated = now_s
       if e.lane == '' then e.lane = lane end
       touch(gid)
       if e.closing == '!stop' then
         decision = '!p'
-      elseif has('p') then
+      elseif has(flags, 'p') then
         reopen(gid)
         e.closing = '!stop'
         out[4] = out[4] + 1
@@ -193,7 +198,7 @@ for m = 0, nmsg - 1 do
       else
         decision = e.dest
         e.ttl = ttl
-        if has('f') then
+        if has(flags, 'f') then
           e.closing = token
           close(gid, e.dest, lane)
         elseif e.closing ~= '' then
@@ -201,13 +206,13 @@ for m = 0, nmsg - 1 do
           reopen(gid)
         end
       end
-    elseif gid ~= '' and has('k') then
+    elseif gid ~= '' and has(flags, 'k') then
       decision = '!n'
-    elseif gid ~= '' and has('c') then
+    elseif gid ~= '' and has(flags, 'c') then
       out[5] = out[5] + 1
       decision = '!o'
-    elseif gid ~= '' and has('p') then
-      cache[gid] = { dest = '!', opened = num(now), updated = num(now), ttl = ttl,
+    elseif gid ~= '' and has(flags, 'p') then
+      cache[gid] = { dest = '!', opened = now_s, updated = now_s, ttl = ttl,
                      closing = '!stop', closing0 = '', lane = lane }
       touch(gid)
       out[4] = out[4] + 1
@@ -217,7 +222,7 @@ for m = 0, nmsg - 1 do
     else
       local i, busy
       if gid ~= '' then i, busy = choose(lane) else i, busy = choose(nil) end
-      if busy and hold and not has('s') then
+      if busy and hold and not has(flags, 's') then
         out[2] = out[2] + 1
         held_lanes[lane] = true
         decision = '!h'
@@ -227,13 +232,16 @@ for m = 0, nmsg - 1 do
         cursor = (i + 1) % ndest
         if gid == '' then
           batch_dest = decision
-          marks[#marks + 1] = num(now + lease)
-          marks[#marks + 1] = decision .. '|' .. batch
+          if not marked[decision] then
+            marked[decision] = true
+            marks[#marks + 1] = lease_s
+            marks[#marks + 1] = decision .. '|' .. batch
+          end
         else
-          local final = has('f')
+          local final = has(flags, 'f')
           local c = ''
           if final then c = token end
-          cache[gid] = { dest = decision, opened = num(now), updated = num(now), ttl = ttl,
+          cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
                          closing = c, closing0 = '', lane = lane }
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
