@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from router import room
 from router.routing import (
     HELD,
     IGNORED,
@@ -40,6 +41,9 @@ class TableModel:
     cursor: int = 0
     # (destination, batch ID) -> lease expiry: ordinary messages routed, not yet committed
     inflight: dict[tuple[str, str], int] = field(default_factory=dict)
+    room: dict[str, int] = field(default_factory=dict)  # waiting group -> wait start (ms)
+    # (group, batch ID) -> lease expiry: messages parked in the room, not yet committed
+    park_leases: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def _choose(self, cost: list[tuple[int, bool]]) -> tuple[int, bool]:
         """(index of the cheapest destination at or after the cursor, whether it is busy)."""
@@ -60,6 +64,8 @@ class TableModel:
         trace: list[TraceStep] | None = None,
     ) -> RouteResult:
         self.inflight = {k: exp for k, exp in self.inflight.items() if exp > now_ms}
+        self.park_leases = {k: exp for k, exp in self.park_leases.items() if exp > now_ms}
+        room.admit(self)  # a lease that ended may have made a destination clean
         fenced = {d for (d, b) in self.inflight if b != batch}
         decisions: list[str] = []
         # Groups per destination whose final was routed earlier in this batch, in all and
@@ -120,8 +126,16 @@ class TableModel:
                 if r.poison_stop:
                     reopen(gid)
                     entry.closing = STOPPED
+                    entry.state = room.OPEN
+                    room.forget(self, gid)  # its parked messages: `docs/design/waiting-room.md`
                     stopped += 1
                     decisions.append(STOPPING + entry.dest)
+                    record(r, True)
+                    continue
+                if entry.state != room.OPEN:
+                    decisions.append(
+                        room.parked_message(self, gid, entry, r, batch, now_ms, lease_ms)
+                    )
                     record(r, True)
                     continue
                 entry.ttl_ms = r.ttl_ms
@@ -166,6 +180,21 @@ class TableModel:
                     for d in self.destinations
                 ]
             index, busy = self._choose(cost)
+            waits = busy or (self.room and not ordinary)  # first come, first served
+            if waits and self.policy == "wait" and not r.force_share:
+                if ordinary:
+                    pg = room.ordinary_group(r.lane)
+                    e = self.entries.get(pg)
+                    decisions.append(
+                        room.parked_message(self, pg, e, r, batch, now_ms, lease_ms)
+                        if e is not None
+                        else room.wait(self, pg, r, batch, now_ms, lease_ms)
+                    )
+                else:
+                    assert gid is not None
+                    decisions.append(room.wait(self, gid, r, batch, now_ms, lease_ms))
+                record(r, False)
+                continue
             if busy and self.policy == "hold" and not r.force_share:
                 held += 1
                 held_lanes.add(r.lane)
@@ -190,14 +219,28 @@ class TableModel:
                     close(gid, dest, r.lane)
         return RouteResult(decisions, shared, held, created, stopped, orphans)
 
-    def settle(self, batch: str, dests: Iterable[str], finals: Iterable[tuple[str, str]]) -> int:
-        """After a batch's commit: end its in-flight leases, release its finals and free
-        the destinations of the groups it stopped (token STOPPED)."""
+    def settle(
+        self,
+        batch: str,
+        dests: Iterable[str],
+        finals: Iterable[tuple[str, str]],
+        drains: Iterable[tuple[str, int]] = (),
+    ) -> int:
+        """After a batch's commit: end its in-flight and park leases, release its finals,
+        free the destinations of the groups it stopped (token STOPPED), open (or release)
+        the admitted groups it drained ((gid, parks seen), `router.room.drained`), and
+        admit waiting groups to the destinations that became clean."""
         for d in dests:
             self.inflight.pop((d, batch), None)
-        return self.release(finals)
+        for key in [k for k in self.park_leases if k[1] == batch]:
+            del self.park_leases[key]
+        released = self.release(finals)
+        for gid, parks_seen in drains:
+            room.drained(self, gid, parks_seen)
+        room.admit(self)
+        return released
 
-    def _unload(self, dest: str) -> None:
+    def unload(self, dest: str) -> None:
         if dest != NO_DEST:
             self.load[dest] -= 1
             if self.load[dest] == 0:
@@ -215,11 +258,13 @@ class TableModel:
                 continue
             if token == STOPPED:
                 if entry.closing == STOPPED:
-                    self._unload(entry.dest)
+                    self.unload(entry.dest)
                     entry.dest = NO_DEST
             elif token in (entry.closing, "*"):
-                self._unload(self.entries.pop(gid).dest)
+                self.unload(self.entries.pop(gid).dest)
+                room.forget(self, gid)
                 released += 1
+        room.admit(self)
         return released
 
     def sweep(
@@ -238,8 +283,10 @@ class TableModel:
         out = []
         for _, gid in expired:
             entry = self.entries.pop(gid)
-            self._unload(entry.dest)
+            self.unload(entry.dest)
+            room.forget(self, gid)
             out.append(Swept(gid, entry, now_ms))
+        room.admit(self)
         return out
 
     def open_groups(self, dest: str) -> int:

@@ -87,7 +87,7 @@ SPANS = "!x"  # a message of an open group from another lane than the group's
 STOPPED = "!stop"  # Entry.closing of a stopped group
 NO_DEST = "!"  # Entry.dest of a group stopped before it had a destination
 
-Policy = Literal["share", "hold"]
+Policy = Literal["share", "hold", "wait"]  # "wait": `router.room` (table only, so far)
 
 
 @dataclass(slots=True)
@@ -114,6 +114,8 @@ class Entry:
     ttl_ms: int
     closing: str = ""  # source position of the routed final message, "" while open
     lane: str = ""  # the source partition the group's messages come from
+    state: str = "open"  # "waiting" or "admitted": in the waiting room (`router.room`)
+    parks: int = 0  # messages of the group parked in the room so far
 
     @property
     def deadline_ms(self) -> int:

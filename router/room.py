@@ -1,0 +1,118 @@
+"""The waiting room's rules (policy `wait`), on the pure table model: no I/O.
+
+Design: `docs/design/waiting-room.md`. Status: the table's half (slice 1). The room topic
+and the drain step that forward parked messages come next; until then `wait` is not a
+`routing.busy_policy` a unit accepts.
+
+A group that finds no clean destination, or arrives while others wait (first come, first
+served), is parked (WAIT) and *waits*; its later messages are parked too, each parking
+batch holding a park lease on the group. When a destination becomes clean (its groups
+released, no ordinary message in flight), the oldest waiting group is *admitted* to it:
+the destination is reserved for the group, whose parked messages the drain step forwards.
+Once a drain batch settles with every park of the group drained and none in flight, the
+group is *open* like any other (its next messages go straight to the destination); the
+ordinary messages' pseudo-group of a lane (`~<lane>`) is released instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from router.routing import NO_DEST, Entry, RouteRequest
+
+if TYPE_CHECKING:
+    from router.model import TableModel
+
+WAIT = "!w"  # park the message in the room
+OPEN, WAITING, ADMITTED = "open", "waiting", "admitted"  # Entry.state
+PSEUDO = "~"  # prefix of the pseudo-group that gathers one lane's parked ordinary messages
+
+
+def ordinary_group(lane: str) -> str:
+    return PSEUDO + lane
+
+
+def is_pseudo(gid: str) -> bool:
+    return gid.startswith(PSEUDO)
+
+
+def park(t: TableModel, gid: str, entry: Entry, batch: str, now_ms: int, lease_ms: int) -> str:
+    """Count one more parked message of the group, under the batch's park lease."""
+    entry.parks += 1
+    t.park_leases[(gid, batch)] = now_ms + lease_ms
+    return WAIT
+
+
+def wait(t: TableModel, gid: str, r: RouteRequest, batch: str, now_ms: int, lease_ms: int) -> str:
+    """A new group (or a lane's first parked ordinary message) joins the room."""
+    token = r.token if r.final and not is_pseudo(gid) else ""
+    entry = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, token, r.lane, WAITING)
+    t.entries[gid] = entry
+    t.room[gid] = now_ms
+    return park(t, gid, entry, batch, now_ms, lease_ms)
+
+
+def parked_message(
+    t: TableModel, gid: str, entry: Entry, r: RouteRequest, batch: str, now_ms: int, lease_ms: int
+) -> str:
+    """A message of a waiting or admitted group: parked behind the group's earlier ones. A
+    final marks the entry closing (released once the drain forwarded and committed it); a
+    first message after a final (the ID reused) clears the mark."""
+    entry.ttl_ms = r.ttl_ms
+    if r.final:
+        entry.closing = r.token
+    elif entry.closing:
+        entry.closing = ""
+    return park(t, gid, entry, batch, now_ms, lease_ms)
+
+
+def clean_destinations(t: TableModel) -> list[str]:
+    """Destinations a waiting group may be admitted to: in charge of no group, and no
+    ordinary message of any batch in flight to them."""
+    leased = {d for (d, _) in t.inflight}
+    return [d for d in t.destinations if t.load.get(d, 0) == 0 and d not in leased]
+
+
+def admit(t: TableModel) -> list[str]:
+    """Admit the oldest waiting groups (by wait start, then ID) to clean destinations,
+    the first clean one at or after the cursor each. Returns the admitted IDs."""
+    admitted: list[str] = []
+    n = len(t.destinations)
+    while t.room:
+        clean = set(clean_destinations(t))
+        if not clean:
+            break
+        gid = min(t.room, key=lambda g: (t.room[g], g))
+        index = next(i for k in range(n) if t.destinations[i := (t.cursor + k) % n] in clean)
+        dest = t.destinations[index]
+        t.cursor = (index + 1) % n
+        del t.room[gid]
+        entry = t.entries[gid]
+        entry.state, entry.dest = ADMITTED, dest
+        t.load[dest] = t.load.get(dest, 0) + 1
+        admitted.append(gid)
+    return admitted
+
+
+def drained(t: TableModel, gid: str, parks_seen: int) -> str:
+    """After a drain batch of the group committed (and the batch's park leases ended):
+    the group's state afterwards. It opens (a pseudo-group is released) only if no park
+    of it is in flight and none was routed since the drainer read the room's end offsets
+    (`parks_seen`); otherwise it stays admitted and the drain goes on."""
+    entry = t.entries.get(gid)
+    if entry is None or entry.state != ADMITTED:
+        return OPEN if entry is not None else "gone"
+    if entry.parks != parks_seen or any(g == gid for (g, _) in t.park_leases):
+        return ADMITTED
+    if is_pseudo(gid):
+        t.unload(t.entries.pop(gid).dest)
+        return "released"
+    entry.state = OPEN
+    return OPEN
+
+
+def forget(t: TableModel, gid: str) -> None:
+    """The entry is gone (released, swept): it no longer waits, nor holds park leases."""
+    t.room.pop(gid, None)
+    for key in [k for k in t.park_leases if k[0] == gid]:
+        del t.park_leases[key]

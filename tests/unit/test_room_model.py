@@ -1,0 +1,174 @@
+"""The waiting room's rules on the pure table model (policy `wait`, `router.room`)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router import room
+from router.model import TableModel
+from router.routing import NO_DEST, STOPPING, RouteRequest, TraceStep
+
+
+def req(
+    gid: str | None, final: bool = False, lane: str = "q/0", stop: bool = False
+) -> RouteRequest:
+    return RouteRequest(gid, final, 60_000, f"{lane}/{gid}/{final}", lane, poison_stop=stop)
+
+
+def test_groups_beyond_capacity_wait_and_are_admitted_first_come_first_served() -> None:
+    t = TableModel(["a", "b"], policy="wait")
+    assert t.route([req("g1"), req("g2")], 0, batch="b1").decisions == ["a", "b"]
+    # No clean destination left: g3 and g4 wait, in arrival order, and nothing is shared.
+    r = t.route([req("g3"), req("g4"), req("g3")], 10, batch="b2")
+    assert r.decisions == [room.WAIT] * 3 and r.shared == 0
+    assert t.room == {"g3": 10, "g4": 10} and t.entries["g3"].parks == 2
+    t.settle("b2", [], [])
+    # g1 ends: its destination goes to the oldest waiting group (ties by ID), reserved.
+    t.route([req("g1", final=True)], 20, batch="b3")
+    t.settle("b3", [], [("g1", "q/0/g1/True")])
+    assert t.entries["g3"].state == room.ADMITTED and t.entries["g3"].dest == "a"
+    assert t.room == {"g4": 10} and t.load == {"a": 1, "b": 1}
+    # Admitted, not yet drained: g3's later messages, its final too, are still parked
+    # behind the earlier ones; the final is released once drained and committed.
+    assert t.route([req("g3", final=True)], 30, batch="b4").decisions == [room.WAIT]
+    assert t.entries["g3"].closing == "q/0/g3/True"
+    t.settle("b4", [], [])
+    t.settle("d1", [], [("g3", "q/0/g3/True")], drains=[("g3", 3)])
+    assert "g3" not in t.entries
+    assert t.entries["g4"].state == room.ADMITTED and t.entries["g4"].dest == "a"
+
+
+def test_an_admitted_group_opens_only_when_every_park_is_drained_and_none_is_in_flight() -> None:
+    t = TableModel(["a"], policy="wait")
+    t.route([req("g1")], 0, batch="b1")
+    t.route([req("g2")], 0, batch="b2")  # waits; park lease of b2 in flight
+    t.settle("b1", [], [])
+    t.release([("g1", "*")])
+    assert t.entries["g2"].state == room.ADMITTED
+    t.settle("d1", [], [], drains=[("g2", 1)])
+    assert t.entries["g2"].state == room.ADMITTED  # b2 has not settled: a park in flight
+    t.settle("b2", [], [])
+    t.route([req("g2")], 5, batch="b3")  # parked after the drainer read the room
+    t.settle("b3", [], [])
+    t.settle("d2", [], [], drains=[("g2", 1)])
+    assert t.entries["g2"].state == room.ADMITTED  # 2 parks, the drainer saw 1
+    t.settle("d3", [], [], drains=[("g2", 2)])
+    assert t.entries["g2"].state == room.OPEN
+    assert t.route([req("g2")], 9, batch="b4").decisions == ["a"]
+
+
+def test_ordinary_messages_wait_in_their_lanes_pseudo_group_and_go_first_when_they_can() -> None:
+    t = TableModel(["a"], policy="wait")
+    t.route([req("g1")], 0, batch="b1")
+    assert t.route([req(None), req(None)], 1, batch="b2").decisions == [room.WAIT] * 2
+    pg = room.ordinary_group("q/0")
+    assert t.entries[pg].parks == 2 and t.room == {pg: 1}
+    t.settle("b2", [], [])
+    t.release([("g1", "*")])
+    assert t.entries[pg].state == room.ADMITTED
+    t.settle("d1", [], [], drains=[(pg, 2)])
+    assert pg not in t.entries and t.load == {}  # released, not opened
+    assert t.route([req(None)], 2, batch="b3").decisions == ["a"]
+
+
+def test_a_group_stopped_in_the_room_leaves_it() -> None:
+    t = TableModel(["a"], policy="wait")
+    t.route([req("g1")], 0, batch="b1")
+    t.route([req("g2")], 0, batch="b2")
+    assert t.route([req("g2", stop=True)], 1, batch="b3").decisions == [STOPPING + NO_DEST]
+    assert t.room == {}
+    t.release([("g1", "*")])
+    assert t.load == {}  # nothing admitted: g2 no longer waits
+
+
+def test_the_other_policies_never_use_the_room() -> None:
+    for policy in ("share", "hold"):
+        t = TableModel(["a"], policy=policy)  # type: ignore[arg-type]
+        t.route([req("g1"), req("g2"), req(None)], 0)
+        assert t.room == {} and all(e.state == room.OPEN for e in t.entries.values())
+
+
+# ------------------------------------------------------------------ random histories
+
+GROUPS = [f"g{i}" for i in range(8)]
+LANES = ["q/0", "q/1"]
+
+step = st.one_of(
+    st.tuples(st.just("msg"), st.sampled_from([*GROUPS, None]), st.sampled_from(LANES)),
+    st.tuples(st.just("end"), st.sampled_from(GROUPS), st.sampled_from(LANES)),
+    st.tuples(st.just("settle"), st.just(None), st.just("")),
+    st.tuples(st.just("drain"), st.just(None), st.just("")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step, max_size=60), st.integers(1, 3))
+def test_no_destination_ever_carries_two_groups_and_every_group_gets_through(
+    history: list[tuple[str, str | None, str]], ndest: int
+) -> None:
+    """Under `wait`, whatever the interleaving of batches, settles and drains: at most one
+    group (open or admitted) per destination, ordinary messages only where no group is
+    open, and once everything is settled and drained, every group has been admitted."""
+    t = TableModel([f"d{i}" for i in range(ndest)], policy="wait")
+    lane_of: dict[str, str] = {}
+    pending: list[tuple[str, list[tuple[str, str]]]] = []  # unsettled batches: (id, finals)
+    ended: set[str] = set()
+    now = 0
+
+    def check(trace: list[TraceStep]) -> None:
+        assert all(n <= 1 for n in t.load.values()), t.load
+        for s in trace:
+            if s.request.guarantee_id is None and not s.decision.startswith("!"):
+                assert s.decision in s.free, "an ordinary message entered an open group"
+
+    def drain_all() -> None:
+        drains = [(g, e.parks) for g, e in t.entries.items() if e.state == room.ADMITTED]
+        finals = [
+            (g, t.entries[g].closing)
+            for g, _ in drains
+            if t.entries[g].closing and not room.is_pseudo(g)
+        ]
+        t.settle(f"drain{now}", [], finals, drains=drains)
+
+    for kind, gid, drawn_lane in history:
+        now += 1
+        if kind in ("msg", "end"):
+            lane = drawn_lane
+            if gid is not None:
+                if gid in ended:
+                    continue
+                lane = lane_of.setdefault(gid, drawn_lane)
+            trace: list[TraceStep] = []
+            r = req(gid, final=kind == "end", lane=lane)
+            batch = f"b{now}"
+            d = t.route([r], now, batch=batch, trace=trace).decisions[0]
+            check(trace)
+            finals = []
+            if kind == "end" and gid is not None:
+                ended.add(gid)
+                if not d.startswith("!"):
+                    finals.append((gid, r.token))
+            pending.append((batch, finals))
+        elif kind == "settle" and pending:
+            batch, finals = pending.pop(0)
+            dests = [d for (d, b) in t.inflight if b == batch]
+            t.settle(batch, dests, finals)
+        elif kind == "drain":
+            drain_all()
+        check([])
+    # Every group ends (its final, on its lane), and every batch settles.
+    for g in sorted(set(lane_of) - ended):
+        now += 1
+        r = req(g, final=True, lane=lane_of[g])
+        d = t.route([r], now, batch=f"b{now}").decisions[0]
+        pending.append((f"b{now}", [] if d.startswith("!") else [(g, r.token)]))
+        ended.add(g)
+    for batch, finals in pending:
+        t.settle(batch, [d for (d, b) in t.inflight if b == batch], finals)
+    for _ in range(len(GROUPS) + 2):
+        drain_all()
+        check([])
+    assert t.room == {}, "a group was never admitted"
+    for g in ended:
+        assert g not in t.entries, f"{g} ended but was never released"
