@@ -126,7 +126,7 @@ class TableModel:
                 if r.poison_stop:
                     reopen(gid)
                     entry.closing = STOPPED
-                    entry.state = room.OPEN
+                    entry.state, entry.parks = room.OPEN, 0
                     room.forget(self, gid)  # its parked messages: `docs/design/waiting-room.md`
                     stopped += 1
                     decisions.append(STOPPING + entry.dest)

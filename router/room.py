@@ -1,8 +1,9 @@
 """The waiting room's rules (policy `wait`), on the pure table model: no I/O.
 
-Design: `docs/design/waiting-room.md`. Status: the table's half (slice 1). The room topic
-and the drain step that forward parked messages come next; until then `wait` is not a
-`routing.busy_policy` a unit accepts.
+Design: `docs/design/waiting-room.md`. Status: the table's half (slice 1), here and in
+the Lua scripts (`router/lua/prelude.lua`, `route.lua`, `settle.lua`, `sweep.lua`), which
+the property test runs side by side. The room topic and the drain step that forwards
+parked messages come next; until then `wait` is not a `routing.busy_policy` a unit accepts.
 
 A group that finds no clean destination, or arrives while others wait (first come, first
 served), is parked (WAIT) and *waits*; its later messages are parked too, each parking
@@ -58,6 +59,7 @@ def parked_message(
     """A message of a waiting or admitted group: parked behind the group's earlier ones. A
     final marks the entry closing (released once the drain forwarded and committed it); a
     first message after a final (the ID reused) clears the mark."""
+    entry.updated_ms = now_ms
     entry.ttl_ms = r.ttl_ms
     if r.final:
         entry.closing = r.token
@@ -107,7 +109,7 @@ def drained(t: TableModel, gid: str, parks_seen: int) -> str:
     if is_pseudo(gid):
         t.unload(t.entries.pop(gid).dest)
         return "released"
-    entry.state = OPEN
+    entry.state, entry.parks = OPEN, 0
     return OPEN
 
 

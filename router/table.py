@@ -9,71 +9,20 @@ All keys of a table share one Redis Cluster hash slot: `<prefix>:{<topology>:<si
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 import redis
 
 from router.routing import HELD, SKIPPED, Entry, Policy, RouteRequest, RouteResult, Swept
+from router.tablecodec import Side, TableKeys, decode_entry, encode, outbox_item, script
+from router.tablecodec import text as _text
 
-Side = Literal["send", "receive"]
+__all__ = ["CALL_REQUESTS", "CALL_WORK", "ManagementTable", "Side", "TableKeys"]
 
 # Bounds on one route call's work (Redis runs one script at a time, for every unit): a
 # batch larger than this is routed in several calls.
 CALL_REQUESTS = 2_000
 CALL_WORK = 20_000  # requests x destinations
-
-
-def _script(name: str) -> str:
-    return resources.files("router").joinpath("lua", f"{name}.lua").read_text("utf-8")
-
-
-def _decode_entry(raw: bytes | str) -> Entry:
-    """'dest|opened|updated|ttl|closing|lane' (entries written before lanes have 5 fields)."""
-    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    dest, opened, updated, ttl, closing, *lane = text.split("|", 5)
-    return Entry(dest, int(opened), int(updated), int(ttl), closing, lane[0] if lane else "")
-
-
-def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
-    """One request as the route script reads it (see `router/lua/route.lua`): guarantee ID
-    ('' = ordinary), flags, TTL, token, lane. The only place that spells the flags."""
-    flags = (
-        ("f" if r.final else "")
-        + ("s" if r.force_share else "")
-        + ("d" if r.dead else "")
-        + ("p" if r.poison_stop else "")
-        + ("c" if r.continuation else "")
-        + ("k" if r.close else "")
-    )
-    return (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
-
-
-@dataclass(frozen=True, slots=True)
-class TableKeys:
-    entries: str
-    deadlines: str
-    load: str
-    cursor: str
-    closing: str
-    outbox: str
-    stats: str
-    inflight: str
-    epoch: str
-    writes: str
-
-    @classmethod
-    def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:
-        base = f"{prefix}:{{{topology}:{side}}}"
-        return cls(*(f"{base}:{name}" for name in cls.__dataclass_fields__))
-
-    def all(self) -> list[str]:
-        return [getattr(self, name) for name in self.__dataclass_fields__]
 
 
 class ManagementTable:
@@ -98,9 +47,9 @@ class ManagementTable:
         self.destinations = list(destinations)
         self.policy: Policy = policy
         self.lease_ms = lease_ms
-        self._route = client.register_script(_script("route"))
-        self._settle = client.register_script(_script("settle"))
-        self._sweep = client.register_script(_script("sweep"))
+        self._route = client.register_script(script("route"))
+        self._settle = client.register_script(script("settle"))
+        self._sweep = client.register_script(script("sweep"))
         self._route_keys = [
             keys.entries,
             keys.deadlines,
@@ -111,6 +60,9 @@ class ManagementTable:
             keys.inflight,
             keys.epoch,
             keys.writes,
+            keys.room,
+            keys.parks,
+            keys.admitted,
         ]
         # The table's epoch and write count as last seen: a different epoch, or fewer
         # writes, means the table was lost (wholly or partly).
@@ -124,8 +76,12 @@ class ManagementTable:
             keys.closing,
             keys.stats,
             keys.inflight,
+            keys.cursor,
+            keys.room,
+            keys.parks,
+            keys.admitted,
         ]
-        self._dests = [len(self.destinations), *self.destinations]
+        self._dests: list[str | int] = [len(self.destinations), *self.destinations]
 
     # ------------------------------------------------------------------ routing
 
@@ -134,6 +90,8 @@ class ManagementTable:
     ) -> RouteResult:
         """Decide a destination for every request of a batch: one round trip per chunk
         of `chunk_size` requests, so that no call blocks Redis for long."""
+        if "|" in batch:
+            raise ValueError(f"a batch ID may not contain '|': {batch!r}")
         if not requests:
             return RouteResult([], 0, 0, 0)
         size = self.chunk_size
@@ -197,14 +155,26 @@ class ManagementTable:
         ]
 
     def settle(
-        self, batch: str, dests: Iterable[str], finals: Iterable[tuple[str, str]] = ()
+        self,
+        batch: str,
+        dests: Iterable[str],
+        finals: Iterable[tuple[str, str]] = (),
+        drains: Iterable[tuple[str, int]] = (),
     ) -> int:
         """After a batch's Kafka commit: end its in-flight leases on `dests` (where it sent
-        ordinary messages) and release the groups whose final (gid, token) it committed."""
+        ordinary messages) and its park leases, release the groups whose final (gid,
+        token) it committed, open the admitted groups it drained ((gid, parks seen):
+        `router.room.drained`) and admit waiting groups to destinations that became clean."""
         dest_list = list(dests)
-        args: list[str | int] = [batch, len(dest_list), *dest_list]
-        for gid, token in finals:
+        final_list = list(finals)
+        drain_list = list(drains)
+        args: list[str | int] = [batch, len(dest_list), *dest_list, len(final_list)]
+        for gid, token in final_list:
             args += (gid, token)
+        args.append(len(drain_list))
+        for gid, parks in drain_list:
+            args += (gid, parks)
+        args += self._dests
         return int(self._settle(keys=self._settle_keys, args=args))
 
     def release(self, finals: Iterable[tuple[str, str]]) -> int:
@@ -228,28 +198,34 @@ class ManagementTable:
         (`router.horizon`): it never sweeps from Redis alone."""
         k = self.keys
         out = self._sweep(
-            keys=[k.entries, k.deadlines, k.load, k.closing, k.outbox, k.stats],
+            keys=[
+                k.entries,
+                k.deadlines,
+                k.load,
+                k.closing,
+                k.outbox,
+                k.stats,
+                k.cursor,
+                k.inflight,
+                k.room,
+                k.parks,
+                k.admitted,
+            ],
             args=[
                 "" if now_ms is None else now_ms,
                 limit,
                 "" if horizon_ms is None else horizon_ms,
+                *self._dests,
             ],
         )
         now = int(out[0])
-        return [Swept(_text(out[i]), _decode_entry(out[i + 1]), now) for i in range(1, len(out), 2)]
+        return [Swept(_text(out[i]), decode_entry(out[i + 1]), now) for i in range(1, len(out), 2)]
 
     # ------------------------------------------------------------------ outbox
 
     def outbox(self, limit: int) -> list[Swept]:
         """The oldest swept entries whose abandoned-group events are not yet published."""
-        swept = []
-        for raw in self._r.lrange(self.keys.outbox, 0, limit - 1):
-            # "entry|swept_at|gid"; an entry written before lanes has one field less
-            text = _text(raw)
-            n = 5 if text.split("|", 6)[5].isdigit() else 6
-            fields = text.split("|", n + 1)
-            swept.append(Swept(fields[n + 1], _decode_entry("|".join(fields[:n])), int(fields[n])))
-        return swept
+        return [outbox_item(raw) for raw in self._r.lrange(self.keys.outbox, 0, limit - 1)]
 
     def ack_outbox(self, count: int) -> None:
         """Drop the first `count` outbox items (their events are published)."""
@@ -265,17 +241,33 @@ class ManagementTable:
             return []
         raws = self._r.hmget(self.keys.entries, gids)
         return [
-            (gid, _decode_entry(raw).closing)
+            (gid, decode_entry(raw).closing)
             for gid, raw in zip(gids, raws, strict=True)
-            if raw is not None and _decode_entry(raw).closing
+            if raw is not None and decode_entry(raw).closing
         ]
 
     def entries(self) -> dict[str, Entry]:
-        return {_text(g): _decode_entry(v) for g, v in self._r.hgetall(self.keys.entries).items()}
+        return {_text(g): decode_entry(v) for g, v in self._r.hgetall(self.keys.entries).items()}
 
     def entry(self, gid: str) -> Entry | None:
         raw = self._r.hget(self.keys.entries, gid)
-        return None if raw is None else _decode_entry(raw)
+        return None if raw is None else decode_entry(raw)
+
+    def room(self) -> dict[str, int]:
+        """Waiting groups -> wait start (ms), oldest first (`router.room`)."""
+        return {_text(g): int(t) for g, t in self._r.zrange(self.keys.room, 0, -1, withscores=True)}
+
+    def park_leases(self) -> dict[tuple[str, str], int]:
+        """(group, batch) -> expiry of park leases of batches not yet settled."""
+        out = {}
+        for member, score in self._r.zrange(self.keys.parks, 0, -1, withscores=True):
+            batch, gid = _text(member).split("|", 1)
+            out[(gid, batch)] = int(score)
+        return out
+
+    def admitted(self) -> dict[str, str]:
+        """Admitted groups -> their reserved destination, until drained."""
+        return {_text(g): _text(d) for g, d in self._r.hgetall(self.keys.admitted).items()}
 
     def loads(self) -> dict[str, int]:
         return {_text(d): int(n) for d, n in self._r.hgetall(self.keys.load).items()}
@@ -299,7 +291,7 @@ class ManagementTable:
     def renew(self, batch: str, dests: Iterable[str]) -> bool:
         """Extend a batch's in-flight leases on `dests` to now + lease_ms (Redis clock), all
         or none: False if one is gone (expired and removed; `router/lua/lease.lua`)."""
-        script = self.__dict__.get("_lease")
-        if script is None:  # registered on first use: renewals are rare
-            script = self.__dict__["_lease"] = self.client.register_script(_script("lease"))
-        return bool(script(keys=[self.keys.inflight], args=[batch, self.lease_ms, *dests]))
+        lease = self.__dict__.get("_lease")
+        if lease is None:  # registered on first use: renewals are rare
+            lease = self.__dict__["_lease"] = self.client.register_script(script("lease"))
+        return bool(lease(keys=[self.keys.inflight], args=[batch, self.lease_ms, *dests]))

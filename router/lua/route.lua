@@ -6,7 +6,9 @@
 --       7 inflight (zset "dest|batch" -> lease expiry): ordinary messages not yet committed
 --       8 epoch (string): created with the table; missing again means the table was lost
 --       9 writes (counter): +1 per call; lower than a caller saw means writes were lost
--- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold'
+--       10 room (zset gid -> wait start)  11 parks (zset "batch|gid" -> park lease expiry)
+--       12 admitted (hash gid -> reserved destination): the waiting room, router/room.py
+-- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold' | 'wait'
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
 --       6 the highest write count the caller saw ('' if none)
 --       7 n destinations, then n destination names
@@ -18,13 +20,15 @@
 --          ...}; a decision is a destination name, '!h' (held), '!s' (skipped: its lane
 --          is held), '!p' (parked: its group is stopped), '!P<dest>' (the message that
 --          stopped its group, which was on <dest>), '!o' (orphan: a continuation
---          without an entry), '!n' (a close marker for an unknown group: ignored) or '!x'
---          (its open group lives on another lane). reset is 1
+--          without an entry), '!n' (a close marker for an unknown group: ignored), '!x'
+--          (its open group lives on another lane) or '!w' (parked in the waiting room:
+--          an ordinary one in its lane's pseudo-group '~<lane>'). reset is 1
 --          if the table was lost, entirely (the caller's epoch is gone) or partly (fewer
 --          writes than the caller saw: a crash lost the last ones); a partial loss starts
 --          a new epoch, so that every caller learns it.
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, K_EPOCH,
-  K_WRITES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
+  KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -32,6 +36,7 @@ if not now then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local hold = ARGV[2] == 'hold'
+local wait = ARGV[2] == 'wait'
 local batch = ARGV[3]
 local lease = tonumber(ARGV[4])
 local seen_epoch = ARGV[5]
@@ -43,6 +48,16 @@ for i = 1, ndest do
   dests[i] = ARGV[7 + i]
   load[dests[i]] = 0
 end
+local function num(x) return string.format('%.0f', x) end
+local function has(flags, c) return string.find(flags, c, 1, true) ~= nil end
+
+-- Leases that ended (their unit died) no longer fence; a destination they made clean
+-- goes to the oldest waiting group first.
+redis.call('ZREMRANGEBYSCORE', K_INFLIGHT, '-inf', num(now))
+redis.call('ZREMRANGEBYSCORE', K_PARKS, '-inf', num(now))
+admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
+local room_n = redis.call('ZCARD', K_ROOM)
+
 local raw = redis.call('HGETALL', K_LOAD)
 for i = 1, #raw, 2 do load[raw[i]] = tonumber(raw[i + 1]) end
 local load0 = {}
@@ -51,9 +66,6 @@ local cursor = tonumber(redis.call('GET', K_CURSOR) or '0') % ndest
 local cursor0 = cursor
 
 local base = 7 + ndest
-
-local function num(x) return string.format('%.0f', x) end
-local function has(flags, c) return string.find(flags, c, 1, true) ~= nil end
 
 -- The table's epoch: a table that disappeared (Redis restarted without its data) comes
 -- back with a new epoch, and the caller learns that its table was lost.
@@ -76,7 +88,6 @@ if seen_writes and writes <= seen_writes then
 end
 
 -- Destinations with ordinary messages of another batch in flight are not clean.
-redis.call('ZREMRANGEBYSCORE', K_INFLIGHT, '-inf', num(now))
 local fenced = {}
 for _, member in ipairs(redis.call('ZRANGE', K_INFLIGHT, 0, -1)) do
   local d, b = string.match(member, '^([^|]*)|(.*)$')
@@ -89,6 +100,7 @@ local cache = {}
 local want = {}
 for m = 0, nmsg - 1 do
   local gid = ARGV[base + m * 5 + 1]
+  if gid == '' and wait then gid = '~' .. ARGV[base + m * 5 + 5] end  -- its lane's pseudo-group
   if gid ~= '' and cache[gid] == nil then
     cache[gid] = false
     want[#want + 1] = gid
@@ -100,11 +112,7 @@ for s = 1, #want, 1000 do
   local vals = redis.call('HMGET', K_ENTRIES, unpack(chunk))
   for j = 1, #chunk do
     local v = vals[j]
-    if v then
-      local d, o, u, t, c, l = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
-      cache[chunk[j]] = { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c,
-                          lane = l }
-    end
+    if v then cache[chunk[j]] = decode_entry(v) end
   end
 end
 
@@ -167,6 +175,34 @@ local marks, marked = {}, {}
 local now_s, lease_s = num(now), num(now + lease)
 local dirty = {}
 local function touch(gid) dirty[gid] = true end
+-- The waiting room: groups that join it, and the groups this batch parks (park leases).
+local joined, parked = {}, {}
+local function park(gid, e)
+  e.parks = e.parks + 1
+  parked[gid] = true
+  touch(gid)
+  return '!w'
+end
+local function join(gid, flags, ttl, token, lane)
+  local c = ''
+  if has(flags, 'f') and string.sub(gid, 1, 1) ~= '~' then c = token end
+  local e = { dest = '!', opened = now_s, updated = now_s, ttl = ttl, closing = c,
+              closing0 = '', lane = lane, state = 'waiting', parks = 0 }
+  cache[gid] = e
+  joined[gid] = true
+  room_n = room_n + 1
+  return park(gid, e)
+end
+local function parked_message(gid, e, flags, ttl, token)
+  e.updated = now_s
+  e.ttl = ttl
+  if has(flags, 'f') then
+    e.closing = token
+  elseif e.closing ~= '' then
+    e.closing = ''
+  end
+  return park(gid, e)
+end
 for m = 0, nmsg - 1 do
   local b = base + m * 5
   local gid, flags, ttl, token, lane = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
@@ -193,8 +229,18 @@ for m = 0, nmsg - 1 do
       elseif has(flags, 'p') then
         reopen(gid)
         e.closing = '!stop'
+        if e.state ~= 'open' then  -- it leaves the room
+          if e.state == 'waiting' then room_n = room_n - 1 end
+          e.state = 'open'
+          joined[gid], parked[gid] = nil, nil
+          redis.call('ZREM', K_ROOM, gid)
+          redis.call('HDEL', K_ADMITTED, gid)
+          forget_parks(K_PARKS, gid)
+        end
         out[4] = out[4] + 1
         decision = '!P' .. e.dest
+      elseif e.state ~= 'open' then
+        decision = parked_message(gid, e, flags, ttl, token)
       else
         decision = e.dest
         e.ttl = ttl
@@ -213,7 +259,7 @@ for m = 0, nmsg - 1 do
       decision = '!o'
     elseif gid ~= '' and has(flags, 'p') then
       cache[gid] = { dest = '!', opened = now_s, updated = now_s, ttl = ttl,
-                     closing = '!stop', closing0 = '', lane = lane }
+                     closing = '!stop', closing0 = '', lane = lane, state = 'open', parks = 0 }
       touch(gid)
       out[4] = out[4] + 1
       decision = '!p'
@@ -222,7 +268,19 @@ for m = 0, nmsg - 1 do
     else
       local i, busy
       if gid ~= '' then i, busy = choose(lane) else i, busy = choose(nil) end
-      if busy and hold and not has(flags, 's') then
+      if wait and (busy or (room_n > 0 and gid ~= '')) and not has(flags, 's') then
+        if gid ~= '' then
+          decision = join(gid, flags, ttl, token, lane)
+        else
+          local pg = '~' .. lane
+          local pe = cache[pg]
+          if pe then
+            decision = parked_message(pg, pe, flags, ttl, token)
+          else
+            decision = join(pg, flags, ttl, token, lane)
+          end
+        end
+      elseif busy and hold and not has(flags, 's') then
         out[2] = out[2] + 1
         held_lanes[lane] = true
         decision = '!h'
@@ -242,7 +300,8 @@ for m = 0, nmsg - 1 do
           local c = ''
           if final then c = token end
           cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
-                         closing = c, closing0 = '', lane = lane }
+                         closing = c, closing0 = '', lane = lane, state = 'open',
+                         parks = 0 }
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
           touch(gid)
@@ -265,11 +324,11 @@ end
 for gid in pairs(dirty) do
   local e = cache[gid]
   hset[#hset + 1] = gid
-  hset[#hset + 1] = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|'
-    .. e.closing .. '|' .. e.lane
+  hset[#hset + 1] = encode_entry(e)
   zadd[#zadd + 1] = num(tonumber(e.updated) + tonumber(e.ttl))
   zadd[#zadd + 1] = gid
-  if e.closing ~= '' and e.closing ~= '!stop' and e.closing ~= e.closing0 then
+  if e.closing ~= '' and e.closing ~= '!stop' and e.closing ~= e.closing0
+      and e.state == 'open' then
     cadd[#cadd + 1] = num(now)
     cadd[#cadd + 1] = gid
   elseif (e.closing == '' or e.closing == '!stop') and e.closing0 ~= ''
@@ -291,6 +350,8 @@ for d, l in pairs(load) do
 end
 if cursor ~= cursor0 then redis.call('SET', K_CURSOR, cursor) end
 if #marks > 0 then redis.call('ZADD', K_INFLIGHT, unpack(marks)) end
+for gid in pairs(joined) do redis.call('ZADD', K_ROOM, now_s, gid) end
+for gid in pairs(parked) do redis.call('ZADD', K_PARKS, lease_s, batch .. '|' .. gid) end
 redis.call('HINCRBY', K_STATS, 'messages', nmsg)
 local counters = { 'shared', 'held', 'created', 'stopped', 'orphans' }
 for i = 1, 5 do

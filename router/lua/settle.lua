@@ -1,41 +1,103 @@
--- Settle after a Kafka commit: end a batch's in-flight leases and release finished groups.
+-- Settle after a Kafka commit: end a batch's in-flight and park leases, release finished
+-- groups, open (or release) the admitted groups a drain forwarded, admit waiting groups.
 --
--- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 stats  6 inflight
+-- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 stats  6 inflight  7 cursor  8 room
+--       9 parks  10 admitted
 -- ARGV: 1 batch ID ('' if none)  2 n destinations the batch sent ordinary messages to,
---       then their names, then pairs of guarantee ID, token (the source position the
---       group's final was routed from)
+--       then their names; then n finals, then pairs of guarantee ID, token (the source
+--       position the group's final was routed from); then n drains, then pairs of
+--       guarantee ID, parks seen (router/room.py `drained`); then n, then every
+--       destination name of the side (for admissions)
 -- An entry is removed only if it is still closing with that same token: a group whose ID
 -- was reused after its final (the mark cleared or replaced) is left alone. The token '*'
 -- (an operator's `router table release`) removes the entry whatever its state. The token
 -- '!stop' (a group this batch stopped) frees a stopped group's destination and keeps its
 -- entry, without a destination, so that its later messages are still parked.
 -- Returns: the number of entries released.
-local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_STATS, K_INFLIGHT =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_STATS, K_INFLIGHT, K_CURSOR, K_ROOM,
+  K_PARKS, K_ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
+  KEYS[8], KEYS[9], KEYS[10]
 local batch = ARGV[1]
-local ndest = tonumber(ARGV[2])
-for i = 1, ndest do redis.call('ZREM', K_INFLIGHT, ARGV[2 + i] .. '|' .. batch) end
+local i = 2
+local function count()
+  local n = tonumber(ARGV[i])
+  i = i + 1
+  return n
+end
+local function unload(d)
+  if d ~= '!' and redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then redis.call('HDEL', K_LOAD, d) end
+end
+for _ = 1, count() do
+  redis.call('ZREM', K_INFLIGHT, ARGV[i] .. '|' .. batch)
+  i = i + 1
+end
+if batch ~= '' then
+  for _, m in ipairs(redis.call('ZRANGE', K_PARKS, 0, -1)) do
+    if string.match(m, '^([^|]*)|') == batch then redis.call('ZREM', K_PARKS, m) end
+  end
+end
 local released = 0
-for i = 3 + ndest, #ARGV, 2 do
+for _ = 1, count() do
   local gid, token = ARGV[i], ARGV[i + 1]
+  i = i + 2
   local v = redis.call('HGET', K_ENTRIES, gid)
   if v then
-    local d, rest, c, tail = string.match(v, '^([^|]*)(|[^|]*|[^|]*|[^|]*|)([^|]*)(.*)$')
+    local e = decode_entry(v)
     if token == '!stop' then
-      if c == '!stop' and d ~= '!' then
-        redis.call('HSET', K_ENTRIES, gid, '!' .. rest .. c .. tail)
-        if redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then redis.call('HDEL', K_LOAD, d) end
+      if e.closing == '!stop' and e.dest ~= '!' then
+        unload(e.dest)
+        e.dest = '!'
+        redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
       end
-    elseif c == token or token == '*' then
+    elseif e.closing == token or token == '*' then
       redis.call('HDEL', K_ENTRIES, gid)
       redis.call('ZREM', K_DEADLINES, gid)
       redis.call('ZREM', K_CLOSING, gid)
-      if d ~= '!' and redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then
-        redis.call('HDEL', K_LOAD, d)
-      end
+      redis.call('ZREM', K_ROOM, gid)
+      redis.call('HDEL', K_ADMITTED, gid)
+      forget_parks(K_PARKS, gid)
+      unload(e.dest)
       released = released + 1
     end
   end
+end
+local drains = {}
+for _ = 1, count() do
+  drains[#drains + 1] = { ARGV[i], tonumber(ARGV[i + 1]) }
+  i = i + 2
+end
+local dests = {}
+for _ = 1, count() do
+  dests[#dests + 1] = ARGV[i]
+  i = i + 1
+end
+if #dests > 0 then
+  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
+end
+for _, drain in ipairs(drains) do
+  local gid, seen = drain[1], drain[2]
+  local v = redis.call('HGET', K_ENTRIES, gid)
+  if v then
+    local e = decode_entry(v)
+    if e.state == 'admitted' and e.parks == seen and not has_parks(K_PARKS, gid) then
+      redis.call('HDEL', K_ADMITTED, gid)
+      if string.sub(gid, 1, 1) == '~' then  -- a lane's ordinary messages: done
+        redis.call('HDEL', K_ENTRIES, gid)
+        redis.call('ZREM', K_DEADLINES, gid)
+        unload(e.dest)
+      else
+        e.state = 'open'
+        redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
+        if e.closing ~= '' and e.closing ~= '!stop' then
+          local t = redis.call('TIME')
+          redis.call('ZADD', K_CLOSING, t[1] .. string.sub(string.format('%06d', t[2]), 1, 3), gid)
+        end
+      end
+    end
+  end
+end
+if #dests > 0 then
+  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
 end
 if released > 0 then redis.call('HINCRBY', K_STATS, 'released', released) end
 return released

@@ -1,17 +1,22 @@
 -- Remove entries idle past their entry deletion time (the patent's deletion process).
 --
--- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 outbox (list)  6 stats
+-- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 outbox (list)  6 stats  7 cursor
+--       8 inflight  9 room  10 parks  11 admitted
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 at most this many entries
 --       3 the side's horizon in ms, or '' (or absent) for none: the sweeper's proof that
 --         every record written before it has been consumed by the side's units
 --         (router/horizon.py). An entry is removed only if its deadline (update time +
 --         TTL) is before both now and the horizon; one past its deadline but not before
 --         the horizon stays in the deadlines set and is looked at again next round.
--- Each removed entry is appended to the outbox as "entry|swept_at|gid" so that the
--- sweeper publishes an abandoned-group event for it even if it dies right after this.
+--       4 n, then every destination name of the side: a destination a swept group
+--         freed goes to the oldest waiting group (router/room.py)
+-- Each removed entry is appended to the outbox as JSON {e: entry, t: swept at, g: gid}
+-- so that the sweeper publishes an abandoned-group event for it even if it dies right
+-- after this.
 -- Returns: {now, gid_1, entry_1, gid_2, entry_2, ...}
-local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_OUTBOX, K_STATS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_OUTBOX, K_STATS, K_CURSOR, K_INFLIGHT,
+  K_ROOM, K_PARKS, K_ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
+  KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -31,13 +36,21 @@ for _, gid in ipairs(ids) do
     local d = string.match(v, '^([^|]*)|')
     redis.call('HDEL', K_ENTRIES, gid)
     redis.call('ZREM', K_CLOSING, gid)
+    redis.call('ZREM', K_ROOM, gid)
+    redis.call('HDEL', K_ADMITTED, gid)
+    forget_parks(K_PARKS, gid)
     if d ~= '!' and redis.call('HINCRBY', K_LOAD, d, -1) <= 0 then
-        redis.call('HDEL', K_LOAD, d)
-      end
-    redis.call('RPUSH', K_OUTBOX, v .. '|' .. snow .. '|' .. gid)
+      redis.call('HDEL', K_LOAD, d)
+    end
+    redis.call('RPUSH', K_OUTBOX, cjson.encode({ e = v, t = snow, g = gid }))
     out[#out + 1] = gid
     out[#out + 1] = v
   end
 end
 if #ids > 0 then redis.call('HINCRBY', K_STATS, 'swept', (#out - 1) / 2) end
+local dests = {}
+for i = 1, tonumber(ARGV[4] or '0') do dests[i] = ARGV[4 + i] end
+if #dests > 0 then
+  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
+end
 return out

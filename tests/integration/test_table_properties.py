@@ -14,7 +14,11 @@ After every step the real table (real Redis) must equal the model, and:
 * the load of each destination equals the number of open groups assigned to it;
 * a stopped group (poison, stop policy) gets every later message parked, a continuation
   without an entry is an orphan and creates nothing, a dead-lettered message keeps its
-  group going like any non-final message.
+  group going like any non-final message;
+* under the `wait` policy (the waiting room), a new group or an ordinary message is
+  either parked or placed on a destination that is clean (free, for an ordinary one),
+  unless forced; the room, the park leases and the admitted groups equal the model's,
+  and drains open or release admitted groups exactly as the model says.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from router import room
 from router.model import TableModel
 from router.routing import (
     HELD,
@@ -91,7 +96,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             self.assigned: dict[str, str] = {}  # gid -> dest while its entry lives
             self.unsettled: dict[str, set[str]] = {}  # batch -> its ordinary destinations
 
-        @initialize(policy=st.sampled_from(["share", "hold"]), ndest=st.integers(1, 4))
+        @initialize(policy=st.sampled_from(["share", "hold", "wait"]), ndest=st.integers(1, 4))
         def setup(self, policy: str, ndest: int) -> None:
             dests = [f"d{i}" for i in range(ndest)]
             keys = TableKeys.of(unique("prop"), "t", "send")
@@ -139,6 +144,13 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             actual = self.table.route(requests, now_ms=self.now, batch=batch_id)
             assert actual == expected
             check_trace(trace)
+            if self.model.policy == "wait":
+                for step in trace:
+                    d, r = step.decision, step.request
+                    if d[0] == "!" or step.known or r.force_share:
+                        continue
+                    pool = step.free if r.guarantee_id is None else step.clean
+                    assert d in pool, f"wait policy placed {r.guarantee_id} on busy {d}"
             for step in trace:
                 r, d = step.request, step.decision
                 if r.guarantee_id in stopped_before:
@@ -158,7 +170,16 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             }
             for r, decision in zip(requests, actual.decisions, strict=True):
                 d = decision.removeprefix(STOPPING)
-                if r.guarantee_id is None or d in (HELD, SKIPPED, PARKED, ORPHAN, SPANS, IGNORED):
+                if r.guarantee_id is None or d in (
+                    HELD,
+                    SKIPPED,
+                    PARKED,
+                    ORPHAN,
+                    SPANS,
+                    IGNORED,
+                    room.WAIT,
+                    NO_DEST,
+                ):
                     continue
                 first = self.assigned.setdefault(r.guarantee_id, d)
                 assert first == d, f"group {r.guarantee_id} moved from {first} to {d}"
@@ -209,6 +230,32 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             for g in released:
                 self.assigned.pop(g, None)
 
+        @precondition(
+            lambda self: (
+                self.model is not None
+                and any(e.state == room.ADMITTED for e in self.model.entries.values())
+            )
+        )
+        @rule(data=st.data())
+        def drain(self, data: st.DataObject) -> None:
+            """A drain batch forwarded an admitted group's parked messages and committed:
+            it settles with the parks it saw (all, or one fewer: a park it did not read)
+            and, if it forwarded the group's parked final, that final's token."""
+            assert self.table is not None and self.model is not None
+            admitted = sorted(g for g, e in self.model.entries.items() if e.state == room.ADMITTED)
+            gid = data.draw(st.sampled_from(admitted))
+            entry = self.model.entries[gid]
+            seen = data.draw(st.sampled_from([entry.parks, entry.parks - 1]))
+            finals = [(gid, entry.closing)] if entry.closing and seen == entry.parks else []
+            self.counter += 1
+            batch_id = f"drain:{self.counter}"
+            released = self._released(finals)
+            assert self.table.settle(batch_id, (), finals, [(gid, seen)]) == self.model.settle(
+                batch_id, (), finals, [(gid, seen)]
+            )
+            for g in released:
+                self.assigned.pop(g, None)
+
         @precondition(lambda self: self.table is not None)
         @rule(ms=st.integers(1, 4_000))
         def advance(self, ms: int) -> None:
@@ -239,13 +286,20 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             assert self.table.loads() == self.model.load
             assert self.table.cursor() == self.model.cursor
             assert self.table.inflight() == self.model.inflight
+            assert self.table.room() == self.model.room
+            assert self.table.park_leases() == self.model.park_leases
+            assert self.table.admitted() == {
+                g: e.dest for g, e in self.model.entries.items() if e.state == room.ADMITTED
+            }
             # Load counts are exactly the open groups per destination.
             assert self.table.loads() == dict(
                 Counter(e.dest for e in self.model.entries.values() if e.dest != NO_DEST)
             )
             closing = {g.decode() for g in client.zrange(self.table.keys.closing, 0, -1)}
             assert closing == {
-                g for g, e in self.model.entries.items() if e.closing and e.closing != STOPPED
+                g
+                for g, e in self.model.entries.items()
+                if e.closing and e.closing != STOPPED and e.state == room.OPEN
             }
 
     return TableMachine

@@ -1,0 +1,77 @@
+-- Shared by every table script (router/tablecodec.py prepends it): the entry codec and the
+-- waiting room's admission. router/room.py is the specification of the room.
+--
+-- An entry: "dest|opened|updated|ttl|closing|lane", then "|state|parks" for a group in
+-- the waiting room (state 'waiting' or 'admitted'; parks: its messages parked so far).
+local function decode_entry(v)
+  local d, o, u, t, c, rest = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+  local l, s, p = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)$')
+  if not l then l, s, p = rest, 'open', '0' end
+  return { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c, lane = l,
+           state = s, parks = tonumber(p) }
+end
+
+local function encode_entry(e)
+  local v = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|' .. e.closing
+    .. '|' .. e.lane
+  if e.state and e.state ~= 'open' then v = v .. '|' .. e.state .. '|' .. e.parks end
+  return v
+end
+
+-- Park leases (zset "batch|gid" -> expiry): drop every one of a group.
+local function forget_parks(k_parks, gid)
+  for _, m in ipairs(redis.call('ZRANGE', k_parks, 0, -1)) do
+    if string.match(m, '^[^|]*|(.*)$') == gid then redis.call('ZREM', k_parks, m) end
+  end
+end
+
+local function has_parks(k_parks, gid)
+  for _, m in ipairs(redis.call('ZRANGE', k_parks, 0, -1)) do
+    if string.match(m, '^[^|]*|(.*)$') == gid then return true end
+  end
+  return false
+end
+
+-- Admit the oldest waiting groups (by wait start, then ID) to clean destinations: in
+-- charge of no group, and no ordinary message of any batch in flight to them. Each takes
+-- the first clean one at or after the cursor, which moves past it. dests: the side's
+-- destination names, in order. Returns the number admitted.
+local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted, dests)
+  if redis.call('ZCARD', k_room) == 0 then return 0 end
+  local n = #dests
+  local load = {}
+  local raw = redis.call('HGETALL', k_load)
+  for i = 1, #raw, 2 do load[raw[i]] = tonumber(raw[i + 1]) end
+  local leased = {}
+  for _, m in ipairs(redis.call('ZRANGE', k_inflight, 0, -1)) do
+    leased[string.match(m, '^([^|]*)|')] = true
+  end
+  local cursor = tonumber(redis.call('GET', k_cursor) or '0') % n
+  local admitted = 0
+  while true do
+    local head = redis.call('ZRANGE', k_room, 0, 0)
+    if #head == 0 then break end
+    local pick = nil
+    for k = 0, n - 1 do
+      local i = (cursor + k) % n
+      if (load[dests[i + 1]] or 0) == 0 and not leased[dests[i + 1]] then
+        pick = i
+        break
+      end
+    end
+    if pick == nil then break end
+    local gid, d = head[1], dests[pick + 1]
+    cursor = (pick + 1) % n
+    redis.call('ZREM', k_room, gid)
+    local e = decode_entry(redis.call('HGET', k_entries, gid))
+    e.state, e.dest = 'admitted', d
+    redis.call('HSET', k_entries, gid, encode_entry(e))
+    redis.call('HSET', k_admitted, gid, d)
+    load[d] = 1
+    redis.call('HINCRBY', k_load, d, 1)
+    admitted = admitted + 1
+  end
+  if admitted > 0 then redis.call('SET', k_cursor, cursor) end
+  return admitted
+end
+

@@ -1,0 +1,88 @@
+"""How a management table is spelled in Redis: its keys, its entries, the route script's
+arguments and the Lua scripts themselves (no I/O here)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal
+
+from router.routing import Entry, RouteRequest, Swept
+
+Side = Literal["send", "receive"]
+
+
+def script(name: str) -> str:
+    """A script of `router/lua/`, after the shared prelude (`prelude.lua`: the entry codec
+    and the waiting room's admission)."""
+    lua = resources.files("router").joinpath("lua")
+    return lua.joinpath("prelude.lua").read_text("utf-8") + lua.joinpath(f"{name}.lua").read_text(
+        "utf-8"
+    )
+
+
+def decode_entry(raw: bytes | str) -> Entry:
+    """'dest|opened|updated|ttl|closing|lane', then '|state|parks' for a group in the
+    waiting room (`router.room`); entries written before lanes have 5 fields."""
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    dest, opened, updated, ttl, closing, *rest = text.split("|", 7)
+    entry = Entry(dest, int(opened), int(updated), int(ttl), closing, rest[0] if rest else "")
+    if len(rest) == 3:
+        entry.state, entry.parks = rest[1], int(rest[2])
+    return entry
+
+
+def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
+    """One request as the route script reads it (see `router/lua/route.lua`): guarantee ID
+    ('' = ordinary), flags, TTL, token, lane. The only place that spells the flags."""
+    flags = (
+        ("f" if r.final else "")
+        + ("s" if r.force_share else "")
+        + ("d" if r.dead else "")
+        + ("p" if r.poison_stop else "")
+        + ("c" if r.continuation else "")
+        + ("k" if r.close else "")
+    )
+    return (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
+
+
+def text(raw: bytes | str) -> str:
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+@dataclass(frozen=True, slots=True)
+class TableKeys:
+    entries: str
+    deadlines: str
+    load: str
+    cursor: str
+    closing: str
+    outbox: str
+    stats: str
+    inflight: str
+    epoch: str
+    writes: str
+    room: str  # zset: waiting group -> wait start (ms)
+    parks: str  # zset: "batch|group" -> park lease expiry (ms)
+    admitted: str  # hash: admitted group -> its reserved destination
+
+    @classmethod
+    def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:
+        base = f"{prefix}:{{{topology}:{side}}}"
+        return cls(*(f"{base}:{name}" for name in cls.__dataclass_fields__))
+
+    def all(self) -> list[str]:
+        return [getattr(self, name) for name in self.__dataclass_fields__]
+
+
+def outbox_item(raw: bytes | str) -> Swept:
+    """An outbox item: JSON {"e": entry, "t": swept at, "g": guarantee ID}, or the
+    older "entry|swept_at|gid" (an entry of 5 or 6 fields)."""
+    item = text(raw)
+    if item.startswith("{"):
+        fields = json.loads(item)
+        return Swept(fields["g"], decode_entry(fields["e"]), int(fields["t"]))
+    n = 5 if item.split("|", 6)[5].isdigit() else 6
+    parts = item.split("|", n + 1)
+    return Swept(parts[n + 1], decode_entry("|".join(parts[:n])), int(parts[n]))
