@@ -53,6 +53,8 @@ class Batch:
     # unit's clock, less a safety margin.
     lease_until: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # step-specific notes
+    # Set by the drain step: the low marks of the room partitions this unit owns.
+    room_offsets: list[TopicPartition] = field(default_factory=list)
 
     def track(self, m: Message) -> TP:
         """Note the message's position (first and last offset per partition)."""
@@ -66,7 +68,7 @@ class Batch:
         """Where each source partition resumes once the batch commits: after its last
         message, or at its held message (a partition held at its first message has
         nothing to commit)."""
-        out = []
+        out = list(self.room_offsets)
         held_at = self.held_at
         for tp, last in self.last.items():
             nxt = held_at.get(tp, last + 1)

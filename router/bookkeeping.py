@@ -64,6 +64,8 @@ def count_committed(metrics: Metrics, out: Output) -> None:
         ("orphans_parked", out.orphans_parked),
         ("close_markers", out.close_markers),
         ("closes", out.closes),
+        ("room_parked", out.parked_in_room),
+        ("room_drained", out.drained),
     ]
     for name, n in counts:
         if n:

@@ -125,6 +125,10 @@ class TopologySettings(_Section):
             raise ValueError("send queues, receive queues and router topics must all differ")
         return self
 
+    def room_topic(self, side: str) -> str:
+        """The waiting room of one side (`router.room`): parked messages of waiting groups."""
+        return f"{self.name}.room.{side}"
+
     @property
     def send_group(self) -> str:
         """Consumer group of the send-side units (over the send queues)."""
@@ -141,7 +145,11 @@ class RoutingSettings(_Section):
     # an open group: "share" the least-loaded one (order kept, interleaving allowed), or
     # "hold" the message (and its source partition) until a destination frees, for at
     # most hold_timeout_ms, after which it is shared. See docs/routing.md.
-    busy_policy: Literal["share", "hold"] = "share"
+    # or "wait": park the group in the waiting room (off its source partition) until a
+    # destination frees, first come first served; nothing is ever interleaved.
+    busy_policy: Literal["share", "hold", "wait"] = "share"
+    # Partitions of each side's room topic: a group's parked messages stay on one.
+    room_partitions: int = Field(4, ge=1, le=256)
     hold_timeout_ms: int = Field(10_000, ge=0)
     hold_retry_ms: int = Field(100, ge=10)
     # Entry deletion time (TTL): an entry idle this long is swept as abandoned.

@@ -39,6 +39,13 @@ ORIGIN = "router-origin"
 # Reserved: a send-queue message carrying it is dead-lettered (bad-headers).
 CONTROL = "router-control"
 CLOSE = b"close"
+# The waiting room (router/room.py, router/drain.py): a parked record names its group (or a
+# lane's ordinary pseudo-group) and its source position; a drain marker says how far a
+# group was drained.
+ROOM = "router-room"
+TOKEN = "router-token"
+THROUGH = "router-through"
+DRAINED = b"drained"
 
 ROUTING_HEADERS = frozenset({GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS, ON_POISON})
 POISON_POLICIES = ("dead-letter", "stop-group")

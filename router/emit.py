@@ -11,13 +11,15 @@ transactional session produces the records.
 from __future__ import annotations
 
 import logging
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from router import contract, events, schemas
+from router import contract, events, room, schemas
 from router.batch import Batch, Item, where
 from router.config import RouterSettings
 from router.contract import BadInput
+from router.room import WAIT
 from router.routing import NO_DEST, ORPHAN, PARKED, SPANS, STOPPING
 from router.side import SideSpec
 
@@ -51,12 +53,15 @@ class Output:
     parked: int = 0
     groups_stopped: int = 0
     orphans_parked: int = 0
+    drains: list[tuple[str, int]] = field(default_factory=list)  # (gid, parks seen)
+    parked_in_room: int = 0  # parked in the waiting room
+    drained: int = 0  # forwarded out of the waiting room (counted in forwarded too)
     closes: int = 0  # close markers consumed (receive side)
     close_markers: int = 0  # close markers produced (send side)
 
     @property
     def consumed(self) -> int:
-        return self.forwarded + self.dead + self.parked + self.closes
+        return self.forwarded + self.dead + self.parked + self.closes + self.parked_in_room
 
 
 # Record(...) without the generated __new__'s call overhead (the emit loop's hot path)
@@ -72,6 +77,8 @@ class Emitter:
         self.dead_letter_topic = settings.topology.dead_letter_topic
         self.events_topic = settings.topology.events_topic
         self.max_record = settings.kafka.max_message_bytes
+        self.room_topic = settings.topology.room_topic(spec.side)
+        self.room_partitions = settings.routing.room_partitions
 
     def emit(self, batch: Batch, now_ms: int) -> Output:
         out = Output()
@@ -112,11 +119,15 @@ class Emitter:
                 continue
             if dest == SPANS:
                 out.dead += 1
-                records.append(self._dead_letter(item, item.bad or _spans(item), now_ms))
+                records.append(self.dead_letter(item, item.bad or _spans(item), now_ms))
+                continue
+            if dest == WAIT and item.bad is None:
+                records.append(self._park_in_room(item))
+                out.parked_in_room += 1
                 continue
             if item.bad is not None:
                 out.dead += 1
-                records.append(self._dead_letter(item, item.bad, now_ms))
+                records.append(self.dead_letter(item, item.bad, now_ms))
                 r, bad = item.routing, item.bad
                 gid, final = (r.guarantee_id, r.final) if r else (bad.guarantee_id, bad.final)
                 if final and gid and dest and dest[0] != "!":
@@ -154,7 +165,7 @@ class Emitter:
                     out.finals.append((r.guarantee_id, _token(item)))
         return out
 
-    def _dead_letter(self, item: Item, bad: BadInput, now_ms: int) -> Record:
+    def dead_letter(self, item: Item, bad: BadInput, now_ms: int) -> Record:
         m = item.m
         ts_type, ts = m.timestamp()
         record = events.dead_letter(
@@ -235,7 +246,28 @@ class Emitter:
             reason = item.bad or BadInput(
                 "group-stopped", f"group {gid!r} is stopped (policy stop-group); parked"
             )
-        out.records.append(self._dead_letter(item, reason, now_ms))
+        out.records.append(self.dead_letter(item, reason, now_ms))
+
+    def _park_in_room(self, item: Item) -> Record:
+        """A message of a waiting or admitted group (or an ordinary one while every
+        destination is busy): to its group's room partition, in order, with its group and
+        source position (`router.drain` forwards it once the group is admitted)."""
+        m, r = item.m, item.routing
+        assert r is not None
+        gid = r.guarantee_id or room.ordinary_group(f"{m.topic()}/{m.partition()}")
+        position = f"{m.topic()}/{m.partition()}/{m.offset()}".encode()
+        headers = [
+            *(item.headers or []),
+            (contract.ROOM, gid.encode()),
+            (contract.TOKEN, position),
+        ]
+        if self.spec.side == "send":
+            headers.append((contract.ORIGIN, position))
+        ts_type, ts = m.timestamp()
+        partition = zlib.crc32(gid.encode()) % self.room_partitions
+        return Record(
+            self.room_topic, partition, m.key(), m.value(), headers, ts if ts_type else 0, None
+        )
 
     def _event(self, schema: str, key: bytes | None, record: bytes) -> Record:
         headers = [(schemas.SCHEMA_HEADER, schema.encode())]

@@ -49,6 +49,8 @@ MetricName = Literal[
     "horizon_unknown",  # sweeper: rounds that swept nothing, the horizon unknown (broker away)
     "sweep_deferred",  # sweeper: rounds that kept entries past their TTL (units behind)
     "route_us",  # total time spent in the routing round trip, microseconds
+    "room_parked",  # parked in the waiting room (policy wait)
+    "room_drained",  # forwarded out of the waiting room once their group was admitted
 ]
 
 log = logging.getLogger("router.metrics")

@@ -24,6 +24,7 @@ from zlib import crc32
 from confluent_kafka import Message
 
 from router.batch import Batch, Item
+from router.drain import Drain
 from router.emit import Output, Record
 from router.side import SideSpec
 
@@ -35,6 +36,8 @@ def relay_spec(spec: SideSpec) -> SideSpec:
 
 class RelaySteps:
     """Pass-through steps: every message forwarded where its key hashes to."""
+
+    room: Drain | None = None  # no waiting room
 
     def __init__(self, spec: SideSpec) -> None:
         self._targets = [spec.target(d) for d in spec.destinations]

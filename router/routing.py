@@ -123,6 +123,17 @@ class Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class RoomState:
+    """What the drain step needs of a group's entry (`ManagementTable.room_state`)."""
+
+    state: str
+    dest: str
+    closing: str
+    parks: int
+    leased: bool  # a park lease of the group is in flight
+
+
+@dataclass(frozen=True, slots=True)
 class RouteResult:
     decisions: list[str]  # a destination name, or a "!" decision, one per request
     shared: int  # placed on a busy destination (policy share, or a hold that timed out)

@@ -14,6 +14,7 @@ from confluent_kafka import Message
 from router.batch import Batch
 from router.classify import Classifier
 from router.config import RouterSettings
+from router.drain import Drain
 from router.emit import Emitter, Output
 from router.faults import Faults
 from router.holds import Holds
@@ -27,6 +28,8 @@ log = logging.getLogger("router.steps")
 
 
 class Steps(Protocol):
+    room: Drain | None  # the drain step, if the unit has a waiting room
+
     def decide(self, batch: Batch, messages: list[Message]) -> None:
         """Fill the batch: items and their decisions, or `batch.failure`."""
 
@@ -47,7 +50,9 @@ class RoutingSteps:
         emitter: Emitter,
         table: ManagementTable,
         metrics: Metrics,
+        room: Drain | None = None,
     ) -> None:
+        self.room = room
         self.classifier = classifier
         self.route = route
         self.emitter = emitter
@@ -55,23 +60,40 @@ class RoutingSteps:
         self.metrics = metrics
 
     def decide(self, batch: Batch, messages: list[Message]) -> None:
+        if self.room is not None:
+            messages = self.room.take(messages)  # room records are drained, not routed
         self.classifier.classify(batch, messages)
-        self.route.route(batch)
+        if batch.items:
+            self.route.route(batch)
 
     def emit(self, batch: Batch, now_ms: int) -> Output:
-        return self.emitter.emit(batch, now_ms)
+        out = self.emitter.emit(batch, now_ms)
+        if self.room is not None and batch.failure is None:
+            try:
+                self.room.emit(batch, out, now_ms)
+            except redis.RedisError as exc:
+                self.metrics.inc("redis_errors")
+                log.warning("the waiting room cannot be drained now: %s", exc)
+        return out
 
     def settle(self, batch: Batch, out: Output) -> None:
         """End the batch's in-flight leases and release the groups whose final it
         committed (one round trip). If Redis is away, the leases expire by themselves and
         the sweeper releases the finals once it sees the committed offsets: nothing can
         split meanwhile, a destination is only freed late."""
-        if not out.finals and not out.ordinary_dests and not out.stopped:
+        if self.room is not None:
+            self.room.settle(batch)
+        if not (
+            out.finals or out.ordinary_dests or out.stopped or out.drains or out.parked_in_room
+        ):
             return
         m = self.metrics
         releases = [*out.finals, *((gid, STOPPED) for gid in out.stopped)]
         try:
-            m.inc("released", self.table.settle(batch.id, out.ordinary_dests, releases))
+            m.inc(
+                "released",
+                self.table.settle(batch.id, out.ordinary_dests, releases, out.drains),
+            )
             m.inc("redis_round_trips")
         except redis.RedisError as exc:
             m.inc("redis_errors")
@@ -100,11 +122,22 @@ class UnitContext:
 
 def routing_steps(ctx: UnitContext) -> RoutingSteps:
     """The steps of a transfer unit of `ctx.spec.side`."""
-    table = table_for(ctx.settings, ctx.spec.side, ctx.redis)
+    s = ctx.settings
+    table = table_for(s, ctx.spec.side, ctx.redis)
+    emitter = Emitter(s, ctx.spec, ctx.instance)
+    room = Drain(
+        table,
+        ctx.spec,
+        s.topology.room_topic(ctx.spec.side),
+        s.routing.room_partitions,
+        emitter,
+        ctx.metrics,
+    )
     return RoutingSteps(
-        Classifier(ctx.settings, ctx.spec.side, ctx.rejected),
-        TableRoute(table, ctx.settings.routing, ctx.metrics, ctx.holds, ctx.faults),
-        Emitter(ctx.settings, ctx.spec, ctx.instance),
+        Classifier(s, ctx.spec.side, ctx.rejected),
+        TableRoute(table, s.routing, ctx.metrics, ctx.holds, ctx.faults),
+        emitter,
         table,
         ctx.metrics,
+        room,
     )

@@ -13,7 +13,16 @@ from typing import Any
 
 import redis
 
-from router.routing import HELD, SKIPPED, Entry, Policy, RouteRequest, RouteResult, Swept
+from router.routing import (
+    HELD,
+    SKIPPED,
+    Entry,
+    Policy,
+    RoomState,
+    RouteRequest,
+    RouteResult,
+    Swept,
+)
 from router.tablecodec import Side, TableKeys, decode_entry, encode, outbox_item, script
 from router.tablecodec import text as _text
 
@@ -263,6 +272,23 @@ class ManagementTable:
         for member, score in self._r.zrange(self.keys.parks, 0, -1, withscores=True):
             batch, gid = _text(member).split("|", 1)
             out[(gid, batch)] = int(score)
+        return out
+
+    def room_state(self, gids: Sequence[str]) -> dict[str, RoomState]:
+        """The entries of `gids` that exist, as the drain step needs them (one round
+        trip): state, destination, closing mark, park count, park lease in flight."""
+        if not gids:
+            return {}
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(self.keys.entries, list(gids))
+        pipe.zrange(self.keys.parks, 0, -1)
+        raws, parks = pipe.execute()
+        leased = {_text(m).split("|", 1)[1] for m in parks}
+        out = {}
+        for gid, raw in zip(gids, raws, strict=True):
+            if raw is not None:
+                e = decode_entry(raw)
+                out[gid] = RoomState(e.state, e.dest, e.closing, e.parks, gid in leased)
         return out
 
     def admitted(self) -> dict[str, str]:

@@ -47,6 +47,12 @@ def plan(settings: RouterSettings) -> list[TopicSpec]:
     specs.append(TopicSpec(t.transfer_topic, t.receive_units, base, "transfer", may_grow=True))
     # A receive queue is one partition: one receiver, one order.
     specs += [TopicSpec(q, 1, base, "receive queue") for q in t.receive_queues]
+    # The waiting rooms (router/room.py): never compacted; kept longer than any group waits.
+    rooms = settings.routing.room_partitions
+    specs += [
+        TopicSpec(t.room_topic(s), rooms, base, f"{s}-side waiting room")
+        for s in ("send", "receive")
+    ]
     specs.append(TopicSpec(t.events_topic, 1, base, "router events"))
     specs.append(TopicSpec(t.dead_letter_topic, 1, dead, "dead letters"))
     return specs

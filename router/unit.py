@@ -119,7 +119,12 @@ class TransferUnit:
         while not self.session.start():
             if self._stop.is_set():
                 return 0
-        self.source.subscribe(list(self.spec.sources), self._on_assign, self._on_revoke)
+        room = self.steps.room
+        topics = list(self.spec.sources)
+        if room is not None:
+            room.consumer = self.source.consumer
+            topics.append(room.topic)
+        self.source.subscribe(topics, self._on_assign, self._on_revoke)
         try:
             while not self._stop.is_set():
                 self.step()
@@ -156,7 +161,8 @@ class TransferUnit:
         timeout = 0.0 if self._inflight is not None else self.settings.unit.poll_timeout_ms / 1000
         messages = self.source.poll(timeout)
         batch = None
-        if messages:
+        room = self.steps.room
+        if messages or (room is not None and room.busy() and self.backoff.until is None):
             self._batches += 1
             batch = Batch(f"{self.instance}:{self._batches}", generation)
             if generation == self.session.generation:
@@ -173,8 +179,7 @@ class TransferUnit:
         if batch.failure is not None:
             self._fail(batch.failure, batch)
             return
-        offsets = batch.resume_offsets()
-        if not offsets:  # everything held at the head of its partition
+        if batch.first and not batch.resume_offsets():  # all held at the head of its partition
             self._apply_holds(batch)
             return
         session = self.session
@@ -187,6 +192,7 @@ class TransferUnit:
             self._keep_leases(batch, out)
             session.produce(out.records, self._track)
             append_by = self._keep_leases(batch, out)
+            offsets = batch.resume_offsets()  # with the room's low marks (router.drain)
             session.commit(offsets, self.source.group_metadata(), append_by)
         except TxnFailed as exc:
             self._fail(str(exc), batch)
@@ -287,6 +293,8 @@ class TransferUnit:
         self.metrics.inc("rebalances")
         log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
         self.source.assign(partitions, paused=self.backoff.until is not None)
+        if self.steps.room is not None:
+            self.steps.room.assign([(tp.topic, tp.partition) for tp in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._inflight is not None:
@@ -294,5 +302,7 @@ class TransferUnit:
         for tp in partitions:
             self.holds.forget((tp.topic, tp.partition))
         self.source.revoke(partitions)
+        if self.steps.room is not None:
+            self.steps.room.revoke([(tp.topic, tp.partition) for tp in partitions])
         self.metrics.inc("rebalances")
         log.info("revoked %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))

@@ -1,0 +1,273 @@
+"""The drain step: forward the parked messages of admitted groups out of the waiting room.
+
+Design: `docs/design/waiting-room.md`. A unit consumes its side's room topic with its
+sources (same consumer group: the group's assignment says who drains which room partition,
+and its generation fences a unit that lost one). Room records are not routed: they go to
+the `RoomIndex` (parked records by group, in offset order, and how far each group was
+drained, from the drain markers). For each batch the step forwards every undrained record
+of the admitted groups to the group's reserved destination, with a drain marker on the
+room partition, in the batch's transaction; the room partition's committed offset is its
+*low mark* (the oldest record that may still be undrained), so a new owner rebuilds the
+index from there. Once a group has nothing left, the step asks the table to open it
+(`router.room.drained`), which succeeds only if no park of the group happened meanwhile:
+the step reads the group's park count with no park lease in flight, then the room
+partition's end offset, and asks only once it has consumed past that offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, field
+
+from confluent_kafka import Message, TopicPartition
+
+from router import contract, room
+from router.batch import TP, Batch, Item
+from router.contract import BadInput
+from router.emit import Emitter, Output, Record, new_record
+from router.metrics import Metrics
+from router.routing import STOPPED, RoomState
+from router.side import SideSpec
+from router.table import ManagementTable
+
+log = logging.getLogger("router.drain")
+
+ROOM_HEADERS = frozenset({contract.ROOM, contract.TOKEN, contract.THROUGH})
+
+
+def room_partition(gid: str, partitions: int) -> int:
+    """Where a group's parked records go: all of one group on one partition, in order."""
+    return zlib.crc32(gid.encode()) % partitions
+
+
+@dataclass(slots=True)
+class Parked:
+    m: Message
+    final: bool
+    token: str
+
+
+@dataclass
+class RoomIndex:
+    """Parked records of the room partitions this unit owns (pure, no I/O)."""
+
+    groups: dict[TP, dict[str, list[Parked]]] = field(default_factory=dict)
+    through: dict[tuple[TP, str], int] = field(default_factory=dict)  # drained up to
+    seen: dict[TP, int] = field(default_factory=dict)  # highest offset read
+    last_marked: str = ""
+
+    def add(self, m: Message) -> bool:
+        """Index a room record; True if it is a drain marker (`last_marked` names its
+        group)."""
+        tp = (m.topic(), m.partition())
+        if m.offset() <= self.seen.get(tp, -1):
+            return False  # read again after a rewind: already indexed
+        self.seen[tp] = m.offset()
+        headers = dict(m.headers() or [])
+        gid = (headers.get(contract.ROOM) or b"").decode()
+        if headers.get(contract.CONTROL) == contract.DRAINED:
+            through = int(headers.get(contract.THROUGH) or b"-1")
+            self.mark(tp, gid, through)
+            self.last_marked = gid
+            return True
+        final = (headers.get(contract.FINAL) or b"").lower() in (b"true", b"1")
+        token = (headers.get(contract.TOKEN) or b"").decode()
+        if m.offset() > self.through.get((tp, gid), -1):
+            self.groups.setdefault(tp, {}).setdefault(gid, []).append(Parked(m, final, token))
+        return False
+
+    def mark(self, tp: TP, gid: str, through: int) -> None:
+        """The group's records up to `through` are drained (committed)."""
+        key = (tp, gid)
+        self.through[key] = max(self.through.get(key, -1), through)
+        by_gid = self.groups.get(tp, {})
+        rest = [p for p in by_gid.get(gid, []) if p.m.offset() > self.through[key]]
+        if rest:
+            by_gid[gid] = rest
+        else:
+            by_gid.pop(gid, None)
+
+    def revoke(self, tp: TP) -> None:
+        self.groups.pop(tp, None)
+        self.seen.pop(tp, None)
+        for key in [k for k in self.through if k[0] == tp]:
+            del self.through[key]
+
+    def low_mark(self, tp: TP, position: int) -> int:
+        """The offset to commit for a room partition: its oldest undrained record."""
+        firsts = [recs[0].m.offset() for recs in self.groups.get(tp, {}).values() if recs]
+        return int(min([position, *firsts]))
+
+    def gids(self) -> set[str]:
+        return {g for by_gid in self.groups.values() for g in by_gid}
+
+
+@dataclass(slots=True)
+class Check:
+    """A pending switch of an admitted group to open: the park count read with no park
+    lease in flight, and the room partition's end offset read after it."""
+
+    tp: TP
+    parks: int
+    end: int
+
+
+class Drain:
+    """The drain step of one unit (its Kafka consumer is the unit's source consumer)."""
+
+    def __init__(
+        self,
+        table: ManagementTable,
+        spec: SideSpec,
+        room_topic: str,
+        partitions: int,
+        emitter: Emitter,
+        metrics: Metrics,
+    ) -> None:
+        self.table, self.spec, self.topic, self.metrics = table, spec, room_topic, metrics
+        self.partitions, self.emitter = partitions, emitter
+        self.index = RoomIndex()
+        self.checks: dict[str, Check] = {}
+        self.opening: set[str] = set()  # drained here, not yet open or released
+        self.consumer: object = None  # set by the unit: position() and watermarks
+        self.owned: set[TP] = set()
+
+    def take(self, messages: list[Message]) -> list[Message]:
+        """Index the room records among polled messages; return the others."""
+        topic = self.topic
+        rest = []
+        for m in messages:
+            if m.topic() == topic:
+                if self.index.add(m):  # a drain marker: its group may be waiting to open
+                    self.opening.add(self.index.last_marked)
+            else:
+                rest.append(m)
+        return rest
+
+    def busy(self) -> bool:
+        return bool(self.index.groups) or bool(self.checks) or bool(self.opening)
+
+    def assign(self, tps: list[TP]) -> None:
+        self.owned.update(tp for tp in tps if tp[0] == self.topic)
+
+    def revoke(self, tps: list[TP]) -> None:
+        for tp in tps:
+            if tp[0] == self.topic:
+                self.owned.discard(tp)
+                self.index.revoke(tp)
+                for gid in [g for g, c in self.checks.items() if c.tp == tp]:
+                    del self.checks[gid]
+
+    def emit(self, batch: Batch, out: Output, now_ms: int) -> None:
+        """Add the batch's drain: records, markers, finals, drains and room offsets."""
+        if not self.owned:
+            return
+        states = self.table.room_state(sorted(self.index.gids() | set(self.checks) | self.opening))
+        self.opening &= {g for g, st in states.items() if st.state == room.ADMITTED}
+        consumer = self.consumer
+        drained: set[str] = set()
+        for tp in sorted(self.index.groups):
+            for gid, parked in list(self.index.groups[tp].items()):
+                state = states.get(gid)
+                if state is not None and state.state == room.ADMITTED:
+                    self._forward(tp, gid, parked, state.dest, out, batch)
+                    drained.add(gid)
+                    self.opening.add(gid)
+                elif state is None or state.state == room.OPEN or state.closing == STOPPED:
+                    self._dead_letter(tp, gid, parked, state, out, batch, now_ms)
+        positions = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in consumer.position([TopicPartition(*tp) for tp in self.owned])  # type: ignore[attr-defined]
+        }
+        for gid, state in states.items():
+            if state.state != room.ADMITTED or gid in drained:
+                self.checks.pop(gid, None)
+                continue
+            check = self.checks.get(gid)
+            if check is None:
+                tp = (self.topic, room_partition(gid, self.partitions))
+                if state.leased or tp not in self.owned:
+                    continue  # a park in flight: not yet
+                _, end = consumer.get_watermark_offsets(TopicPartition(*tp), 10, False)  # type: ignore[attr-defined]
+                self.checks[gid] = Check(tp, state.parks, end)
+            elif positions.get(check.tp, -1) >= check.end:
+                out.drains.append((gid, check.parks))  # opens it, unless parked meanwhile
+                del self.checks[gid]
+        batch.room_offsets = [
+            TopicPartition(tp[0], tp[1], self.index.low_mark(tp, positions[tp]))
+            for tp in sorted(self.owned)
+            if positions.get(tp, -1) >= 0
+        ]
+
+    def settle(self, batch: Batch) -> None:
+        """The batch committed: its drained records are gone from the index."""
+        for (tp, gid), through in batch.extra.get("drained", {}).items():
+            self.index.mark(tp, gid, through)
+
+    def _forward(
+        self, tp: TP, gid: str, parked: list[Parked], dest: str, out: Output, batch: Batch
+    ) -> None:
+        topic, partition = self.spec.target(dest)
+        for p in parked:
+            m = p.m
+            headers = [(k, v) for k, v in (m.headers() or []) if k not in ROOM_HEADERS]
+            ts_type, ts = m.timestamp()
+            out.records.append(
+                new_record(
+                    Record,
+                    (topic, partition, m.key(), m.value(), headers, ts if ts_type else 0, None),
+                )
+            )
+            out.forwarded += 1
+            if p.final and gid and not room.is_pseudo(gid):
+                out.finals.append((gid, p.token))
+        out.drained += len(parked)
+        self._marker(tp, gid, parked, out, batch)
+
+    def _dead_letter(
+        self,
+        tp: TP,
+        gid: str,
+        parked: list[Parked],
+        state: RoomState | None,
+        out: Output,
+        batch: Batch,
+        now_ms: int,
+    ) -> None:
+        """Records of a group that is no longer in the room (swept, stopped, released by
+        an operator) are dead-lettered with the reason, never dropped."""
+        if state is None:
+            bad = BadInput(
+                "group-entry-missing",
+                f"group {gid!r} left the waiting room (swept or released) with parked messages",
+            )
+        elif state.closing == STOPPED:
+            bad = BadInput("group-stopped", f"group {gid!r} is stopped (policy stop-group)")
+        else:
+            bad = BadInput(
+                "room-late",
+                f"group {gid!r} is open but has parked messages "
+                "left: forwarding them now could reorder the group",
+            )
+        log.warning("dead-lettering %d parked records of group %r: %s", len(parked), gid, bad)
+        for p in parked:
+            item = Item(
+                p.m, [(k, v) for k, v in (p.m.headers() or []) if k not in ROOM_HEADERS], None
+            )
+            out.records.append(self.emitter.dead_letter(item, bad, now_ms))
+            out.dead += 1
+        self._marker(tp, gid, parked, out, batch)
+
+    def _marker(self, tp: TP, gid: str, parked: list[Parked], out: Output, batch: Batch) -> None:
+        through = parked[-1].m.offset()
+        headers = [
+            (contract.CONTROL, contract.DRAINED),
+            (contract.ROOM, gid.encode()),
+            (contract.THROUGH, str(through).encode()),
+        ]
+        out.records.append(new_record(Record, (tp[0], tp[1], None, None, headers, 0, None)))
+        batch.extra.setdefault("drained", {})[(tp, gid)] = through
+
+
+__all__ = ["Drain", "RoomIndex", "room_partition"]
