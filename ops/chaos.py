@@ -39,6 +39,13 @@ def main() -> int:
     parser.add_argument("--receive-units", type=int, default=d.receive_units)
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument(
+        "--policy",
+        choices=["share", "hold", "wait"],
+        default=d.busy_policy,
+        help="busy policy; 'wait' also means 3 transfer partitions, 3 receive queues and 3 "
+        "open groups per sender (the room in use), and fails on any interleaving",
+    )
+    parser.add_argument(
         "--private-stack",
         action="store_true",
         help="a dedicated Kafka + Redis on free ports, removed afterwards",
@@ -59,6 +66,12 @@ def main() -> int:
         send_units=args.send_units,
         receive_units=args.receive_units,
         seed=args.seed,
+        busy_policy=args.policy,
+        **(
+            {"transfer_partitions": 3, "receive_queues": 3, "open_per_sender": 3}
+            if args.policy == "wait"
+            else {}
+        ),
     )
     script = ROOT / "ops" / "stack.sh"
     private_dir = None

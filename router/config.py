@@ -150,6 +150,11 @@ class RoutingSettings(_Section):
     busy_policy: Literal["share", "hold", "wait"] = "share"
     # Partitions of each side's room topic: a group's parked messages stay on one.
     room_partitions: int = Field(4, ge=1, le=256)
+    # A group waiting longer than this (0: no limit) gets a GroupWaitTimedOut event and is
+    # then "share"d (admitted to the least-loaded busy destination, counted as shared) or
+    # "dead-letter"ed (its parked and later messages, with the reason); the sweeper decides.
+    max_wait_ms: int = Field(120_000, ge=0)
+    wait_timeout_policy: Literal["share", "dead-letter"] = "share"
     hold_timeout_ms: int = Field(10_000, ge=0)
     hold_retry_ms: int = Field(100, ge=10)
     # Entry deletion time (TTL): an entry idle this long is swept as abandoned.

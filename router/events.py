@@ -13,6 +13,7 @@ ABANDONED_GROUP = "router.events.AbandonedGroup"
 DEAD_LETTER = "router.events.DeadLetter"
 GROUP_STOPPED = "router.events.GroupStopped"
 TABLE_RESET = "router.events.TableReset"
+GROUP_WAIT_TIMED_OUT = "router.events.GroupWaitTimedOut"
 
 SIDES = {"send": "SEND", "receive": "RECEIVE"}
 
@@ -77,6 +78,25 @@ def table_reset(
             "epoch": epoch,
             "unit": unit,
             "detected_at": now_ms,
+        },
+    )
+
+
+def group_wait_timed_out(
+    gid: str, outcome: str, *, side: str, topology: str, max_wait_ms: int, now_ms: int
+) -> bytes:
+    """`outcome`: the destination the group was admitted to (shared), or STOPPED."""
+    stopped = outcome == STOPPED
+    return schemas.encode(
+        GROUP_WAIT_TIMED_OUT,
+        {
+            "guarantee_id": gid,
+            "side": SIDES[side],
+            "topology": topology,
+            "outcome": "DEAD_LETTERED" if stopped else "SHARED",
+            "destination": None if stopped else outcome,
+            "max_wait_ms": max_wait_ms,
+            "timed_out_at": now_ms,
         },
     )
 

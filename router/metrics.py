@@ -51,6 +51,7 @@ MetricName = Literal[
     "route_us",  # total time spent in the routing round trip, microseconds
     "room_parked",  # parked in the waiting room (policy wait)
     "room_drained",  # forwarded out of the waiting room once their group was admitted
+    "wait_timeouts",  # sweeper: groups that waited past routing.max_wait_ms
 ]
 
 log = logging.getLogger("router.metrics")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from router.routing import NO_DEST, Entry, RouteRequest
+from router.routing import NO_DEST, STOPPED, Entry, RouteRequest
 
 if TYPE_CHECKING:
     from router.model import TableModel
@@ -111,6 +111,39 @@ def drained(t: TableModel, gid: str, parks_seen: int) -> str:
         return "released"
     entry.state, entry.parks = OPEN, 0
     return OPEN
+
+
+def time_out(t: TableModel, now_ms: int, max_wait_ms: int, policy: str) -> list[tuple[str, str]]:
+    """Groups waiting since `now_ms - max_wait_ms` or earlier (oldest first, then by ID):
+    policy "share" admits each to the least-loaded destination even if busy (the first at
+    or after the cursor), "dead-letter" stops it (its parked and later messages are
+    dead-lettered); a lane's ordinary messages are always shared. Returns (gid, destination
+    or STOPPED)."""
+    out = []
+    n = len(t.destinations)
+    for gid in sorted(
+        (g for g, s in t.room.items() if s <= now_ms - max_wait_ms), key=lambda g: (t.room[g], g)
+    ):
+        entry = t.entries[gid]
+        del t.room[gid]
+        if policy == "share" or is_pseudo(gid):  # ordinary messages are shared, never lost
+            best = min(t.load.get(d, 0) for d in t.destinations)
+            index = next(
+                i
+                for k in range(n)
+                if t.load.get(t.destinations[i := (t.cursor + k) % n], 0) == best
+            )
+            dest = t.destinations[index]
+            t.cursor = (index + 1) % n
+            entry.state, entry.dest = ADMITTED, dest
+            t.load[dest] = t.load.get(dest, 0) + 1
+            out.append((gid, dest))
+        else:
+            entry.state, entry.parks, entry.closing = OPEN, 0, STOPPED
+            for key in [k for k in t.park_leases if k[0] == gid]:
+                del t.park_leases[key]
+            out.append((gid, STOPPED))
+    return out
 
 
 def forget(t: TableModel, gid: str) -> None:

@@ -34,6 +34,7 @@ from router.config import RouterSettings
 from router.horizon import NEVER, HorizonReader, Horizons, HorizonUnknown
 from router.metrics import Metrics, MetricsPublisher, metrics_key
 from router.offsets import CommittedOffsets
+from router.routing import STOPPED
 from router.side import side_spec, table_for
 from router.table import ManagementTable, Side
 
@@ -54,6 +55,7 @@ class SweepReport:
     swept: int = 0
     published: int = 0
     resolved: int = 0
+    wait_timeouts: int = 0
 
 
 class Sweeper:
@@ -111,10 +113,45 @@ class Sweeper:
         for side, table in self.tables.items():
             report.published += self._publish_outbox(side, table)
             report.resolved += self._resolve_closing(side, table)
+            report.wait_timeouts += self._end_waits(side, table)
         self.metrics.inc("swept", report.swept)
         self.metrics.inc("abandoned_events", report.published)
         self.metrics.inc("closing_resolved", report.resolved)
         return report
+
+    def _end_waits(self, side: Side, table: ManagementTable) -> int:
+        """Groups in the waiting room past routing.max_wait_ms: shared or dead-lettered
+        (routing.wait_timeout_policy), each with a GroupWaitTimedOut event."""
+        r = self.settings.routing
+        if not r.max_wait_ms:
+            return 0
+        now, ended = table.room_timeout(r.max_wait_ms, r.wait_timeout_policy)
+        topic, topology = self.settings.topology.events_topic, self.settings.topology.name
+        for gid, outcome in ended:
+            log.warning(
+                "%s table: group %r waited more than %d ms in the room: %s",
+                side,
+                gid,
+                r.max_wait_ms,
+                "dead-lettered" if outcome == STOPPED else f"shared on {outcome}",
+            )
+            self._producer.produce(
+                topic,
+                events.group_wait_timed_out(
+                    gid,
+                    outcome,
+                    side=side,
+                    topology=topology,
+                    max_wait_ms=r.max_wait_ms,
+                    now_ms=now,
+                ),
+                gid.encode(),
+                headers=[(schemas.SCHEMA_HEADER, events.GROUP_WAIT_TIMED_OUT.encode())],
+            )
+        if ended:
+            self._producer.flush(BROKER_TIMEOUT_S)
+            self.metrics.inc("wait_timeouts", len(ended))
+        return len(ended)
 
     def _sweep_expired(self) -> int:
         """Sweep, on each side, the entries whose deadline is before now and the side's

@@ -13,12 +13,12 @@ from typing import Any
 
 import redis
 
+from router.roomtable import RoomTable
 from router.routing import (
     HELD,
     SKIPPED,
     Entry,
     Policy,
-    RoomState,
     RouteRequest,
     RouteResult,
     Swept,
@@ -34,7 +34,7 @@ CALL_REQUESTS = 2_000
 CALL_WORK = 20_000  # requests x destinations
 
 
-class ManagementTable:
+class ManagementTable(RoomTable):
     """The Redis-backed table of one side. Every method is one round trip."""
 
     def __init__(
@@ -261,39 +261,6 @@ class ManagementTable:
     def entry(self, gid: str) -> Entry | None:
         raw = self._r.hget(self.keys.entries, gid)
         return None if raw is None else decode_entry(raw)
-
-    def room(self) -> dict[str, int]:
-        """Waiting groups -> wait start (ms), oldest first (`router.room`)."""
-        return {_text(g): int(t) for g, t in self._r.zrange(self.keys.room, 0, -1, withscores=True)}
-
-    def park_leases(self) -> dict[tuple[str, str], int]:
-        """(group, batch) -> expiry of park leases of batches not yet settled."""
-        out = {}
-        for member, score in self._r.zrange(self.keys.parks, 0, -1, withscores=True):
-            batch, gid = _text(member).split("|", 1)
-            out[(gid, batch)] = int(score)
-        return out
-
-    def room_state(self, gids: Sequence[str]) -> dict[str, RoomState]:
-        """The entries of `gids` that exist, as the drain step needs them (one round
-        trip): state, destination, closing mark, park count, park lease in flight."""
-        if not gids:
-            return {}
-        pipe = self._r.pipeline(transaction=False)
-        pipe.hmget(self.keys.entries, list(gids))
-        pipe.zrange(self.keys.parks, 0, -1)
-        raws, parks = pipe.execute()
-        leased = {_text(m).split("|", 1)[1] for m in parks}
-        out = {}
-        for gid, raw in zip(gids, raws, strict=True):
-            if raw is not None:
-                e = decode_entry(raw)
-                out[gid] = RoomState(e.state, e.dest, e.closing, e.parks, gid in leased)
-        return out
-
-    def admitted(self) -> dict[str, str]:
-        """Admitted groups -> their reserved destination, until drained."""
-        return {_text(g): _text(d) for g, d in self._r.hgetall(self.keys.admitted).items()}
 
     def loads(self) -> dict[str, int]:
         return {_text(d): int(n) for d, n in self._r.hgetall(self.keys.load).items()}

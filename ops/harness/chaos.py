@@ -49,6 +49,10 @@ class ChaosSpec:
     receive_queues: int = 12
     transaction_timeout_ms: int = 6_000
     seed: int = 1
+    # "wait": the waiting room, which must interleave nothing at all; with it, use fewer
+    # destinations and more open groups than destinations (see ops/chaos.py --policy).
+    busy_policy: str = "share"
+    open_per_sender: int = 1
 
 
 @dataclass
@@ -61,6 +65,7 @@ class ChaosResult:
     undecodable: int = 0
     crashes: list[str] = field(default_factory=list)  # exits that were not kills
     shared: dict[str, int] = field(default_factory=dict)  # router counters: explanation
+    policy: str = "share"
 
     @property
     def kills(self) -> int:
@@ -70,6 +75,12 @@ class ChaosResult:
         """Broken guarantees (disallowed interleavings on either side included) and unit
         exits that were neither our kills nor armed fault injections."""
         out = self.report.violations()
+        if self.policy == "wait":
+            out += [
+                f"{s.side} side: {s.interleaved} interleaved under policy wait"
+                for s in self.report.sides
+                if s.interleaved
+            ]
         if self.sender_failures:
             out.append(f"sender failures={len(self.sender_failures)}")
         if self.undecodable:
@@ -135,6 +146,7 @@ def run_chaos(
         receive_units=spec.receive_units,
         transfer_partitions=spec.transfer_partitions,
         receive_queues=spec.receive_queues,
+        busy_policy=spec.busy_policy,  # type: ignore[arg-type]
         extra_env={"ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": str(spec.transaction_timeout_ms)},
     )
     pipeline = Pipeline(
@@ -156,6 +168,7 @@ def run_chaos(
         messages=spec.messages,
         rate=spec.rate,
         seed=spec.seed,
+        open_per_sender=spec.open_per_sender,
     )
     collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
     collector.start()
@@ -230,6 +243,7 @@ def run_chaos(
             send.undecodable + receive.undecodable,
             supervisor.crashes,
             pipeline.shared(),
+            spec.busy_policy,
         )
         # At the final stop every process must exit 0; -9 only from an armed fault point
         # firing in its last batch (Proc.stop's own SIGKILL after its timeout is a crash).

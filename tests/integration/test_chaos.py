@@ -43,3 +43,36 @@ def test_short_chaos_run_loses_duplicates_reorders_and_splits_nothing(
     assert r.send is not None and r.receive is not None, "both sides judged"
     assert r.send.records == r.sent, report
     assert result.violations() == [], report  # unexpected exits, disallowed interleavings
+
+
+def test_short_chaos_run_under_the_waiting_room_interleaves_nothing(
+    private_stack: LocalStack, private_settings: RouterSettings, tmp_path: Path
+) -> None:
+    """The same faults under policy `wait`, with three times more groups open than
+    destinations on either side: besides the above, not one interleaving."""
+    spec = ChaosSpec(
+        messages=8_000,
+        senders=4,
+        rate=150.0,
+        kills=8,
+        seed=11,
+        busy_policy="wait",
+        transfer_partitions=3,
+        receive_queues=3,
+        open_per_sender=3,
+    )
+    lines: list[str] = []
+    result = run_chaos(private_settings, private_stack, spec, tmp_path, say=lines.append)
+    report = "\n".join(lines + summary(result))
+    r = result.report
+    assert r.sent == spec.messages, report
+    assert (r.lost, r.duplicated, r.reordered, r.split_groups, r.unexpected) == (0, 0, 0, 0, 0), (
+        report
+    )
+    assert r.received == r.sent and r.groups_complete == r.groups_sent, report
+    assert result.kills >= 6, report
+    assert result.restarts == {"kafka": 1, "redis": 1}, report
+    assert result.crashes == [], report
+    assert r.send is not None and r.receive is not None, "both sides judged"
+    assert (r.send.interleaved, r.receive.interleaved) == (0, 0), report
+    assert result.violations() == [], report

@@ -256,6 +256,18 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             for g in released:
                 self.assigned.pop(g, None)
 
+        @precondition(lambda self: self.model is not None and bool(self.model.room))
+        @rule(max_wait=st.integers(0, 6_000), policy=st.sampled_from(["share", "dead-letter"]))
+        def wait_timeout(self, max_wait: int, policy: str) -> None:
+            """The sweeper ends the wait of groups waiting max_wait or longer."""
+            assert self.table is not None and self.model is not None
+            expected = room.time_out(self.model, self.now, max_wait, policy)
+            now, actual = self.table.room_timeout(max_wait, policy, now_ms=self.now)
+            assert now == self.now and actual == expected
+            for gid, outcome in actual:
+                if outcome != STOPPED:
+                    self.assigned.setdefault(gid, outcome)
+
         @precondition(lambda self: self.table is not None)
         @rule(ms=st.integers(1, 4_000))
         def advance(self, ms: int) -> None:

@@ -6,13 +6,18 @@ One transfer partition and one receive queue, so a single open group makes every
 
 from __future__ import annotations
 
-from confluent_kafka import Producer, TopicPartition
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ops.harness.demo import run_pipeline_workload, summary
 from ops.harness.pipeline import PipelineSpec
 from ops.harness.workload import WorkloadSpec
+from router import schemas
 from router.clients import redis_client
+from router.config import RouterSettings
 from router.contract import headers_for
+from router.events import DEAD_LETTER, GROUP_WAIT_TIMED_OUT
 from router.offsets import CommittedOffsets
 from router.receiver import Receiver
 from router.side import side_spec, table_for
@@ -95,3 +100,68 @@ def test_a_burst_of_groups_beyond_capacity_arrives_with_no_interleaving(
     assert (r.send.interleaved, r.receive.interleaved) == (0, 0), text
     assert all(code == 0 for code in result.exit_codes.values()), result.exit_codes
     assert not result.sender_failures and not result.undecodable, text
+
+
+def _read(s: RouterSettings, topic: str, schema: str, want: int) -> list[dict[str, Any]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": s.kafka.bootstrap_servers,
+            "group.id": unique("read"),
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    records: list[dict[str, Any]] = []
+
+    def enough() -> bool:
+        m = consumer.poll(0.2)
+        if (
+            m is not None
+            and m.error() is None
+            and dict(m.headers() or []).get(schemas.SCHEMA_HEADER) == schema.encode()
+        ):
+            records.append(schemas.decode(schema, m.value()))
+        return len(records) >= want
+
+    wait_until(enough, 60, f"{want} {schema} records on {topic}")
+    consumer.close()
+    return records
+
+
+def test_a_group_that_waits_too_long_is_dead_lettered_with_an_event(
+    pipeline: PipelineFactory,
+) -> None:
+    p = pipeline(
+        PipelineSpec(
+            busy_policy="wait",
+            **{**ONE_WAY, "sweepers": 1},  # type: ignore[arg-type]
+            extra_env={
+                "ROUTER_ROUTING__MAX_WAIT_MS": "1500",
+                "ROUTER_ROUTING__WAIT_TIMEOUT_POLICY": "dead-letter",
+                "ROUTER_SWEEPER__INTERVAL_MS": "300",
+            },
+        )
+    )
+    s = p.settings
+    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
+    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    a, b = s.topology.send_queues
+    producer.produce(a, b"A0", partition=0, headers=headers_for("A", seq=0))  # never ends
+    producer.flush(10)
+    queue.until(b"A0")
+    producer.produce(b, b"B0", partition=0, headers=headers_for("B", seq=0))
+    producer.produce(b, b"B1", partition=0, headers=headers_for("B", seq=1))
+    producer.flush(10)
+    (event,) = _read(s, s.topology.events_topic, GROUP_WAIT_TIMED_OUT, 1)
+    assert (event["guarantee_id"], event["outcome"], event["side"]) == (
+        "B",
+        "DEAD_LETTERED",
+        "SEND",
+    )
+    producer.produce(b, b"B2", partition=0, headers=headers_for("B", seq=2, final=True))
+    producer.flush(10)
+    dead = _read(s, s.topology.dead_letter_topic, DEAD_LETTER, 3)
+    assert [d["value"] for d in dead] == [b"B0", b"B1", b"B2"]  # in order, none dropped
+    assert {d["reason_code"] for d in dead} == {"group-stopped"}
+    assert queue.values == [b"A0"]  # nothing of B entered A's path
+    queue.receiver.close()

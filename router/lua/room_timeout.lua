@@ -1,0 +1,63 @@
+-- End the wait of groups in the waiting room past max_wait_ms (router/room.py `time_out`).
+--
+-- KEYS: 1 entries  2 load  3 cursor  4 room  5 parks  6 admitted  7 stats  8 deadlines
+-- ARGV: 1 now in ms, or '' for the Redis server clock  2 max wait ms
+--       3 policy: 'share' (admit to the least-loaded destination, even busy: counted as
+--       shared) or 'dead-letter' (stop the group: its parked and later messages are
+--       dead-lettered; a lane's ordinary messages are always shared)  4 n, then every
+--       destination name of the side
+-- Returns: {now, gid_1, outcome_1, ...}; an outcome is a destination name or '!stop'.
+local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local share = ARGV[3] == 'share'
+local dests = {}
+for i = 1, tonumber(ARGV[4]) do dests[i] = ARGV[4 + i] end
+local n = #dests
+local out = { string.format('%.0f', now) }
+local due = redis.call('ZRANGEBYSCORE', K_ROOM, '-inf', string.format('%.0f', now - tonumber(ARGV[2])))
+if #due == 0 then return out end
+local load = {}
+local raw = redis.call('HGETALL', K_LOAD)
+for i = 1, #raw, 2 do load[raw[i]] = tonumber(raw[i + 1]) end
+local cursor = tonumber(redis.call('GET', K_CURSOR) or '0') % n
+local moved = false
+for _, gid in ipairs(due) do
+  redis.call('ZREM', K_ROOM, gid)
+  local e = decode_entry(redis.call('HGET', K_ENTRIES, gid))
+  if share or string.sub(gid, 1, 1) == '~' then  -- ordinary messages: shared, never lost
+    local best = nil
+    for i = 1, n do
+      local l = load[dests[i]] or 0
+      if best == nil or l < best then best = l end
+    end
+    local pick = nil
+    for k = 0, n - 1 do
+      local i = (cursor + k) % n
+      if (load[dests[i + 1]] or 0) == best then pick = i break end
+    end
+    local d = dests[pick + 1]
+    cursor = (pick + 1) % n
+    moved = true
+    e.state, e.dest = 'admitted', d
+    load[d] = (load[d] or 0) + 1
+    redis.call('HINCRBY', K_LOAD, d, 1)
+    redis.call('HSET', K_ADMITTED, gid, d)
+    redis.call('HINCRBY', K_STATS, 'shared', 1)
+    out[#out + 1] = gid
+    out[#out + 1] = d
+  else
+    e.state, e.parks, e.closing = 'open', 0, '!stop'
+    forget_parks(K_PARKS, gid)
+    out[#out + 1] = gid
+    out[#out + 1] = '!stop'
+  end
+  redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
+end
+if moved then redis.call('SET', K_CURSOR, cursor) end
+redis.call('HINCRBY', K_STATS, 'wait_timeouts', #due)
+return out

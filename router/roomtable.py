@@ -1,0 +1,69 @@
+"""The waiting room's part of a management table (`router.room`): reads for the drain
+step, tests and operators, and the sweeper's end of long waits. Mixed into
+`router.table.ManagementTable`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from router.routing import RoomState
+from router.tablecodec import TableKeys, decode_entry, script
+from router.tablecodec import text as _text
+
+
+class RoomTable:
+    keys: TableKeys
+    client: Any
+    _r: Any
+    _dests: list[str | int]
+
+    def room_timeout(
+        self, max_wait_ms: int, policy: str, now_ms: int | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """End the wait of groups waiting `max_wait_ms` or longer (`router.room.time_out`):
+        (now on the Redis clock, [(gid, destination or '!stop')])."""
+        timeout = self.__dict__.get("_room_timeout")
+        if timeout is None:  # registered on first use: only the sweeper calls it
+            timeout = self.__dict__["_room_timeout"] = self.client.register_script(
+                script("room_timeout")
+            )
+        k = self.keys
+        out = timeout(
+            keys=[k.entries, k.load, k.cursor, k.room, k.parks, k.admitted, k.stats, k.deadlines],
+            args=["" if now_ms is None else now_ms, max_wait_ms, policy, *self._dests],
+        )
+        return int(out[0]), [(_text(out[i]), _text(out[i + 1])) for i in range(1, len(out), 2)]
+
+    def room_state(self, gids: Sequence[str]) -> dict[str, RoomState]:
+        """The entries of `gids` that exist, as the drain step needs them (one round
+        trip): state, destination, closing mark, park count, park lease in flight."""
+        if not gids:
+            return {}
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(self.keys.entries, list(gids))
+        pipe.zrange(self.keys.parks, 0, -1)
+        raws, parks = pipe.execute()
+        leased = {_text(m).split("|", 1)[1] for m in parks}
+        out = {}
+        for gid, raw in zip(gids, raws, strict=True):
+            if raw is not None:
+                e = decode_entry(raw)
+                out[gid] = RoomState(e.state, e.dest, e.closing, e.parks, gid in leased)
+        return out
+
+    def admitted(self) -> dict[str, str]:
+        """Admitted groups -> their reserved destination, until drained."""
+        return {_text(g): _text(d) for g, d in self._r.hgetall(self.keys.admitted).items()}
+
+    def room(self) -> dict[str, int]:
+        """Waiting groups -> wait start (ms), oldest first (`router.room`)."""
+        return {_text(g): int(t) for g, t in self._r.zrange(self.keys.room, 0, -1, withscores=True)}
+
+    def park_leases(self) -> dict[tuple[str, str], int]:
+        """(group, batch) -> expiry of park leases of batches not yet settled."""
+        out = {}
+        for member, score in self._r.zrange(self.keys.parks, 0, -1, withscores=True):
+            batch, gid = _text(member).split("|", 1)
+            out[(gid, batch)] = int(score)
+        return out
