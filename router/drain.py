@@ -24,6 +24,7 @@ from confluent_kafka import Message, TopicPartition
 
 from router import contract, room
 from router.batch import TP, Batch, Item
+from router.clock import Every
 from router.contract import BadInput
 from router.emit import Emitter, Output, Record, new_record
 from router.metrics import Metrics
@@ -34,6 +35,7 @@ from router.table import ManagementTable
 log = logging.getLogger("router.drain")
 
 ROOM_HEADERS = frozenset({contract.ROOM, contract.TOKEN, contract.THROUGH})
+IDLE_S = 0.05  # between two batches that only drain
 
 
 def room_partition(gid: str, partitions: int) -> int:
@@ -130,6 +132,11 @@ class Drain:
         self.index = RoomIndex()
         self.checks: dict[str, Check] = {}
         self.opening: set[str] = set()  # drained here, not yet open or released
+        # Room partition -> the end offset to read up to before draining from it (None: to
+        # be read): a new owner, or one that rewound, must see every drain marker already
+        # committed, or it would forward a group's records again.
+        self.catch_up: dict[TP, int | None] = {}
+        self._idle = Every(IDLE_S)
         self.consumer: object = None  # set by the unit: position() and watermarks
         self.owned: set[TP] = set()
 
@@ -145,16 +152,31 @@ class Drain:
                 rest.append(m)
         return rest
 
-    def busy(self) -> bool:
-        return bool(self.index.groups) or bool(self.checks) or bool(self.opening)
+    def due(self) -> bool:
+        """Whether a batch with nothing but the drain is worth running now: something
+        may be forwarded or opened, and the last one was at least IDLE_S ago (a group
+        waiting for the room's end offsets must not spin empty transactions)."""
+        busy = self.index.groups or self.checks or self.opening
+        return bool(busy) and self._idle.due()
 
     def assign(self, tps: list[TP]) -> None:
-        self.owned.update(tp for tp in tps if tp[0] == self.topic)
+        for tp in tps:
+            if tp[0] == self.topic:
+                self.owned.add(tp)
+                self.catch_up[tp] = None
+
+    def reset(self) -> None:
+        """The consumer went back to the committed offsets (a transaction's outcome was
+        unknown): rebuild the index from the low marks, and catch up before draining."""
+        self.index = RoomIndex()
+        self.checks.clear()
+        self.catch_up = dict.fromkeys(self.owned)
 
     def revoke(self, tps: list[TP]) -> None:
         for tp in tps:
             if tp[0] == self.topic:
                 self.owned.discard(tp)
+                self.catch_up.pop(tp, None)
                 self.index.revoke(tp)
                 for gid in [g for g, c in self.checks.items() if c.tp == tp]:
                     del self.checks[gid]
@@ -166,20 +188,32 @@ class Drain:
         states = self.table.room_state(sorted(self.index.gids() | set(self.checks) | self.opening))
         self.opening &= {g for g, st in states.items() if st.state == room.ADMITTED}
         consumer = self.consumer
+        positions = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in consumer.position([TopicPartition(*tp) for tp in self.owned])  # type: ignore[attr-defined]
+        }
+        for tp, known in list(self.catch_up.items()):
+            end = known
+            if end is None:
+                _, end = consumer.get_watermark_offsets(TopicPartition(*tp), 10, False)  # type: ignore[attr-defined]
+                self.catch_up[tp] = end
+            if end == 0 or positions.get(tp, -1) >= end:
+                del self.catch_up[tp]
         drained: set[str] = set()
         for tp in sorted(self.index.groups):
+            if tp in self.catch_up:
+                continue  # not caught up with the markers already committed
             for gid, parked in list(self.index.groups[tp].items()):
                 state = states.get(gid)
-                if state is not None and state.state == room.ADMITTED:
+                if state is not None and state.state == room.ADMITTED and state.closing != STOPPED:
                     self._forward(tp, gid, parked, state.dest, out, batch)
                     drained.add(gid)
                     self.opening.add(gid)
                 elif state is None or state.state == room.OPEN or state.closing == STOPPED:
                     self._dead_letter(tp, gid, parked, state, out, batch, now_ms)
-        positions = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in consumer.position([TopicPartition(*tp) for tp in self.owned])  # type: ignore[attr-defined]
-        }
+                    if state is not None and state.state == room.ADMITTED:
+                        drained.add(gid)  # stopped in the room: opens once nothing is left
+                        self.opening.add(gid)
         for gid, state in states.items():
             if state.state != room.ADMITTED or gid in drained:
                 self.checks.pop(gid, None)
@@ -187,7 +221,7 @@ class Drain:
             check = self.checks.get(gid)
             if check is None:
                 tp = (self.topic, room_partition(gid, self.partitions))
-                if state.leased or tp not in self.owned:
+                if state.leased or tp not in self.owned or tp in self.catch_up:
                     continue  # a park in flight: not yet
                 _, end = consumer.get_watermark_offsets(TopicPartition(*tp), 10, False)  # type: ignore[attr-defined]
                 self.checks[gid] = Check(tp, state.parks, end)

@@ -120,7 +120,11 @@ class TableModel:
                 entry.updated_ms = now_ms
                 entry.lane = entry.lane or r.lane
                 if entry.closing == STOPPED:
-                    decisions.append(PARKED)
+                    decisions.append(
+                        PARKED
+                        if entry.state == room.OPEN
+                        else room.park(self, gid, entry, batch, now_ms, lease_ms)
+                    )
                     record(r, True)
                     continue
                 if r.poison_stop:

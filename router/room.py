@@ -139,9 +139,9 @@ def time_out(t: TableModel, now_ms: int, max_wait_ms: int, policy: str) -> list[
             t.load[dest] = t.load.get(dest, 0) + 1
             out.append((gid, dest))
         else:
-            entry.state, entry.parks, entry.closing = OPEN, 0, STOPPED
-            for key in [k for k in t.park_leases if k[0] == gid]:
-                del t.park_leases[key]
+            # Stopped, but still in the room's hands: its later messages are parked behind
+            # the earlier ones, and the drain dead-letters them all, in order.
+            entry.state, entry.closing = ADMITTED, STOPPED
             out.append((gid, STOPPED))
     return out
 

@@ -162,7 +162,7 @@ class TransferUnit:
         messages = self.source.poll(timeout)
         batch = None
         room = self.steps.room
-        if messages or (room is not None and room.busy() and self.backoff.until is None):
+        if messages or (room is not None and room.due() and self.backoff.until is None):
             self._batches += 1
             batch = Batch(f"{self.instance}:{self._batches}", generation)
             if generation == self.session.generation:
@@ -279,6 +279,8 @@ class TransferUnit:
             if not self.source.rewind_to_committed():
                 self.backoff.extend()
                 return
+            if self.steps.room is not None:
+                self.steps.room.reset()
             self._rewind_to_committed = False
         self.backoff.until = None
         waiting = self.holds.waiting()

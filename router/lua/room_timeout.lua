@@ -51,8 +51,10 @@ for _, gid in ipairs(due) do
     out[#out + 1] = gid
     out[#out + 1] = d
   else
-    e.state, e.parks, e.closing = 'open', 0, '!stop'
-    forget_parks(K_PARKS, gid)
+    -- Stopped, but still in the room's hands: later messages park behind the earlier
+    -- ones, and the drain dead-letters them all, in order.
+    e.state, e.closing = 'admitted', '!stop'
+    redis.call('HSET', K_ADMITTED, gid, '!')
     out[#out + 1] = gid
     out[#out + 1] = '!stop'
   end

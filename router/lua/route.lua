@@ -224,8 +224,10 @@ for m = 0, nmsg - 1 do
       e.updated = now_s
       if e.lane == '' then e.lane = lane end
       touch(gid)
-      if e.closing == '!stop' then
+      if e.closing == '!stop' and e.state == 'open' then
         decision = '!p'
+      elseif e.closing == '!stop' then  -- stopped in the room: behind its parked ones
+        decision = park(gid, e)
       elseif has(flags, 'p') then
         reopen(gid)
         e.closing = '!stop'
