@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 
 from spark_jobs import groups
 
@@ -78,10 +78,10 @@ def checker(group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
     def check(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         guarantee_id = key[0]
         if state.hasTimedOut:
-            outcomes = groups.expire(groups.State.load(*state.get), group_timeout_ms)
+            expired = groups.expire(groups.State.load(*state.get), group_timeout_ms)
             state.remove()
-            if outcomes:
-                yield _frame(guarantee_id, outcomes)
+            if expired:
+                yield _frame(guarantee_id, expired)
             return
         messages: list[groups.Message] = []
         outcomes: list[groups.Outcome] = []

@@ -1,8 +1,10 @@
 """The Spark receiver: receive queues -> checked, reassembled groups in Parquet.
 
-    read_queues -> parse -> check_groups (applyInPandasWithState, `groups.step`) -> outputs
+    read_queues -> parse -> check_groups -> group_view / record_view / ... -> outputs
+    (api.read_router_queues)  (api.complete_groups: applyInPandasWithState, `groups.step`)
 
-* Reads one or more receive queues through `format("kafka")`, `read_committed`, with headers.
+* Reads one or more receive queues through `api.read_router_queues` (`read_committed`,
+  with headers; every Kafka source option passes through).
 * `parse` decodes the payload with `from_avro` (the Avro schema named by the `schema`
   header) and checks the routing headers against the payload's own group and position;
   a message that fails (undecodable, headers contradicting the payload) is a violation.
@@ -27,16 +29,14 @@ import argparse
 import logging
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from router import contract
 from router.schemas import SCHEMA_HEADER
-from spark_jobs import domain, groups
-from spark_jobs.group_state import OUTCOME_SCHEMA, STATE_SCHEMA, checker
+from spark_jobs import api, domain, groups
 from spark_jobs.session import (
     add_kafka_arguments,
     add_spark_arguments,
@@ -52,21 +52,6 @@ log = logging.getLogger("spark_jobs.receiver")
 
 OUTPUTS = ("groups", "records", "duplicates", "violations")
 
-STATE_COLUMNS = (
-    "problem",
-    "guarantee_id",
-    "ordinary_id",
-    "record_id",
-    "schema",
-    "queue",
-    "partition",
-    "offset",
-    "seq",
-    "final",
-    "created_ms",
-    "value",
-)
-
 
 @dataclass(frozen=True)
 class ReceiverConfig:
@@ -79,56 +64,38 @@ class ReceiverConfig:
     trigger_seconds: float = 1.0
     max_offsets_per_trigger: int | None = None
     starting_offsets: str = "earliest"
+    # Any other option of Spark's Kafka source (groupIdPrefix, minPartitions, ...).
+    source_options: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- source
 
 
 def read_queues(spark: Any, config: ReceiverConfig) -> Any:
-    reader = (
-        spark.readStream.format("kafka")
-        .options(**config.kafka)
-        .option("subscribe", ",".join(config.receive_queues))
-        .option("startingOffsets", config.starting_offsets)
-        .option("includeHeaders", "true")
-        .option("kafka.isolation.level", "read_committed")
-        .option("failOnDataLoss", "true")
-    )
+    """The receive queues through `api.read_router_queues`: `read_committed`, headers,
+    and every option of `config.kafka` and `config.source_options` passed through."""
+    options: dict[str, Any] = {"startingOffsets": config.starting_offsets, **config.kafka}
     if config.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", config.max_offsets_per_trigger)
-    return reader.load()
+        options["maxOffsetsPerTrigger"] = config.max_offsets_per_trigger
+    options.update(config.source_options)
+    return api.read_router_queues(spark, config.receive_queues, **options)
 
 
 # ---------------------------------------------------------------------- transformations
 
 
-def _header(name: str) -> Any:
-    """The value of header `name` (the first, if repeated) as a string, or null."""
-    found = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    return F.get(found, 0)["value"].cast("string")
-
-
-def parse(kafka: Any) -> Any:
-    """Kafka records -> one row per message with its routing headers and decoded payload
-    identity; `problem` says why a message cannot go on (null if it can)."""
+def parse(messages: Any) -> Any:
+    """Messages with their routing headers (`api.read_router_queues`) -> the demo domain's
+    payload decoded: `record_id`, `schema`, `created_at`, and `problem` saying why a
+    message cannot go on (null if it can)."""
     permissive = {"mode": "PERMISSIVE"}
-    schema = _header(SCHEMA_HEADER)
+    schema = api.header_value(SCHEMA_HEADER)
 
     def decode(name: str) -> Any:
         return F.when(schema == name, from_avro(F.col("value"), domain.avro_json(name), permissive))
 
-    raw_seq = _header(contract.SEQ)
-    df = kafka.select(
-        F.col("topic").alias("queue"),
-        "partition",
-        "offset",
-        "value",
-        _header(contract.GUARANTEE_ID).alias("guarantee_id"),
-        raw_seq.alias("raw_seq"),
-        raw_seq.try_cast("bigint").alias("seq"),
-        F.coalesce(_header(contract.FINAL).isin("true", "1", "True", "TRUE"), F.lit(False)).alias(
-            "final"
-        ),
+    df = messages.select(
+        "*",
         schema.alias("schema"),
         decode(domain.ORDER_LINE).alias("po"),
         decode(domain.DOCUMENT_SEGMENT).alias("doc"),
@@ -144,9 +111,7 @@ def parse(kafka: Any) -> Any:
         ).alias("body_group"),
         F.coalesce(po["line_no"], doc["segment_no"]).alias("body_seq"),
         F.coalesce(po["line_count"], doc["segment_count"]).alias("body_count"),
-        F.unix_millis(F.coalesce(po["created_at"], doc["created_at"], stock["created_at"])).alias(
-            "created_ms"
-        ),
+        F.coalesce(po["created_at"], doc["created_at"], stock["created_at"]).alias("created_at"),
     )
     gid, body_group, body_seq = F.col("guarantee_id"), F.col("body_group"), F.col("body_seq")
     last = body_seq == F.col("body_count") - 1
@@ -203,15 +168,16 @@ def parse(kafka: Any) -> Any:
     )
     return df.select(
         "guarantee_id",
-        F.when(gid.isNull(), F.col("record_id")).alias("ordinary_id"),
         "record_id",
         "schema",
         "queue",
         "partition",
         "offset",
-        F.coalesce(F.col("seq"), F.lit(0)).cast("bigint").alias("seq"),
+        "timestamp",
+        "raw_seq",
+        "seq",
         "final",
-        "created_ms",
+        "created_at",
         "value",
         problem.alias("problem"),
     )
@@ -219,16 +185,14 @@ def parse(kafka: Any) -> Any:
 
 def check_groups(parsed: Any, group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
     """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group / ordinary record."""
-    return (
-        parsed.select(*STATE_COLUMNS)
-        .groupBy("guarantee_id", "ordinary_id")
-        .applyInPandasWithState(
-            checker(group_timeout_ms, dedupe_horizon_ms),
-            OUTCOME_SCHEMA,
-            STATE_SCHEMA,
-            "append",
-            "ProcessingTimeTimeout",
-        )
+    return api.complete_groups(
+        parsed,
+        record_id="record_id",
+        schema="schema",
+        problem="problem",
+        created_at=F.coalesce("created_at", "timestamp"),
+        group_timeout_ms=group_timeout_ms,
+        dedupe_horizon_ms=dedupe_horizon_ms,
     )
 
 
@@ -467,6 +431,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--starting-offsets", default="earliest", help="For a new checkpoint")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument(
+        "--source-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="Any option of Spark's Kafka source, passed unchanged (groupIdPrefix, "
+        "minPartitions, maxTriggerDelay, kafka.*, ...); repeatable.",
+    )
     p.add_argument("--trigger-seconds", type=float, default=1.0)
     add_kafka_arguments(p)
     add_spark_arguments(p)
@@ -496,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         trigger_seconds=args.trigger_seconds,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         starting_offsets=args.starting_offsets,
+        source_options=key_values(args.source_option, "--source-option"),
     )
     spark = build_session(spark_options(args, "router-spark-receiver"))
     job = start(spark, config)

@@ -153,7 +153,8 @@ def expected(input_dir: Path, segment_bytes: int) -> list[Sent]:
     """What the sender was given, as the messages it must send (in `domain` terms)."""
     sent: list[Sent] = []
     for path in sorted(input_dir.glob("*.json")):
-        sent.extend(domain.expected_from_lines(path.read_text().splitlines(), segment_bytes))
+        lines = path.read_text().splitlines()
+        sent.extend(Sent(*m) for m in domain.expected_from_lines(lines, segment_bytes))
     return sent
 
 
