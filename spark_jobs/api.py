@@ -46,22 +46,6 @@ SOURCE_DEFAULTS: Mapping[str, str] = {
 }
 _SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 
-# The columns `complete_groups` keeps state over (`group_state.checker` reads them).
-STATE_COLUMNS = (
-    "problem",
-    "guarantee_id",
-    "ordinary_id",
-    "record_id",
-    "schema",
-    "queue",
-    "partition",
-    "offset",
-    "seq",
-    "final",
-    "created_ms",
-    "value",
-)
-
 
 def _col(c: ColumnLike) -> Column:
     return F.col(c) if isinstance(c, str) else c
@@ -214,6 +198,7 @@ def complete_groups(
     created_at: ColumnLike | None = None,
     group_timeout_ms: int = 300_000,
     dedupe_horizon_ms: int = 600_000,
+    lateness_ms: int = 60_000,
 ) -> Any:
     """Messages (as `read_router_queues` gives them) -> outcomes (`group_state.OUTCOME_SCHEMA`):
     one `group` row per complete group (members in sequence: `members_seq`,
@@ -223,10 +208,16 @@ def complete_groups(
     `record_id` identifies a message (default: the SHA-256 of its payload): the same ID
     again is a copy, another ID at a seq already taken a conflict. `problem` (a string
     column, null when fine) makes a message a violation at once, e.g. a payload your
-    code could not decode. `created_at` (a timestamp; default the Kafka record's) is
-    recorded per member. A group with no new message for `group_timeout_ms` is
-    incomplete; finished groups and ordinary records are remembered for
-    `dedupe_horizon_ms` to recognise copies."""
+    code could not decode.
+
+    Time is event time: `created_at` (a non-null timestamp; default the Kafka record's)
+    should be the message's creation time, the same in a re-sent copy, so take it from
+    the payload when it has one. The watermark trails the newest creation time read by
+    `lateness_ms`. A group with no new message for `group_timeout_ms` (of creation time)
+    is incomplete once the watermark has passed that; finished groups and ordinary
+    records are remembered for `dedupe_horizon_ms` to recognise copies. A message older
+    than the watermark when it is read is dropped by Spark, and counted in the query's
+    progress (`numRowsDroppedByWatermark`; `streaming.StreamJob.dropped_by_watermark`)."""
     gid = F.col("guarantee_id")
     rid = F.sha2(F.col("value"), 256) if record_id is None else _col(record_id)
     no_seq = F.when(
@@ -237,7 +228,7 @@ def complete_groups(
         ),
     )
     why = no_seq if problem is None else F.coalesce(_col(problem), no_seq)
-    created = F.col("timestamp") if created_at is None else _col(created_at)
+    created = (F.col("timestamp") if created_at is None else _col(created_at)).cast("timestamp")
     state_input = messages.select(
         why.alias("problem"),
         gid,
@@ -251,11 +242,12 @@ def complete_groups(
         "final",
         F.unix_millis(created).alias("created_ms"),
         "value",
-    )
+        created.alias("event_time"),
+    ).withWatermark("event_time", f"{lateness_ms} milliseconds")
     return state_input.groupBy("guarantee_id", "ordinary_id").applyInPandasWithState(
         checker(group_timeout_ms, dedupe_horizon_ms),
         OUTCOME_SCHEMA,
         STATE_SCHEMA,
         "append",
-        "ProcessingTimeTimeout",
+        "EventTimeTimeout",
     )

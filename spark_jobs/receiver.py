@@ -9,7 +9,9 @@
   header) and checks the routing headers against the payload's own group and position;
   a message that fails (undecodable, headers contradicting the payload) is a violation.
 * `check_groups` keeps one state per guarantee ID (and per ordinary record ID): every
-  message of a group from one queue, in sequence, none missing; see `groups`.
+  message of a group from one queue, in sequence, none missing; see `groups`. Its
+  timeouts are event time (the payload's `created_at`, with a watermark `lateness_ms`
+  behind the newest one read), so verdicts do not depend on when the receiver ran.
 * Outputs, each a Parquet dataset partitioned by micro-batch (`batch_id=N`, replaced
   whole if Spark repeats a batch, so each batch's rows appear exactly once):
   `groups/` complete groups (purchase orders with their lines, documents reassembled and
@@ -61,6 +63,7 @@ class ReceiverConfig:
     output: str
     group_timeout_ms: int = 300_000
     dedupe_horizon_ms: int = 600_000
+    lateness_ms: int = 60_000  # how far behind the newest creation time the watermark is
     trigger_seconds: float = 1.0
     max_offsets_per_trigger: int | None = None
     starting_offsets: str = "earliest"
@@ -183,22 +186,24 @@ def parse(messages: Any) -> Any:
     )
 
 
-def check_groups(parsed: Any, group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
-    """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group / ordinary record."""
+def check_groups(parsed: Any, config: ReceiverConfig) -> Any:
+    """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group / ordinary record,
+    in event time: the payload's `created_at` (the Kafka timestamp if undecodable)."""
     return api.complete_groups(
         parsed,
         record_id="record_id",
         schema="schema",
         problem="problem",
         created_at=F.coalesce("created_at", "timestamp"),
-        group_timeout_ms=group_timeout_ms,
-        dedupe_horizon_ms=dedupe_horizon_ms,
+        group_timeout_ms=config.group_timeout_ms,
+        dedupe_horizon_ms=config.dedupe_horizon_ms,
+        lateness_ms=config.lateness_ms,
     )
 
 
 def receiver_stream(kafka: Any, config: ReceiverConfig) -> Any:
     """Kafka records -> every outcome, with the micro-batch's time as `received_at`."""
-    checked = check_groups(parse(kafka), config.group_timeout_ms, config.dedupe_horizon_ms)
+    checked = check_groups(parse(kafka), config)
     return checked.withColumn("received_at", F.current_timestamp())
 
 
@@ -419,15 +424,22 @@ def parser() -> argparse.ArgumentParser:
         "--group-timeout-seconds",
         type=float,
         default=300.0,
-        help="A group with no new message this long is reported incomplete (default: "
-        "%(default)s, the router's default TTL)",
+        help="A group with no new message for this long (in creation time) is reported "
+        "incomplete (default: %(default)s, the router's default TTL)",
     )
     p.add_argument(
         "--dedupe-horizon-seconds",
         type=float,
         default=600.0,
-        help="How long a finished group or record is remembered to recognise copies "
-        "(default: %(default)s)",
+        help="How long (in creation time) a finished group or record is remembered to "
+        "recognise copies (default: %(default)s)",
+    )
+    p.add_argument(
+        "--lateness-seconds",
+        type=float,
+        default=60.0,
+        help="The watermark trails the newest creation time read by this much; an older "
+        "message is dropped, counted and logged (default: %(default)s)",
     )
     p.add_argument("--starting-offsets", default="earliest", help="For a new checkpoint")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
@@ -464,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         output=args.output,
         group_timeout_ms=int(args.group_timeout_seconds * 1000),
         dedupe_horizon_ms=int(args.dedupe_horizon_seconds * 1000),
+        lateness_ms=int(args.lateness_seconds * 1000),
         trigger_seconds=args.trigger_seconds,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         starting_offsets=args.starting_offsets,

@@ -25,7 +25,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pyspark.sql.streaming import StreamingQueryListener
+
 log = logging.getLogger("spark_jobs.streaming")
+_progress_log = logging.getLogger("spark_jobs.progress")
 
 Writer = Callable[[Any, int], None]
 
@@ -94,6 +97,47 @@ def _quiet_refusals(spark: Any) -> Iterator[None]:
         py4j_log.setLevel(py4j_level)
 
 
+class Progress(StreamingQueryListener):  # type: ignore[misc]
+    """Follows one query's progress (Spark's listener bus): logs each micro-batch's
+    progress as JSON (logger `spark_jobs.progress`, DEBUG), and counts the input rows and
+    the rows its watermark dropped (`numRowsDroppedByWatermark` of its stateful
+    operators), each drop logged as a warning: late rows are never dropped silently."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.query_id: str | None = None
+        self.input_rows = 0
+        self.dropped_by_watermark = 0
+        self.terminated = threading.Event()
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        if str(p.id) != self.query_id:
+            return
+        self.input_rows += p.numInputRows
+        dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
+        if dropped:
+            self.dropped_by_watermark += dropped
+            log.warning(
+                "%s: batch %d: %d rows older than the watermark dropped (%d so far)",
+                self.name,
+                p.batchId,
+                dropped,
+                self.dropped_by_watermark,
+            )
+        _progress_log.debug("%s", p.json)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.id) == self.query_id:
+            self.terminated.set()
+
+
 class StreamJob:
     def __init__(
         self,
@@ -112,8 +156,15 @@ class StreamJob:
         self._df = df
         self._trigger = f"{trigger_seconds} seconds"
         self.query: Any = None
+        self.progress = Progress(name)
+
+    @property
+    def dropped_by_watermark(self) -> int:
+        """Input rows this run's stateful step dropped as older than the watermark."""
+        return self.progress.dropped_by_watermark
 
     def start(self) -> StreamJob:
+        self.spark.streams.addListener(self.progress)
         self.query = (
             self._df.writeStream.queryName(self.name)
             .foreachBatch(self.sink)
@@ -121,6 +172,7 @@ class StreamJob:
             .trigger(processingTime=self._trigger)
             .start()
         )
+        self.progress.query_id = str(self.query.id)
         log.info("%s started (checkpoint %s)", self.name, self.checkpoint)
         return self
 
@@ -160,6 +212,16 @@ class StreamJob:
                     break
                 time.sleep(0.05)  # polling the checkpoint for Spark's commit record
             self.query.stop()
+        # The listener bus delivers the last progress before the termination event.
+        if not self.progress.terminated.wait(30):
+            log.warning("%s: no termination event from Spark within 30 s", self.name)
+        self.spark.streams.removeListener(self.progress)
+        if self.progress.dropped_by_watermark:
+            log.warning(
+                "%s: %d rows were older than the watermark and dropped",
+                self.name,
+                self.progress.dropped_by_watermark,
+            )
         log.info("%s stopped after batch %d", self.name, last)
 
     def run_until_signalled(self, stop_file: str | None = None) -> int:

@@ -5,106 +5,21 @@ nothing in its Parquet output."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
-from router import contract, schemas
 from spark_jobs import domain, receiver
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
 from tests.conftest import TopicFactory
 from tests.helpers import unique, wait_until
+from tests.spark.messages import NOW, Queues, order_line, segment, stock
 
 pytestmark = pytest.mark.spark
-
-NOW = dt.datetime.now(dt.UTC)
-
-
-def order_line(order: str, line: int, count: int) -> bytes:
-    return schemas.encode(
-        domain.ORDER_LINE,
-        {
-            "record_id": f"{order}/{line}",
-            "order_id": order,
-            "customer_id": "C-1",
-            "line_no": line,
-            "line_count": count,
-            "sku": f"SKU-{line}",
-            "quantity": line + 1,
-            "unit_price_cents": 100,
-            "currency": "EUR",
-            "created_at": NOW,
-        },
-    )
-
-
-def segment(doc: str, content: bytes, i: int, size: int) -> bytes:
-    n = domain.segment_count(len(content), size)
-    return schemas.encode(
-        domain.DOCUMENT_SEGMENT,
-        {
-            "record_id": f"{doc}/{i}",
-            "document_id": doc,
-            "name": f"{doc}.bin",
-            "segment_no": i,
-            "segment_count": n,
-            "data": content[i * size : (i + 1) * size],
-            "document_bytes": len(content),
-            "document_sha256": hashlib.sha256(content).hexdigest(),
-            "created_at": NOW,
-        },
-    )
-
-
-def stock(update: str) -> bytes:
-    return schemas.encode(
-        domain.STOCK,
-        {"record_id": update, "sku": "SKU-1", "warehouse": "W", "delta": 1, "created_at": NOW},
-    )
-
-
-class Queues:
-    """Writes test messages as a sender would (routing headers + `schema` header)."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-        self.count = 0
-
-    def send(
-        self,
-        topic: str,
-        value: bytes | None,
-        schema: str | None,
-        gid: str | None = None,
-        seq: int | None = None,
-        final: bool = False,
-    ) -> None:
-        headers = contract.headers_for(gid, final=final, seq=seq)
-        if schema is not None:
-            headers.append((schemas.SCHEMA_HEADER, schema.encode()))
-        self.producer.produce(topic, value, key=gid, headers=headers)
-        self.count += 1
-
-    def order(self, topic: str, order: str, lines: int, *, skip: int | None = None) -> None:
-        for i in range(lines):
-            if i != skip:
-                self.send(
-                    topic,
-                    order_line(order, i, lines),
-                    domain.ORDER_LINE,
-                    f"po/{order}",
-                    i,
-                    i == lines - 1,
-                )
-
-    def flush(self) -> None:
-        assert self.producer.flush(30) == 0
 
 
 def _start(spark: Any, config: receiver.ReceiverConfig, writer: Any = None) -> StreamJob:
@@ -148,6 +63,8 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     w.send(q1, b"\x00garbage", domain.STOCK)
     w.send(q1, stock("SU-2"), None)  # no schema header
     w.send(q2, order_line("OTHER", 0, 1), domain.ORDER_LINE, "po/MISLABELLED", 0, True)
+    # Created an hour later: event time moves past OPEN's group timeout.
+    w.send(q1, stock("TICK", NOW + dt.timedelta(hours=1)), domain.STOCK)
     w.flush()
 
     config = receiver.ReceiverConfig(
@@ -160,9 +77,15 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     job = _start(spark, config)
     try:
         wait_until(lambda: job.writer.messages >= w.count, 120, f"{w.count} messages accounted for")
+        # A copy of SU-1, created with it, arrives after the watermark passed: dropped by
+        # Spark, and counted.
+        w.send(q2, stock("SU-1"), domain.STOCK)
+        w.flush()
+        wait_until(lambda: job.dropped_by_watermark >= 1, 60, "the late row counted")
     finally:
         job.stop()
     assert job.failure() is None
+    assert job.dropped_by_watermark == 1
     out = _outputs(spark, tmp_path / "output")
 
     groups = {g.guarantee_id: g for g in out["groups"]}
@@ -176,7 +99,7 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     assert bytes(doc.content) == content
     assert doc.checksum_ok
 
-    assert [r.record_id for r in out["records"]] == ["SU-1"]
+    assert sorted(r.record_id for r in out["records"]) == ["SU-1", "TICK"]
     assert sorted(d.record_id for d in out["duplicates"]) == ["DUP/0", "SU-1"]
 
     reasons = {(v.guarantee_id, v.record_id): v.reason for v in out["violations"]}
@@ -197,7 +120,7 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     accounted = sum(g.messages for g in out["groups"]) + sum(
         len(out[n]) for n in ("records", "duplicates", "violations")
     )
-    assert accounted == w.count
+    assert accounted == w.count - 1  # all but the late copy
 
 
 def test_a_receiver_stopped_mid_batch_and_restarted_loses_and_repeats_nothing(
