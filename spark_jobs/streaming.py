@@ -1,18 +1,21 @@
 """Running a streaming query so that stopping and restarting it is clean.
 
-Both jobs write each micro-batch through `foreachBatch` (`BatchSink`). What a restart
-from the checkpoint does depends on where the query stopped:
+The receiver writes through Spark's file sink (`FileSink`), which is exactly once for
+its readers however the query stops: a batch repeated after a crash is committed in the
+sink's log once. The sender writes each micro-batch through `foreachBatch`
+(`BatchSink`). What a restart from the checkpoint does depends on where the query stopped:
 
 * between micro-batches: the next run starts with the next batch. Nothing is lost, nothing
   is written twice.
 * inside a micro-batch (its offsets logged, its commit not): the next run repeats that
   batch with the same input (Spark's offset log) and the same batch timestamp.
 
-`StreamJob.stop()` always stops between micro-batches: the sink refuses to start writing
-a new batch once a stop is requested (the batch fails before it wrote anything and is
-repeated, whole, by the next run), waits for the batch being written to finish, and waits
-for Spark to record that batch's commit before it stops the query. A job killed with
-SIGKILL, or a driver that dies, can still stop inside a batch: see README ("Spark jobs").
+With `foreachBatch`, `StreamJob.stop()` always stops between micro-batches: the sink
+refuses to start writing a new batch once a stop is requested (the batch fails before it
+wrote anything and is repeated, whole, by the next run), waits for the batch being
+written to finish, and waits for Spark to record that batch's commit before it stops the
+query. A job killed with SIGKILL, or a driver that dies, can still stop inside a batch:
+see README ("Spark jobs").
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import logging
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -109,6 +114,7 @@ class Progress(StreamingQueryListener):  # type: ignore[misc]
         self.input_rows = 0
         self.dropped_by_watermark = 0
         self.terminated = threading.Event()
+        self.observed: Counter[str] = Counter()  # sums of the query's observe() metrics
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -128,6 +134,8 @@ class Progress(StreamingQueryListener):  # type: ignore[misc]
                 dropped,
                 self.dropped_by_watermark,
             )
+        for row in (p.observedMetrics or {}).values():
+            self.observed.update({k: v for k, v in row.asDict().items() if v})
         _progress_log.debug("%s", p.json)
 
     def onQueryIdle(self, event: Any) -> None:
@@ -138,13 +146,24 @@ class Progress(StreamingQueryListener):  # type: ignore[misc]
             self.terminated.set()
 
 
+@dataclass(frozen=True)
+class FileSink:
+    """Spark's file sink: `path` (any Hadoop path), its format and partition columns."""
+
+    path: str
+    format: str = "parquet"
+    partition_by: tuple[str, ...] = ()
+
+
 class StreamJob:
+    """A streaming query into `write` (a foreachBatch function) or a `FileSink`."""
+
     def __init__(
         self,
         spark: Any,
         name: str,
         df: Any,
-        write: Writer,
+        write: Writer | FileSink,
         checkpoint: str,
         trigger_seconds: float,
     ) -> None:
@@ -152,7 +171,8 @@ class StreamJob:
         self.name = name
         self.checkpoint = checkpoint.rstrip("/")
         self.writer = write
-        self.sink = BatchSink(write)
+        self.file_sink = write if isinstance(write, FileSink) else None
+        self.sink = BatchSink(write) if not isinstance(write, FileSink) else None
         self._df = df
         self._trigger = f"{trigger_seconds} seconds"
         self.query: Any = None
@@ -163,12 +183,24 @@ class StreamJob:
         """Input rows this run's stateful step dropped as older than the watermark."""
         return self.progress.dropped_by_watermark
 
+    def metric(self, name: str) -> int:
+        """The sum of observed metric `name` over this run's micro-batches."""
+        return self.progress.observed[name]
+
     def start(self) -> StreamJob:
         self.spark.streams.addListener(self.progress)
+        writer = self._df.writeStream.queryName(self.name)
+        if self.file_sink is not None:
+            writer = (
+                writer.format(self.file_sink.format)
+                .outputMode("append")
+                .option("path", self.file_sink.path)
+                .partitionBy(*self.file_sink.partition_by)
+            )
+        else:
+            writer = writer.foreachBatch(self.sink)
         self.query = (
-            self._df.writeStream.queryName(self.name)
-            .foreachBatch(self.sink)
-            .option("checkpointLocation", self.checkpoint)
+            writer.option("checkpointLocation", self.checkpoint)
             .trigger(processingTime=self._trigger)
             .start()
         )
@@ -200,11 +232,12 @@ class StreamJob:
         return self._exists(f"{self.checkpoint}/commits/{batch_id}")
 
     def stop(self, timeout: float = 120.0) -> None:
-        """Stop between micro-batches (see the module docstring)."""
+        """Stop between micro-batches (foreachBatch), or at once (a file sink: a batch it
+        interrupts is repeated by the next run and committed once; see the docstring)."""
         if self.query is None:
             return
         with _quiet_refusals(self.spark):
-            last = self.sink.close()
+            last = self.sink.close() if self.sink is not None else -1
             deadline = time.monotonic() + timeout
             while last >= 0 and self.active and not self._committed(last):
                 if time.monotonic() > deadline:
@@ -222,7 +255,7 @@ class StreamJob:
                 self.name,
                 self.progress.dropped_by_watermark,
             )
-        log.info("%s stopped after batch %d", self.name, last)
+        log.info("%s stopped", self.name)
 
     def run_until_signalled(self, stop_file: str | None = None) -> int:
         """Run until SIGTERM/SIGINT or until `stop_file` exists (then stop cleanly, exit 0),

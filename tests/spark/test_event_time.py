@@ -7,12 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_jobs import domain, receiver
+from spark_jobs import domain, outputs, receiver
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
 from tests.conftest import TopicFactory
@@ -81,10 +82,7 @@ def _send(w: Queues, queues: tuple[str, str], events: list[Event]) -> None:
 
 
 def _start(spark: Any, config: receiver.ReceiverConfig) -> StreamJob:
-    stream = receiver.receiver_stream(receiver.read_queues(spark, config), config)
-    return StreamJob(
-        spark, unique("receiver"), stream, receiver.ReceiveBatch(config), config.checkpoint, 0.5
-    ).start()
+    return receiver.start(spark, replace(config, trigger_seconds=0.5), unique("receiver"))
 
 
 def _input_rows(job: StreamJob) -> int:
@@ -96,8 +94,7 @@ def _verdicts(spark: Any, output: Path) -> Counter[tuple[Any, ...]]:
     v: Counter[tuple[Any, ...]] = Counter()
 
     def rows(name: str) -> list[Any]:
-        path = output / name
-        return spark.read.parquet(str(path)).collect() if path.is_dir() else []
+        return outputs.read(spark, str(output), name).collect()
 
     for g in rows("groups"):
         v["group", g.guarantee_id, g.queue, tuple(m.record_id for m in g.members)] += 1
@@ -143,7 +140,8 @@ def test_a_receiver_down_longer_than_the_group_timeout_gives_the_same_verdicts(
     finally:
         job.stop()
     stopped = time.monotonic()
-    accounted = job.writer.messages
+    assert job.progress.terminated.wait(30)
+    accounted = job.metric("messages")
     _send(w, queues, events[half:])
     # The outage is the scenario here, not a synchronisation: twice the group timeout.
     wait_until(lambda: time.monotonic() - stopped > 2 * GROUP_TIMEOUT_MS / 1000, 30, "the outage")
@@ -152,7 +150,7 @@ def test_a_receiver_down_longer_than_the_group_timeout_gives_the_same_verdicts(
         wait_until(lambda: _input_rows(job) >= len(events) - half, 120, "the second half read")
         _send(w, queues, tick)
         wait_until(
-            lambda: accounted + job.writer.messages >= w.count, 120, "every message accounted"
+            lambda: accounted + job.metric("messages") >= w.count, 120, "every message accounted"
         )
     finally:
         job.stop()
@@ -162,7 +160,7 @@ def test_a_receiver_down_longer_than_the_group_timeout_gives_the_same_verdicts(
     # Uninterrupted: everything in one go.
     job = _start(spark, config("uninterrupted"))
     try:
-        wait_until(lambda: job.writer.messages >= w.count, 120, "every message accounted")
+        wait_until(lambda: job.metric("messages") >= w.count, 120, "every message accounted")
     finally:
         job.stop()
     assert job.failure() is None

@@ -1,18 +1,18 @@
 """The Spark receiver on real Kafka (messages written by Python, no router in between):
-what it reassembles, what it reports, and a restart mid-stream that loses and repeats
-nothing in its Parquet output."""
+what it reassembles, what it reports, and a hard stop inside a micro-batch after which
+a streaming reader of its output sees every group once."""
 
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_jobs import domain, receiver
+from spark_jobs import domain, outputs, receiver
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
 from tests.conftest import TopicFactory
@@ -22,24 +22,15 @@ from tests.spark.messages import NOW, Queues, order_line, segment, stock
 pytestmark = pytest.mark.spark
 
 
-def _start(spark: Any, config: receiver.ReceiverConfig, writer: Any = None) -> StreamJob:
-    stream = receiver.receiver_stream(receiver.read_queues(spark, config), config)
-    return StreamJob(
-        spark,
-        unique("receiver"),
-        stream,
-        writer or receiver.ReceiveBatch(config),
-        config.checkpoint,
-        0.5,
-    ).start()
+def _start(spark: Any, config: receiver.ReceiverConfig) -> StreamJob:
+    return receiver.start(spark, replace(config, trigger_seconds=0.5), unique("receiver"))
 
 
 def _outputs(spark: Any, output: Path) -> dict[str, list[Any]]:
-    out = {}
-    for name in receiver.OUTPUTS:
-        path = output / name
-        out[name] = spark.read.parquet(str(path)).collect() if path.is_dir() else []
-    return out
+    """Each output's rows, read through the file sink's log."""
+    if not (output / "_spark_metadata").is_dir():
+        return {name: [] for name in outputs.OUTPUTS}
+    return {name: outputs.read(spark, str(output), name).collect() for name in outputs.OUTPUTS}
 
 
 def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
@@ -76,7 +67,9 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     )
     job = _start(spark, config)
     try:
-        wait_until(lambda: job.writer.messages >= w.count, 120, f"{w.count} messages accounted for")
+        wait_until(
+            lambda: job.metric("messages") >= w.count, 120, f"{w.count} messages accounted for"
+        )
         # A copy of SU-1, created with it, arrives after the watermark passed: dropped by
         # Spark, and counted.
         w.send(q2, stock("SU-1"), domain.STOCK)
@@ -123,7 +116,7 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     assert accounted == w.count - 1  # all but the late copy
 
 
-def test_a_receiver_stopped_mid_batch_and_restarted_loses_and_repeats_nothing(
+def test_a_batch_replayed_after_a_hard_stop_reaches_a_streaming_reader_once(
     spark: Any, kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path
 ) -> None:
     queues = (new_topic("spark-recv"), new_topic("spark-recv"))
@@ -142,39 +135,68 @@ def test_a_receiver_stopped_mid_batch_and_restarted_loses_and_repeats_nothing(
         str(tmp_path / "output"),
         max_offsets_per_trigger=60,
     )
+    checkpoint = Path(config.checkpoint)
 
-    writing = threading.Event()
+    def inside_a_batch() -> int | None:
+        """A batch (from the third on) whose offsets are logged and whose commit is not."""
+        for n in range(2, 100):
+            if (checkpoint / "offsets" / str(n)).exists():
+                if not (checkpoint / "commits" / str(n)).exists():
+                    return n
+            else:
+                return None
+        return None
 
-    class Observed(receiver.ReceiveBatch):
-        def __call__(self, df: Any, batch_id: int) -> None:
-            if batch_id >= 2:
-                writing.set()
-            super().__call__(df, batch_id)
-
-    first = Observed(config)
-    job = _start(spark, config, first)
-    wait_until(writing.is_set, 120, "the third micro-batch to start")
-    # A hard stop, in the middle of a micro-batch: no clean stop between batches here.
-    job.query.stop()
-    assert 0 < first.messages < expected_messages
+    accounted = 0
+    interrupted = None
+    for _attempt in range(3):  # a batch may commit before the stop takes effect: again
+        job = _start(spark, config)
+        wait_until(inside_a_batch, 120, "a micro-batch under way")
+        # A hard stop inside that micro-batch: the sink may have written some of its
+        # files, but the batch is not in the sink's log.
+        job.query.stop()
+        assert job.progress.terminated.wait(30)  # every finished batch's progress delivered
+        accounted += job.metric("messages")
+        interrupted = inside_a_batch()
+        if interrupted is not None:
+            break
+    assert interrupted is not None, "three stops, and none inside a micro-batch"
+    assert 0 < accounted < expected_messages
 
     job = _start(spark, config)
     try:
         wait_until(
-            lambda: first.messages + job.writer.messages >= expected_messages,
+            lambda: accounted + job.metric("messages") >= expected_messages,
             120,
             "every message accounted for after the restart",
         )
     finally:
         job.stop()
     assert job.failure() is None
+    # The restarted run began by repeating the interrupted batch.
+    assert job.query.recentProgress[0]["batchId"] == interrupted
 
-    out = _outputs(spark, tmp_path / "output")
-    assert out["violations"] == [] and out["duplicates"] == []
-    members = Counter(m.record_id for g in out["groups"] for m in g.members)
-    assert len(out["groups"]) == orders
+    # A streaming reader of the output (through the sink's log) sees every group once.
+    output = config.output
+    schema = outputs.read(spark, output).schema
+    name = unique("reader").replace("-", "_")
+    reader = (
+        spark.readStream.schema(schema)
+        .parquet(output)
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert reader.awaitTermination(120), "the output reader did not finish in 120 s"
+    assert reader.exception() is None
+    rows = spark.table(name).collect()
+    by_output = Counter(r.output for r in rows)
+    assert by_output == {"groups": orders, "records": orders}
+    members = Counter(m.record_id for r in rows if r.output == "groups" for m in r.members)
     assert all(n == 1 for n in members.values())
     assert sum(members.values()) == expected_messages - orders
-    assert sorted(r.record_id for r in out["records"]) == sorted(f"SU-{i}" for i in range(orders))
-    for g in out["groups"]:
+    records = sorted(r.record_id for r in rows if r.output == "records")
+    assert records == sorted(f"SU-{i}" for i in range(orders))
+    for g in (r for r in rows if r.output == "groups"):
         assert [m.seq for m in g.members] == list(range(g.messages))
