@@ -131,10 +131,10 @@ def test_a_receiver_down_longer_than_the_group_timeout_gives_the_same_verdicts(
         )
 
     # Interrupted: the first half, a stop mid-stream, an outage longer than the group
-    # timeout while the second half arrives, and a catch-up in small micro-batches.
-    bounded = config("interrupted", max_offsets_per_trigger=10)
+    # timeout while the second half arrives, and a restart that catches up in small
+    # micro-batches (at most 10 offsets, over both queues).
     _send(w, queues, events[:half])
-    job = _start(spark, bounded)
+    job = _start(spark, config("interrupted"))
     try:
         wait_until(lambda: _input_rows(job) >= half, 120, "the first half read")
     finally:
@@ -145,7 +145,7 @@ def test_a_receiver_down_longer_than_the_group_timeout_gives_the_same_verdicts(
     _send(w, queues, events[half:])
     # The outage is the scenario here, not a synchronisation: twice the group timeout.
     wait_until(lambda: time.monotonic() - stopped > 2 * GROUP_TIMEOUT_MS / 1000, 30, "the outage")
-    job = _start(spark, bounded)
+    job = _start(spark, config("interrupted", max_offsets_per_trigger=10))
     try:
         wait_until(lambda: _input_rows(job) >= len(events) - half, 120, "the second half read")
         _send(w, queues, tick)
