@@ -76,6 +76,8 @@ class BatchSink:
 # batch being planned when the query stops, and py4j (an exception in a Python callback).
 _REFUSAL_LOGGERS = (
     "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+    # A file sink's batch interrupted by the stop (repeated, and committed once, later).
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
     "org.apache.spark.scheduler.DAGScheduler",
     "org.apache.spark.broadcast.TorrentBroadcast",
 )

@@ -290,7 +290,7 @@ def run_spark_demo(
             time.sleep(0.1)  # pacing the file drops and polling the jobs' counters
         seconds = time.monotonic() - t0
         say(
-            f"[4/5] stopping the Spark jobs between micro-batches, then the units (SIGTERM); "
+            f"[4/5] stopping the Spark jobs, then the units (SIGTERM); "
             f"{recv.metric('messages')} messages accounted for in {seconds:.1f} s"
         )
         for job in (send, recv):
