@@ -6,7 +6,7 @@
 
     messages = read_router_queues(spark, ["orders.recv.0"], **{"kafka.bootstrap.servers":
                                   servers}, maxOffsetsPerTrigger=10_000)
-    outcomes = complete_groups(messages, record_id=..., event_time=...)
+    outcomes = complete_groups(messages, record_id=..., created_at=...)
 
 * `to_router_rows`: any DataFrame -> the columns of Spark's Kafka sink (`topic`, `key`,
   `value`, `headers`) with the routing headers of `router.contract`. **Group order is
@@ -21,7 +21,8 @@
   `minPartitions`, `maxOffsetsPerTrigger`, `maxTriggerDelay`, ...); the defaults
   (`read_committed`, headers included, `earliest`, `failOnDataLoss`) can be overridden.
 * `complete_groups`: the checks of `groups.step` (one queue per group, in sequence from 0,
-  completed by the final flag, copies recognised) over Spark's state; see `group_state`.
+  completed by the final flag, copies recognised) over Spark's state, in event time (a
+  watermark on the messages' creation time); see `group_state`.
 """
 
 from __future__ import annotations
