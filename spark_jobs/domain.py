@@ -23,9 +23,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
-from ops.harness.verify import Sent
 from router import schemas
 
 PURCHASE_ORDER = "purchase_order"
@@ -54,6 +53,15 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024
 MAX_SEGMENT_BYTES = 900 * 1024  # well below the router's default 1 MiB message limit
 
 
+class Expected(NamedTuple):
+    """A message the sender must emit: its payload's record ID, group, seq, final flag."""
+
+    record_id: str
+    group: str | None
+    seq: int
+    final: bool
+
+
 def avro_json(name: str) -> str:
     """The schema `name` from `schemas/` as JSON, for Spark's from_avro/to_avro."""
     return schemas.json_schema(name)
@@ -72,24 +80,24 @@ def segment_count(size: int, segment_bytes: int) -> int:
     return max(1, -(-size // segment_bytes))
 
 
-def expected_messages(record: dict[str, Any], segment_bytes: int) -> list[Sent]:
+def expected_messages(record: dict[str, Any], segment_bytes: int) -> list[Expected]:
     """The messages the sender must emit for one valid business record, in send order."""
     kind = record["type"]
     if kind == PURCHASE_ORDER:
         n = len(record["lines"])
         gid = order_group(record["order_id"])
-        return [Sent(f"{record['order_id']}/{i}", gid, i, i == n - 1) for i in range(n)]
+        return [Expected(f"{record['order_id']}/{i}", gid, i, i == n - 1) for i in range(n)]
     if kind == DOCUMENT:
         size = len(base64.b64decode(record["content_base64"], validate=True))
         n = segment_count(size, segment_bytes)
         gid = document_group(record["document_id"])
-        return [Sent(f"{record['document_id']}/{i}", gid, i, i == n - 1) for i in range(n)]
+        return [Expected(f"{record['document_id']}/{i}", gid, i, i == n - 1) for i in range(n)]
     if kind == STOCK_UPDATE:
-        return [Sent(record["update_id"], None, 0, False)]
+        return [Expected(record["update_id"], None, 0, False)]
     raise ValueError(f"unknown record type {kind!r}")
 
 
-def expected_from_lines(lines: Iterable[str], segment_bytes: int) -> list[Sent]:
+def expected_from_lines(lines: Iterable[str], segment_bytes: int) -> list[Expected]:
     return [
         m
         for line in lines

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 
 from spark_jobs import groups
 
@@ -70,18 +70,33 @@ def _message(row: Any) -> groups.Message:
     )
 
 
+def _deadline(state: Any, at_ms: int) -> int:
+    """An event-time timeout no earlier than the key's previous one, and (as Spark
+    requires) after the current watermark."""
+    previous = state.oldTimeoutTimestamp
+    watermark = state.getCurrentWatermarkMs()
+    return int(max(at_ms, previous, watermark + 1))
+
+
 def checker(group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
-    """The applyInPandasWithState function: `groups.step` over Spark's group state.
-    Messages `parse` found a problem with are violations at once and leave the state as
-    it is (a later gap in the group's sequence then breaks the group)."""
+    """The applyInPandasWithState function (EventTimeTimeout): `groups.step` over Spark's
+    group state. Messages `parse` found a problem with are violations at once and leave
+    the state as it is (a later gap in the group's sequence then breaks the group).
+
+    Timeouts are event time: an open group times out `group_timeout_ms` after the
+    creation time of its newest message, a finished group or ordinary record is
+    forgotten `dedupe_horizon_ms` after it, and either happens only once the watermark
+    (the newest creation time read, less the allowed lateness) has passed that instant.
+    So a receiver that was down, or catches up in small micro-batches, reaches the same
+    verdicts as one that never stopped."""
 
     def check(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
         guarantee_id = key[0]
         if state.hasTimedOut:
-            outcomes = groups.expire(groups.State.load(*state.get), group_timeout_ms)
+            expired = groups.expire(groups.State.load(*state.get), group_timeout_ms)
             state.remove()
-            if outcomes:
-                yield _frame(guarantee_id, outcomes)
+            if expired:
+                yield _frame(guarantee_id, expired)
             return
         messages: list[groups.Message] = []
         outcomes: list[groups.Outcome] = []
@@ -97,9 +112,9 @@ def checker(group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
             new, found = groups.step(guarantee_id, current, messages)
             outcomes.extend(found)
             state.update(new.dump())
-            state.setTimeoutDuration(
-                dedupe_horizon_ms if new.status == "done" else group_timeout_ms
-            )
+            newest = max(m.created_ms for m in [*messages, *new.members])
+            horizon = dedupe_horizon_ms if new.status == "done" else group_timeout_ms
+            state.setTimeoutTimestamp(_deadline(state, newest + horizon))
         if outcomes:
             yield _frame(guarantee_id, outcomes)
 

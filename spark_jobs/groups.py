@@ -12,8 +12,9 @@ with no gap; the message with the final flag completes the group. Outcomes:
 * VIOLATION: a broken guarantee, with the reason: a message on a second queue (split), a
   gap or reversal in the sequence (order), a second message with one seq but another
   record ID (conflict), a message after the group was finished, or a group left
-  incomplete for longer than the group timeout. Once broken, a group's accepted messages
-  and every later one are reported as violations too, so every message is accounted for.
+  incomplete for longer than the group timeout (in event time: see `group_state`). Once
+  broken, a group's accepted messages and every later one are reported as violations
+  too, so every message is accounted for.
 
 A finished group (or ordinary record) is remembered for the dedupe horizon, then forgotten.
 """
@@ -192,7 +193,7 @@ def expire(state: State, idle_ms: int) -> list[Outcome]:
     if state.status != "open":
         return []
     reason = (
-        f"incomplete: no final message within {idle_ms} ms "
+        f"incomplete: no final message within {idle_ms} ms of event time "
         f"(received seq 0..{len(state.members) - 1})"
     )
     return [Outcome(VIOLATION, m, reason) for m in state.members]

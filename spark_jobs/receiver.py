@@ -1,22 +1,25 @@
 """The Spark receiver: receive queues -> checked, reassembled groups in Parquet.
 
-    read_queues -> parse -> check_groups (applyInPandasWithState, `groups.step`) -> outputs
+    read_queues -> parse -> check_groups -> outputs.output_rows -> Parquet (file sink)
+    (api.read_router_queues)  (api.complete_groups: applyInPandasWithState, `groups.step`)
 
-* Reads one or more receive queues through `format("kafka")`, `read_committed`, with headers.
+* Reads one or more receive queues through `api.read_router_queues` (`read_committed`,
+  with headers; every Kafka source option passes through).
 * `parse` decodes the payload with `from_avro` (the Avro schema named by the `schema`
   header) and checks the routing headers against the payload's own group and position;
   a message that fails (undecodable, headers contradicting the payload) is a violation.
 * `check_groups` keeps one state per guarantee ID (and per ordinary record ID): every
-  message of a group from one queue, in sequence, none missing; see `groups`.
-* Outputs, each a Parquet dataset partitioned by micro-batch (`batch_id=N`, replaced
-  whole if Spark repeats a batch, so each batch's rows appear exactly once):
-  `groups/` complete groups (purchase orders with their lines, documents reassembled and
-  checked against their SHA-256), `records/` ordinary records, `duplicates/` copies of
-  messages already received (a repeated send; not a broken guarantee), `violations/`
-  every message that breaks a guarantee or cannot be read, with the reason (expected
-  empty).
-* Checkpointed: the Kafka offsets and the group states are in the checkpoint, so a
-  restarted receiver continues where it stopped, losing and repeating nothing.
+  message of a group from one queue, in sequence, none missing; see `groups`. Its
+  timeouts are event time (the payload's `created_at`, with a watermark `lateness_ms`
+  behind the newest one read), so verdicts do not depend on when the receiver ran.
+* Output: one Parquet dataset written by Spark's file sink, partitioned by `output`:
+  `groups` (purchase orders with their lines, documents reassembled and checked against
+  their SHA-256), `records` (ordinary records), `duplicates` (copies of messages already
+  received: a repeated send, not a broken guarantee), `violations` (every message that
+  breaks a guarantee or cannot be read, with the reason; expected empty). See `outputs`.
+* Checkpointed: the Kafka offsets, the watermark and the group states are in the
+  checkpoint, and the sink's log commits each micro-batch once, so a restarted receiver
+  (after a clean stop or a crash) loses nothing and its readers see nothing twice.
 
 Run: `router spark receiver --output DIR --checkpoint DIR` (`--help`).
 """
@@ -26,17 +29,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from router import contract
 from router.schemas import SCHEMA_HEADER
-from spark_jobs import domain, groups
-from spark_jobs.group_state import OUTCOME_SCHEMA, STATE_SCHEMA, checker
+from spark_jobs import api, domain, outputs
 from spark_jobs.session import (
     add_kafka_arguments,
     add_spark_arguments,
@@ -46,26 +46,9 @@ from spark_jobs.session import (
     router_settings,
     spark_options,
 )
-from spark_jobs.streaming import StreamJob
+from spark_jobs.streaming import FileSink, StreamJob
 
 log = logging.getLogger("spark_jobs.receiver")
-
-OUTPUTS = ("groups", "records", "duplicates", "violations")
-
-STATE_COLUMNS = (
-    "problem",
-    "guarantee_id",
-    "ordinary_id",
-    "record_id",
-    "schema",
-    "queue",
-    "partition",
-    "offset",
-    "seq",
-    "final",
-    "created_ms",
-    "value",
-)
 
 
 @dataclass(frozen=True)
@@ -76,59 +59,42 @@ class ReceiverConfig:
     output: str
     group_timeout_ms: int = 300_000
     dedupe_horizon_ms: int = 600_000
+    lateness_ms: int = 60_000  # how far behind the newest creation time the watermark is
     trigger_seconds: float = 1.0
     max_offsets_per_trigger: int | None = None
     starting_offsets: str = "earliest"
+    # Any other option of Spark's Kafka source (groupIdPrefix, minPartitions, ...).
+    source_options: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- source
 
 
 def read_queues(spark: Any, config: ReceiverConfig) -> Any:
-    reader = (
-        spark.readStream.format("kafka")
-        .options(**config.kafka)
-        .option("subscribe", ",".join(config.receive_queues))
-        .option("startingOffsets", config.starting_offsets)
-        .option("includeHeaders", "true")
-        .option("kafka.isolation.level", "read_committed")
-        .option("failOnDataLoss", "true")
-    )
+    """The receive queues through `api.read_router_queues`: `read_committed`, headers,
+    and every option of `config.kafka` and `config.source_options` passed through."""
+    options: dict[str, Any] = {"startingOffsets": config.starting_offsets, **config.kafka}
     if config.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", config.max_offsets_per_trigger)
-    return reader.load()
+        options["maxOffsetsPerTrigger"] = config.max_offsets_per_trigger
+    options.update(config.source_options)
+    return api.read_router_queues(spark, config.receive_queues, **options)
 
 
 # ---------------------------------------------------------------------- transformations
 
 
-def _header(name: str) -> Any:
-    """The value of header `name` (the first, if repeated) as a string, or null."""
-    found = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    return F.get(found, 0)["value"].cast("string")
-
-
-def parse(kafka: Any) -> Any:
-    """Kafka records -> one row per message with its routing headers and decoded payload
-    identity; `problem` says why a message cannot go on (null if it can)."""
+def parse(messages: Any) -> Any:
+    """Messages with their routing headers (`api.read_router_queues`) -> the demo domain's
+    payload decoded: `record_id`, `schema`, `created_at`, and `problem` saying why a
+    message cannot go on (null if it can)."""
     permissive = {"mode": "PERMISSIVE"}
-    schema = _header(SCHEMA_HEADER)
+    schema = api.header_value(SCHEMA_HEADER)
 
     def decode(name: str) -> Any:
         return F.when(schema == name, from_avro(F.col("value"), domain.avro_json(name), permissive))
 
-    raw_seq = _header(contract.SEQ)
-    df = kafka.select(
-        F.col("topic").alias("queue"),
-        "partition",
-        "offset",
-        "value",
-        _header(contract.GUARANTEE_ID).alias("guarantee_id"),
-        raw_seq.alias("raw_seq"),
-        raw_seq.try_cast("bigint").alias("seq"),
-        F.coalesce(_header(contract.FINAL).isin("true", "1", "True", "TRUE"), F.lit(False)).alias(
-            "final"
-        ),
+    df = messages.select(
+        "*",
         schema.alias("schema"),
         decode(domain.ORDER_LINE).alias("po"),
         decode(domain.DOCUMENT_SEGMENT).alias("doc"),
@@ -144,9 +110,7 @@ def parse(kafka: Any) -> Any:
         ).alias("body_group"),
         F.coalesce(po["line_no"], doc["segment_no"]).alias("body_seq"),
         F.coalesce(po["line_count"], doc["segment_count"]).alias("body_count"),
-        F.unix_millis(F.coalesce(po["created_at"], doc["created_at"], stock["created_at"])).alias(
-            "created_ms"
-        ),
+        F.coalesce(po["created_at"], doc["created_at"], stock["created_at"]).alias("created_at"),
     )
     gid, body_group, body_seq = F.col("guarantee_id"), F.col("body_group"), F.col("body_seq")
     last = body_seq == F.col("body_count") - 1
@@ -203,238 +167,58 @@ def parse(kafka: Any) -> Any:
     )
     return df.select(
         "guarantee_id",
-        F.when(gid.isNull(), F.col("record_id")).alias("ordinary_id"),
         "record_id",
         "schema",
         "queue",
         "partition",
         "offset",
-        F.coalesce(F.col("seq"), F.lit(0)).cast("bigint").alias("seq"),
+        "timestamp",
+        "raw_seq",
+        "seq",
         "final",
-        "created_ms",
+        "created_at",
         "value",
         problem.alias("problem"),
     )
 
 
-def check_groups(parsed: Any, group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
-    """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group / ordinary record."""
-    return (
-        parsed.select(*STATE_COLUMNS)
-        .groupBy("guarantee_id", "ordinary_id")
-        .applyInPandasWithState(
-            checker(group_timeout_ms, dedupe_horizon_ms),
-            OUTCOME_SCHEMA,
-            STATE_SCHEMA,
-            "append",
-            "ProcessingTimeTimeout",
-        )
+def check_groups(parsed: Any, config: ReceiverConfig) -> Any:
+    """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group / ordinary record,
+    in event time: the payload's `created_at` (the Kafka timestamp if undecodable)."""
+    return api.complete_groups(
+        parsed,
+        record_id="record_id",
+        schema="schema",
+        problem="problem",
+        created_at=F.coalesce("created_at", "timestamp"),
+        group_timeout_ms=config.group_timeout_ms,
+        dedupe_horizon_ms=config.dedupe_horizon_ms,
+        lateness_ms=config.lateness_ms,
     )
 
 
 def receiver_stream(kafka: Any, config: ReceiverConfig) -> Any:
     """Kafka records -> every outcome, with the micro-batch's time as `received_at`."""
-    checked = check_groups(parse(kafka), config.group_timeout_ms, config.dedupe_horizon_ms)
+    checked = check_groups(parse(kafka), config)
     return checked.withColumn("received_at", F.current_timestamp())
 
 
-# ---------------------------------------------------------------------- the outputs
-
-
-def group_view(outcomes: Any) -> Any:
-    """Complete groups: members in order, and the business object they make up."""
-    g = outcomes.where(F.col("output") == groups.GROUP)
-    members = F.transform(
-        F.arrays_zip("members_seq", "members_record_id", "members_offset", "members_created_ms"),
-        lambda m: F.struct(
-            m["members_seq"].alias("seq"),
-            m["members_record_id"].alias("record_id"),
-            m["members_offset"].alias("offset"),
-            F.timestamp_millis(m["members_created_ms"]).alias("created_at"),
-        ),
-    )
-    is_order = F.col("schema") == domain.ORDER_LINE
-    is_document = F.col("schema") == domain.DOCUMENT_SEGMENT
-    lines = F.transform(
-        "members_value", lambda v: from_avro(v, domain.avro_json(domain.ORDER_LINE))
-    )
-    segments = F.transform(
-        "members_value", lambda v: from_avro(v, domain.avro_json(domain.DOCUMENT_SEGMENT))
-    )
-    first_line, first_segment = F.get(lines, 0), F.get(segments, 0)
-    order = F.struct(
-        first_line["order_id"].alias("order_id"),
-        first_line["customer_id"].alias("customer_id"),
-        first_line["currency"].alias("currency"),
-        F.transform(
-            lines,
-            lambda x: F.struct(
-                x["line_no"].alias("line_no"),
-                x["sku"].alias("sku"),
-                x["quantity"].alias("quantity"),
-                x["unit_price_cents"].alias("unit_price_cents"),
-            ),
-        ).alias("lines"),
-        F.aggregate(
-            lines,
-            F.lit(0).cast("bigint"),
-            lambda acc, x: acc + x["quantity"] * x["unit_price_cents"],
-        ).alias("total_cents"),
-    )
-    content = F.aggregate(
-        segments, F.lit(b"").cast("binary"), lambda acc, s: F.concat(acc, s["data"])
-    )
-    document = F.struct(
-        first_segment["document_id"].alias("document_id"),
-        first_segment["name"].alias("name"),
-        first_segment["document_bytes"].alias("size"),
-        first_segment["document_sha256"].alias("sha256"),
-        F.col("content"),
-        (
-            (F.sha2("content", 256) == first_segment["document_sha256"])
-            & (F.octet_length("content") == first_segment["document_bytes"])
-        ).alias("checksum_ok"),
-    )
-    return g.withColumn("content", F.when(is_document, content)).select(
-        "guarantee_id",
-        F.when(is_order, F.lit(domain.PURCHASE_ORDER))
-        .when(is_document, F.lit(domain.DOCUMENT))
-        .alias("kind"),
-        "queue",
-        "partition",
-        F.get("members_offset", 0).alias("first_offset"),
-        F.col("offset").alias("last_offset"),
-        F.size("members_seq").alias("messages"),
-        members.alias("members"),
-        F.when(is_order, order).alias("purchase_order"),
-        F.when(is_document, document).alias("document"),
-        "received_at",
-    )
-
-
-def record_view(outcomes: Any) -> Any:
-    """Ordinary records (stock updates), each once."""
-    update = from_avro(F.col("value"), domain.avro_json(domain.STOCK))
-    return outcomes.where(F.col("output") == groups.RECORD).select(
-        "record_id",
-        F.lit(domain.STOCK_UPDATE).alias("kind"),
-        "queue",
-        "partition",
-        "offset",
-        F.timestamp_millis("created_ms").alias("created_at"),
-        "received_at",
-        update["sku"].alias("sku"),
-        update["warehouse"].alias("warehouse"),
-        update["delta"].alias("delta"),
-    )
-
-
-_MESSAGE_COLUMNS = ("guarantee_id", "record_id", "seq", "final", "queue", "partition", "offset")
-
-
-def duplicate_view(outcomes: Any) -> Any:
-    return outcomes.where(F.col("output") == groups.DUPLICATE).select(
-        *_MESSAGE_COLUMNS,
-        F.timestamp_millis("created_ms").alias("created_at"),
-        "received_at",
-        "reason",
-    )
-
-
-def violation_view(outcomes: Any, corrupt_groups: Any = None) -> Any:
-    """Per-message violations, plus every member of `corrupt_groups` (documents whose
-    reassembly does not match their size and checksum)."""
-    direct = outcomes.where(F.col("output") == groups.VIOLATION).select(
-        *_MESSAGE_COLUMNS,
-        F.timestamp_millis("created_ms").alias("created_at"),
-        "received_at",
-        "reason",
-        "value",
-    )
-    if corrupt_groups is None:
-        return direct
-    corrupt = corrupt_groups.select("*", F.explode("members").alias("m")).select(
-        "guarantee_id",
-        F.col("m.record_id").alias("record_id"),
-        F.col("m.seq").alias("seq"),
-        (F.col("m.seq") == F.col("messages") - 1).alias("final"),
-        "queue",
-        "partition",
-        F.col("m.offset").alias("offset"),
-        F.col("m.created_at").alias("created_at"),
-        "received_at",
-        F.lit("reassembly: the document does not match its size and SHA-256").alias("reason"),
-        F.lit(None).cast("binary").alias("value"),
-    )
-    return direct.unionByName(corrupt)
-
-
-class ReceiveBatch:
-    """Writes one micro-batch's outcomes to `<output>/<name>/batch_id=N/` (each replaced
-    whole if Spark repeats the batch; an output with no rows is not written). Counts the
-    rows and the messages written."""
-
-    def __init__(self, config: ReceiverConfig) -> None:
-        self.config = config
-        self.rows: Counter[str] = Counter()
-        self.messages = 0  # messages accounted for, in every output
-
-    def _write(self, name: str, view: Any, batch_id: int) -> None:
-        view.write.mode("overwrite").parquet(
-            f"{self.config.output.rstrip('/')}/{name}/batch_id={batch_id}"
-        )
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        df = df.persist()
-        try:
-            counts = {
-                row["output"]: (row["n"], row["members"] or 0)
-                for row in df.groupBy("output")
-                .agg(F.count("*").alias("n"), F.sum(F.size("members_seq")).alias("members"))
-                .collect()
-            }
-            written: Counter[str] = Counter()
-            corrupt = None
-            if groups.GROUP in counts:
-                all_groups = group_view(df).persist()
-                intact = F.col("document").isNull() | F.col("document.checksum_ok")
-                corrupt = all_groups.where(~intact)
-                n_corrupt = corrupt.count()
-                self._write("groups", all_groups.where(intact), batch_id)
-                written["groups"] = counts[groups.GROUP][0] - n_corrupt
-                written["group messages"] = counts[groups.GROUP][1]
-            for name, output, view in (
-                ("records", groups.RECORD, record_view),
-                ("duplicates", groups.DUPLICATE, duplicate_view),
-            ):
-                if output in counts:
-                    self._write(name, view(df), batch_id)
-                    written[name] = counts[output][0]
-            if groups.VIOLATION in counts or (corrupt is not None and n_corrupt):
-                violations = violation_view(df, corrupt)
-                written["violations"] = violations.count()
-                self._write("violations", violations, batch_id)
-                log.warning("batch %d: %d violations", batch_id, written["violations"])
-            if corrupt is not None:
-                all_groups.unpersist()
-            self.rows.update(written)
-            self.messages += (
-                written["group messages"]
-                + written["records"]
-                + written["duplicates"]
-                + written["violations"]
-            )
-            if written:
-                log.info("batch %d: %s", batch_id, dict(written))
-        finally:
-            df.unpersist()
+# ---------------------------------------------------------------------- the output
 
 
 def start(spark: Any, config: ReceiverConfig, name: str = "receiver") -> StreamJob:
-    """Start the receiver on the configured receive queues."""
-    stream = receiver_stream(read_queues(spark, config), config)
+    """Start the receiver on the configured receive queues, into Spark's file sink at
+    `config.output` (see `outputs`). `job.metric("messages")` counts the messages it
+    accounted for (`observe`), `job.metric("groups")` etc. the rows per output."""
+    rows = outputs.output_rows(receiver_stream(read_queues(spark, config), config))
+    observed_name, metrics = outputs.counts(rows)
     return StreamJob(
-        spark, name, stream, ReceiveBatch(config), config.checkpoint, config.trigger_seconds
+        spark,
+        name,
+        rows.observe(observed_name, *metrics),
+        FileSink(config.output, "parquet", ("output",)),
+        config.checkpoint,
+        config.trigger_seconds,
     ).start()
 
 
@@ -455,18 +239,32 @@ def parser() -> argparse.ArgumentParser:
         "--group-timeout-seconds",
         type=float,
         default=300.0,
-        help="A group with no new message this long is reported incomplete (default: "
-        "%(default)s, the router's default TTL)",
+        help="A group with no new message for this long (in creation time) is reported "
+        "incomplete (default: %(default)s, the router's default TTL)",
     )
     p.add_argument(
         "--dedupe-horizon-seconds",
         type=float,
         default=600.0,
-        help="How long a finished group or record is remembered to recognise copies "
-        "(default: %(default)s)",
+        help="How long (in creation time) a finished group or record is remembered to "
+        "recognise copies (default: %(default)s)",
+    )
+    p.add_argument(
+        "--lateness-seconds",
+        type=float,
+        default=60.0,
+        help="The watermark trails the newest creation time read by this much; an older "
+        "message is dropped, counted and logged (default: %(default)s)",
     )
     p.add_argument("--starting-offsets", default="earliest", help="For a new checkpoint")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument(
+        "--source-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="Any option of Spark's Kafka source, passed unchanged (groupIdPrefix, "
+        "minPartitions, maxTriggerDelay, kafka.*, ...); repeatable.",
+    )
     p.add_argument("--trigger-seconds", type=float, default=1.0)
     add_kafka_arguments(p)
     add_spark_arguments(p)
@@ -493,9 +291,11 @@ def main(argv: list[str] | None = None) -> int:
         output=args.output,
         group_timeout_ms=int(args.group_timeout_seconds * 1000),
         dedupe_horizon_ms=int(args.dedupe_horizon_seconds * 1000),
+        lateness_ms=int(args.lateness_seconds * 1000),
         trigger_seconds=args.trigger_seconds,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         starting_offsets=args.starting_offsets,
+        source_options=key_values(args.source_option, "--source-option"),
     )
     spark = build_session(spark_options(args, "router-spark-receiver"))
     job = start(spark, config)

@@ -1,6 +1,7 @@
 """The Spark sender: business records as they arrive -> groups on the send queues.
 
     read_files / read_rate -> validate -> to_messages -> to_kafka_rows -> Kafka (format "kafka")
+                                                         (api.to_router_rows)
                                       \\-> rejects (JSON, with the reason)
 
 * Input: a directory where JSON-lines files are dropped over time (move finished files
@@ -11,7 +12,10 @@
   `guarantee-final` is true on the last message (see `domain`).
 * Kafka: the send queue is a stable hash of the key (the guarantee ID, or the record ID
   of an ordinary message) over the send queues, and the key keeps a group on one
-  partition, so the send units see it in order. Payloads are Avro (`to_avro` with the
+  partition, so the send units see it in order. Each micro-batch is written through
+  `api.to_router_rows`: repartitioned by group and sorted by sequence, so one task
+  writes a whole group in order (with `spark.speculation` off, see `session`).
+  Payloads are Avro (`to_avro` with the
   schemas in `schemas/demo/`), routing metadata is in headers (`router.contract`), plus
   a `schema` header naming the payload's Avro schema.
 * Checkpointed: see `streaming` for what a restart guarantees.
@@ -30,9 +34,8 @@ from typing import Any
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
-from router import contract
 from router.schemas import SCHEMA_HEADER
-from spark_jobs import domain
+from spark_jobs import api, domain
 from spark_jobs.session import (
     add_kafka_arguments,
     add_spark_arguments,
@@ -189,6 +192,9 @@ def validate(records: Any, max_guarantee_id_bytes: int = 256) -> Any:
     return records.withColumn("reject_reason", reason)
 
 
+MESSAGE_COLUMNS = ("guarantee_id", "seq", "final", "key", "record_id", "schema", "value")
+
+
 def to_messages(records: Any, segment_bytes: int) -> Any:
     """One row per message, in send order within each record: guarantee_id, seq, final,
     key, record_id, schema, value (Avro bytes). `records` must be valid."""
@@ -281,30 +287,18 @@ def to_messages(records: Any, segment_bytes: int) -> Any:
 
 
 def to_kafka_rows(messages: Any, send_queues: tuple[str, ...]) -> Any:
-    """The columns of Spark's Kafka sink: topic, key, value, headers."""
-    if not send_queues:
-        raise ValueError("no send queues")
-
-    def header(name: str, value: Any) -> Any:
-        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
-
-    queues = F.array(*[F.lit(q) for q in send_queues])
-    topic = F.element_at(
-        queues, (F.pmod(F.xxhash64("key"), F.lit(len(send_queues))) + 1).cast("int")
-    )
-    schema = header(SCHEMA_HEADER, F.col("schema"))
-    grouped = F.array(
-        header(contract.GUARANTEE_ID, F.col("guarantee_id")),
-        header(contract.SEQ, F.col("seq").cast("string")),
-        header(contract.FINAL, F.when(F.col("final"), F.lit("true")).otherwise(F.lit("false"))),
-        schema,
-    )
-    headers = F.when(F.col("guarantee_id").isNull(), F.array(schema)).otherwise(grouped)
-    return messages.select(
-        topic.alias("topic"),
-        F.col("key").cast("binary").alias("key"),
-        F.col("value"),
-        headers.alias("headers"),
+    """The columns of Spark's Kafka sink (topic, key, value, headers) through
+    `api.to_router_rows`: one task per group, in sequence; a `schema` header names the
+    payload's Avro schema."""
+    return api.to_router_rows(
+        messages,
+        group_id="guarantee_id",
+        sequence="seq",
+        final="final",
+        payload="value",
+        key="key",
+        queues=send_queues,
+        headers={SCHEMA_HEADER: "schema"},
     )
 
 
@@ -316,12 +310,13 @@ def to_rejects(records: Any) -> Any:
 
 
 def sender_stream(records: Any, config: SenderConfig) -> Any:
-    """Kafka rows and rejects in one stream, told apart by `reject_reason`."""
+    """Messages (`to_messages`) and rejects in one stream, told apart by `reject_reason`;
+    `SendBatch` turns the messages into Kafka rows (`to_kafka_rows`) batch by batch."""
     checked = validate(records, config.max_guarantee_id_bytes)
     good = checked.where(checked["reject_reason"].isNull())
     bad = checked.where(checked["reject_reason"].isNotNull())
-    kafka_rows = to_kafka_rows(to_messages(good, config.segment_bytes), config.send_queues)
-    return kafka_rows.unionByName(to_rejects(bad), allowMissingColumns=True)
+    messages = to_messages(good, config.segment_bytes)
+    return messages.unionByName(to_rejects(bad), allowMissingColumns=True)
 
 
 # ---------------------------------------------------------------------- the sink
@@ -353,9 +348,9 @@ class SendBatch:
                 ).write.mode("overwrite").json(path)
                 log.warning("batch %d: %d input records rejected (%s)", batch_id, n_rejects, path)
             if n:
+                messages = df.where(df["reject_reason"].isNull()).select(*MESSAGE_COLUMNS)
                 (
-                    df.where(df["reject_reason"].isNull())
-                    .select("topic", "key", "value", "headers")
+                    to_kafka_rows(messages, self.config.send_queues)
                     .write.format("kafka")
                     .options(**self.config.kafka)
                     # Idempotent: a retried request never duplicates or reorders a group.

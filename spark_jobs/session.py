@@ -85,6 +85,10 @@ def build_session(options: SparkOptions) -> Any:
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.ui.showConsoleProgress": "false",
         **options.conf,
+        # Pinned, whatever `conf` says: `api.to_router_rows` has one task write a whole
+        # group in order; a speculative copy of that task would write the group again,
+        # interleaved with the first attempt's messages.
+        "spark.speculation": "false",
     }
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -1,18 +1,21 @@
 """Running a streaming query so that stopping and restarting it is clean.
 
-Both jobs write each micro-batch through `foreachBatch` (`BatchSink`). What a restart
-from the checkpoint does depends on where the query stopped:
+The receiver writes through Spark's file sink (`FileSink`), which is exactly once for
+its readers however the query stops: a batch repeated after a crash is committed in the
+sink's log once. The sender writes each micro-batch through `foreachBatch`
+(`BatchSink`). What a restart from the checkpoint does depends on where the query stopped:
 
 * between micro-batches: the next run starts with the next batch. Nothing is lost, nothing
   is written twice.
 * inside a micro-batch (its offsets logged, its commit not): the next run repeats that
   batch with the same input (Spark's offset log) and the same batch timestamp.
 
-`StreamJob.stop()` always stops between micro-batches: the sink refuses to start writing
-a new batch once a stop is requested (the batch fails before it wrote anything and is
-repeated, whole, by the next run), waits for the batch being written to finish, and waits
-for Spark to record that batch's commit before it stops the query. A job killed with
-SIGKILL, or a driver that dies, can still stop inside a batch: see README ("Spark jobs").
+With `foreachBatch`, `StreamJob.stop()` always stops between micro-batches: the sink
+refuses to start writing a new batch once a stop is requested (the batch fails before it
+wrote anything and is repeated, whole, by the next run), waits for the batch being
+written to finish, and waits for Spark to record that batch's commit before it stops the
+query. A job killed with SIGKILL, or a driver that dies, can still stop inside a batch:
+see README ("Spark jobs").
 """
 
 from __future__ import annotations
@@ -21,11 +24,16 @@ import logging
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql.streaming import StreamingQueryListener
+
 log = logging.getLogger("spark_jobs.streaming")
+_progress_log = logging.getLogger("spark_jobs.progress")
 
 Writer = Callable[[Any, int], None]
 
@@ -68,6 +76,8 @@ class BatchSink:
 # batch being planned when the query stops, and py4j (an exception in a Python callback).
 _REFUSAL_LOGGERS = (
     "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+    # A file sink's batch interrupted by the stop (repeated, and committed once, later).
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
     "org.apache.spark.scheduler.DAGScheduler",
     "org.apache.spark.broadcast.TorrentBroadcast",
 )
@@ -94,13 +104,68 @@ def _quiet_refusals(spark: Any) -> Iterator[None]:
         py4j_log.setLevel(py4j_level)
 
 
+class Progress(StreamingQueryListener):  # type: ignore[misc]
+    """Follows one query's progress (Spark's listener bus): logs each micro-batch's
+    progress as JSON (logger `spark_jobs.progress`, DEBUG), and counts the input rows and
+    the rows its watermark dropped (`numRowsDroppedByWatermark` of its stateful
+    operators), each drop logged as a warning: late rows are never dropped silently."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.query_id: str | None = None
+        self.input_rows = 0
+        self.dropped_by_watermark = 0
+        self.terminated = threading.Event()
+        self.observed: Counter[str] = Counter()  # sums of the query's observe() metrics
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        if str(p.id) != self.query_id:
+            return
+        self.input_rows += p.numInputRows
+        dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
+        if dropped:
+            self.dropped_by_watermark += dropped
+            log.warning(
+                "%s: batch %d: %d rows older than the watermark dropped (%d so far)",
+                self.name,
+                p.batchId,
+                dropped,
+                self.dropped_by_watermark,
+            )
+        for row in (p.observedMetrics or {}).values():
+            self.observed.update({k: v for k, v in row.asDict().items() if v})
+        _progress_log.debug("%s", p.json)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.id) == self.query_id:
+            self.terminated.set()
+
+
+@dataclass(frozen=True)
+class FileSink:
+    """Spark's file sink: `path` (any Hadoop path), its format and partition columns."""
+
+    path: str
+    format: str = "parquet"
+    partition_by: tuple[str, ...] = ()
+
+
 class StreamJob:
+    """A streaming query into `write` (a foreachBatch function) or a `FileSink`."""
+
     def __init__(
         self,
         spark: Any,
         name: str,
         df: Any,
-        write: Writer,
+        write: Writer | FileSink,
         checkpoint: str,
         trigger_seconds: float,
     ) -> None:
@@ -108,19 +173,40 @@ class StreamJob:
         self.name = name
         self.checkpoint = checkpoint.rstrip("/")
         self.writer = write
-        self.sink = BatchSink(write)
+        self.file_sink = write if isinstance(write, FileSink) else None
+        self.sink = BatchSink(write) if not isinstance(write, FileSink) else None
         self._df = df
         self._trigger = f"{trigger_seconds} seconds"
         self.query: Any = None
+        self.progress = Progress(name)
+
+    @property
+    def dropped_by_watermark(self) -> int:
+        """Input rows this run's stateful step dropped as older than the watermark."""
+        return self.progress.dropped_by_watermark
+
+    def metric(self, name: str) -> int:
+        """The sum of observed metric `name` over this run's micro-batches."""
+        return self.progress.observed[name]
 
     def start(self) -> StreamJob:
+        self.spark.streams.addListener(self.progress)
+        writer = self._df.writeStream.queryName(self.name)
+        if self.file_sink is not None:
+            writer = (
+                writer.format(self.file_sink.format)
+                .outputMode("append")
+                .option("path", self.file_sink.path)
+                .partitionBy(*self.file_sink.partition_by)
+            )
+        else:
+            writer = writer.foreachBatch(self.sink)
         self.query = (
-            self._df.writeStream.queryName(self.name)
-            .foreachBatch(self.sink)
-            .option("checkpointLocation", self.checkpoint)
+            writer.option("checkpointLocation", self.checkpoint)
             .trigger(processingTime=self._trigger)
             .start()
         )
+        self.progress.query_id = str(self.query.id)
         log.info("%s started (checkpoint %s)", self.name, self.checkpoint)
         return self
 
@@ -148,11 +234,12 @@ class StreamJob:
         return self._exists(f"{self.checkpoint}/commits/{batch_id}")
 
     def stop(self, timeout: float = 120.0) -> None:
-        """Stop between micro-batches (see the module docstring)."""
+        """Stop between micro-batches (foreachBatch), or at once (a file sink: a batch it
+        interrupts is repeated by the next run and committed once; see the docstring)."""
         if self.query is None:
             return
         with _quiet_refusals(self.spark):
-            last = self.sink.close()
+            last = self.sink.close() if self.sink is not None else -1
             deadline = time.monotonic() + timeout
             while last >= 0 and self.active and not self._committed(last):
                 if time.monotonic() > deadline:
@@ -160,7 +247,17 @@ class StreamJob:
                     break
                 time.sleep(0.05)  # polling the checkpoint for Spark's commit record
             self.query.stop()
-        log.info("%s stopped after batch %d", self.name, last)
+        # The listener bus delivers the last progress before the termination event.
+        if not self.progress.terminated.wait(30):
+            log.warning("%s: no termination event from Spark within 30 s", self.name)
+        self.spark.streams.removeListener(self.progress)
+        if self.progress.dropped_by_watermark:
+            log.warning(
+                "%s: %d rows were older than the watermark and dropped",
+                self.name,
+                self.progress.dropped_by_watermark,
+            )
+        log.info("%s stopped", self.name)
 
     def run_until_signalled(self, stop_file: str | None = None) -> int:
         """Run until SIGTERM/SIGINT or until `stop_file` exists (then stop cleanly, exit 0),

@@ -18,8 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ops.harness.workload import group_size
 from spark_jobs import domain
+
+
+def group_size(rng: random.Random, max_lines: int) -> int:
+    """Mostly small orders, some medium, a few large (as `ops.harness.workload`)."""
+    roll = rng.random()
+    if roll < 0.5:
+        return rng.randint(1, min(5, max_lines))
+    if roll < 0.85:
+        return rng.randint(min(6, max_lines), min(20, max_lines))
+    return rng.randint(min(21, max_lines), max_lines)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 from ops.harness.pipeline import PipelineSpec
 from ops.harness.spark_demo import SparkDemoSpec, expected, read_output, run_spark_demo
 from router.config import load_settings
-from spark_jobs import workload
+from spark_jobs import outputs, workload
 from tests.helpers import unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -54,6 +54,6 @@ def test_spark_jobs_through_the_router_keep_every_group_whole_and_in_order(
         "duplicates": 0,
         "violations": 0,
     }
-    documents = spark.read.parquet(str(run_dir / "output" / "groups")).where("kind = 'document'")
+    documents = outputs.read(spark, str(run_dir / "output"), "groups").where("kind = 'document'")
     assert documents.count() == business.documents
     assert documents.where("NOT document.checksum_ok").count() == 0

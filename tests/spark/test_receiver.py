@@ -1,130 +1,41 @@
 """The Spark receiver on real Kafka (messages written by Python, no router in between):
-what it reassembles, what it reports, and a restart mid-stream that loses and repeats
-nothing in its Parquet output."""
+what it reassembles, what it reports, and a receiver killed inside a micro-batch after
+which a streaming reader of its output sees every group once."""
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import threading
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from pyspark.sql import functions as F
 
-from router import contract, schemas
-from spark_jobs import domain, receiver
+from spark_jobs import domain, outputs, receiver
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
 from tests.conftest import TopicFactory
 from tests.helpers import unique, wait_until
+from tests.spark.messages import NOW, Queues, order_line, segment, stock
 
 pytestmark = pytest.mark.spark
 
-NOW = dt.datetime.now(dt.UTC)
 
-
-def order_line(order: str, line: int, count: int) -> bytes:
-    return schemas.encode(
-        domain.ORDER_LINE,
-        {
-            "record_id": f"{order}/{line}",
-            "order_id": order,
-            "customer_id": "C-1",
-            "line_no": line,
-            "line_count": count,
-            "sku": f"SKU-{line}",
-            "quantity": line + 1,
-            "unit_price_cents": 100,
-            "currency": "EUR",
-            "created_at": NOW,
-        },
-    )
-
-
-def segment(doc: str, content: bytes, i: int, size: int) -> bytes:
-    n = domain.segment_count(len(content), size)
-    return schemas.encode(
-        domain.DOCUMENT_SEGMENT,
-        {
-            "record_id": f"{doc}/{i}",
-            "document_id": doc,
-            "name": f"{doc}.bin",
-            "segment_no": i,
-            "segment_count": n,
-            "data": content[i * size : (i + 1) * size],
-            "document_bytes": len(content),
-            "document_sha256": hashlib.sha256(content).hexdigest(),
-            "created_at": NOW,
-        },
-    )
-
-
-def stock(update: str) -> bytes:
-    return schemas.encode(
-        domain.STOCK,
-        {"record_id": update, "sku": "SKU-1", "warehouse": "W", "delta": 1, "created_at": NOW},
-    )
-
-
-class Queues:
-    """Writes test messages as a sender would (routing headers + `schema` header)."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-        self.count = 0
-
-    def send(
-        self,
-        topic: str,
-        value: bytes | None,
-        schema: str | None,
-        gid: str | None = None,
-        seq: int | None = None,
-        final: bool = False,
-    ) -> None:
-        headers = contract.headers_for(gid, final=final, seq=seq)
-        if schema is not None:
-            headers.append((schemas.SCHEMA_HEADER, schema.encode()))
-        self.producer.produce(topic, value, key=gid, headers=headers)
-        self.count += 1
-
-    def order(self, topic: str, order: str, lines: int, *, skip: int | None = None) -> None:
-        for i in range(lines):
-            if i != skip:
-                self.send(
-                    topic,
-                    order_line(order, i, lines),
-                    domain.ORDER_LINE,
-                    f"po/{order}",
-                    i,
-                    i == lines - 1,
-                )
-
-    def flush(self) -> None:
-        assert self.producer.flush(30) == 0
-
-
-def _start(spark: Any, config: receiver.ReceiverConfig, writer: Any = None) -> StreamJob:
-    stream = receiver.receiver_stream(receiver.read_queues(spark, config), config)
-    return StreamJob(
-        spark,
-        unique("receiver"),
-        stream,
-        writer or receiver.ReceiveBatch(config),
-        config.checkpoint,
-        0.5,
-    ).start()
+def _start(spark: Any, config: receiver.ReceiverConfig) -> StreamJob:
+    return receiver.start(spark, replace(config, trigger_seconds=0.5), unique("receiver"))
 
 
 def _outputs(spark: Any, output: Path) -> dict[str, list[Any]]:
-    out = {}
-    for name in receiver.OUTPUTS:
-        path = output / name
-        out[name] = spark.read.parquet(str(path)).collect() if path.is_dir() else []
-    return out
+    """Each output's rows, read through the file sink's log."""
+    if not (output / "_spark_metadata").is_dir():
+        return {name: [] for name in outputs.OUTPUTS}
+    return {name: outputs.read(spark, str(output), name).collect() for name in outputs.OUTPUTS}
 
 
 def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
@@ -148,6 +59,8 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     w.send(q1, b"\x00garbage", domain.STOCK)
     w.send(q1, stock("SU-2"), None)  # no schema header
     w.send(q2, order_line("OTHER", 0, 1), domain.ORDER_LINE, "po/MISLABELLED", 0, True)
+    # Created an hour later: event time moves past OPEN's group timeout.
+    w.send(q1, stock("TICK", NOW + dt.timedelta(hours=1)), domain.STOCK)
     w.flush()
 
     config = receiver.ReceiverConfig(
@@ -159,10 +72,18 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     )
     job = _start(spark, config)
     try:
-        wait_until(lambda: job.writer.messages >= w.count, 120, f"{w.count} messages accounted for")
+        wait_until(
+            lambda: job.metric("messages") >= w.count, 120, f"{w.count} messages accounted for"
+        )
+        # A copy of SU-1, created with it, arrives after the watermark passed: dropped by
+        # Spark, and counted.
+        w.send(q2, stock("SU-1"), domain.STOCK)
+        w.flush()
+        wait_until(lambda: job.dropped_by_watermark >= 1, 60, "the late row counted")
     finally:
         job.stop()
     assert job.failure() is None
+    assert job.dropped_by_watermark == 1
     out = _outputs(spark, tmp_path / "output")
 
     groups = {g.guarantee_id: g for g in out["groups"]}
@@ -176,7 +97,7 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     assert bytes(doc.content) == content
     assert doc.checksum_ok
 
-    assert [r.record_id for r in out["records"]] == ["SU-1"]
+    assert sorted(r.record_id for r in out["records"]) == ["SU-1", "TICK"]
     assert sorted(d.record_id for d in out["duplicates"]) == ["DUP/0", "SU-1"]
 
     reasons = {(v.guarantee_id, v.record_id): v.reason for v in out["violations"]}
@@ -197,10 +118,10 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     accounted = sum(g.messages for g in out["groups"]) + sum(
         len(out[n]) for n in ("records", "duplicates", "violations")
     )
-    assert accounted == w.count
+    assert accounted == w.count - 1  # all but the late copy
 
 
-def test_a_receiver_stopped_mid_batch_and_restarted_loses_and_repeats_nothing(
+def test_a_batch_replayed_after_a_kill_reaches_a_streaming_reader_once(
     spark: Any, kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path
 ) -> None:
     queues = (new_topic("spark-recv"), new_topic("spark-recv"))
@@ -219,39 +140,80 @@ def test_a_receiver_stopped_mid_batch_and_restarted_loses_and_repeats_nothing(
         str(tmp_path / "output"),
         max_offsets_per_trigger=60,
     )
+    checkpoint = Path(config.checkpoint)
 
-    writing = threading.Event()
+    def inside_a_batch() -> int | None:
+        """A batch (from the third on) whose offsets are logged and whose commit is not."""
+        for n in range(2, 100):
+            if (checkpoint / "offsets" / str(n)).exists():
+                if not (checkpoint / "commits" / str(n)).exists():
+                    return n
+            else:
+                return None
+        return None
 
-    class Observed(receiver.ReceiveBatch):
-        def __call__(self, df: Any, batch_id: int) -> None:
-            if batch_id >= 2:
-                writing.set()
-            super().__call__(df, batch_id)
-
-    first = Observed(config)
-    job = _start(spark, config, first)
-    wait_until(writing.is_set, 120, "the third micro-batch to start")
-    # A hard stop, in the middle of a micro-batch: no clean stop between batches here.
-    job.query.stop()
-    assert 0 < first.messages < expected_messages
+    # The receiver as its own driver process (`router spark receiver`), SIGKILLed inside
+    # a micro-batch: its files may be half written, and the batch is not in the sink's log.
+    log = (tmp_path / "receiver.log").open("w")
+    driver = subprocess.Popen(
+        [
+            sys.executable, "-m", "spark_jobs.receiver",
+            "--receive-queues", ",".join(queues), "--bootstrap-servers", kafka_bootstrap,
+            "--output", config.output, "--checkpoint", config.checkpoint,
+            "--max-offsets-per-trigger", "60", "--trigger-seconds", "0.5",
+            "--master", "local[2]", "--shuffle-partitions", "2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: driver.poll() is not None or inside_a_batch(), 180, "a micro-batch under way"
+        )
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+        log.close()
+    interrupted = inside_a_batch()
+    assert interrupted is not None, (tmp_path / "receiver.log").read_text()[-3000:]
+    committed = outputs.read(spark, config.output).agg(F.sum("messages")).first()[0] or 0
+    assert committed < expected_messages
 
     job = _start(spark, config)
     try:
         wait_until(
-            lambda: first.messages + job.writer.messages >= expected_messages,
+            lambda: committed + job.metric("messages") >= expected_messages,
             120,
             "every message accounted for after the restart",
         )
     finally:
         job.stop()
     assert job.failure() is None
+    # The restarted run began by repeating the interrupted batch.
+    assert job.query.recentProgress[0]["batchId"] == interrupted
 
-    out = _outputs(spark, tmp_path / "output")
-    assert out["violations"] == [] and out["duplicates"] == []
-    members = Counter(m.record_id for g in out["groups"] for m in g.members)
-    assert len(out["groups"]) == orders
+    # A streaming reader of the output (through the sink's log) sees every group once.
+    output = config.output
+    schema = outputs.read(spark, output).schema
+    name = unique("reader").replace("-", "_")
+    reader = (
+        spark.readStream.schema(schema)
+        .parquet(output)
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert reader.awaitTermination(120), "the output reader did not finish in 120 s"
+    assert reader.exception() is None
+    rows = spark.table(name).collect()
+    by_output = Counter(r.output for r in rows)
+    assert by_output == {"groups": orders, "records": orders}
+    members = Counter(m.record_id for r in rows if r.output == "groups" for m in r.members)
     assert all(n == 1 for n in members.values())
     assert sum(members.values()) == expected_messages - orders
-    assert sorted(r.record_id for r in out["records"]) == sorted(f"SU-{i}" for i in range(orders))
-    for g in out["groups"]:
+    records = sorted(r.record_id for r in rows if r.output == "records")
+    assert records == sorted(f"SU-{i}" for i in range(orders))
+    for g in (r for r in rows if r.output == "groups"):
         assert [m.seq for m in g.members] == list(range(g.messages))

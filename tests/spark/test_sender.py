@@ -74,12 +74,13 @@ def test_records_become_groups_with_headers_and_bad_records_are_rejected(
     lines = [json.dumps(r) for r in good] + list(bad)
     queues = ("sq.1", "sq.2", "sq.3")
     config = sender.SenderConfig(queues, {}, "unused", "unused", segment_bytes=SEGMENT)
-    rows = sender.sender_stream(_read_records(spark, lines, tmp_path), config).collect()
-
-    rejects = {r.record: r.reject_reason for r in rows if r.reject_reason is not None}
+    stream = sender.sender_stream(_read_records(spark, lines, tmp_path), config)
+    rows = stream.where("reject_reason IS NOT NULL").collect()
+    rejects = {r.record: r.reject_reason for r in rows}
     assert rejects == bad
 
-    messages = [r for r in rows if r.reject_reason is None]
+    good_messages = stream.where("reject_reason IS NULL").select(*sender.MESSAGE_COLUMNS)
+    messages = sender.to_kafka_rows(good_messages, queues).collect()
     got = []
     for r in messages:
         headers = {h.key: bytes(h.value) for h in r.headers}
@@ -96,7 +97,7 @@ def test_records_become_groups_with_headers_and_bad_records_are_rejected(
             assert payload["data"] == document[routing.seq * SEGMENT : (routing.seq + 1) * SEGMENT]
     expected = domain.expected_from_lines([json.dumps(r) for r in good], SEGMENT)
     assert sorted(got, key=str) == sorted(
-        ((s.event_id, s.group, s.seq, s.final) for s in expected), key=str
+        ((s.record_id, s.group, s.seq, s.final) for s in expected), key=str
     )
     # One send queue per group, the same every time (a stable hash of the key).
     by_group: dict[bytes, set[str]] = defaultdict(set)
@@ -199,6 +200,6 @@ def test_a_stopped_and_restarted_sender_neither_loses_nor_resends(
             partition_of[gid.decode()].add((topic, partition))
             seqs[gid.decode()].append(int(headers[contract.SEQ]))
     sent = domain.expected_from_lines([json.dumps(r) for c in chunks for r in c], SEGMENT)
-    assert sorted(ids) == sorted(s.event_id for s in sent)  # each exactly once
+    assert sorted(ids) == sorted(s.record_id for s in sent)  # each exactly once
     assert all(len(p) == 1 for p in partition_of.values())  # a group on one partition
     assert all(s == list(range(len(s))) for s in seqs.values())  # in order

@@ -121,7 +121,7 @@ def test_state_round_trips_through_its_stored_form() -> None:
 
 def test_expected_messages_follow_the_business_keys() -> None:
     order = {"type": "purchase_order", "order_id": "A", "lines": [{}, {}, {}]}
-    assert [(s.event_id, s.group, s.seq, s.final) for s in domain.expected_messages(order, 4)] == [
+    assert [(s.record_id, s.group, s.seq, s.final) for s in domain.expected_messages(order, 4)] == [
         ("A/0", "po/A", 0, False),
         ("A/1", "po/A", 1, False),
         ("A/2", "po/A", 2, True),
@@ -131,4 +131,4 @@ def test_expected_messages_follow_the_business_keys() -> None:
     empty = {"type": "document", "document_id": "E", "content_base64": ""}
     assert [(s.seq, s.final) for s in domain.expected_messages(empty, 4)] == [(0, True)]
     update = {"type": "stock_update", "update_id": "U"}
-    assert [(s.event_id, s.group) for s in domain.expected_messages(update, 4)] == [("U", None)]
+    assert [(s.record_id, s.group) for s in domain.expected_messages(update, 4)] == [("U", None)]

@@ -1,0 +1,154 @@
+"""The receiver's output: one Parquet dataset written by Spark's file sink, exactly once.
+
+Every outcome of `api.complete_groups` becomes one row of one wide schema, partitioned
+by `output` (`<path>/output=groups/`, `records`, `duplicates`, `violations`). The file
+sink records each micro-batch's files in `<path>/_spark_metadata/` when the batch
+commits; a batch that is repeated after a crash writes new files and commits them under
+the same batch ID once. Any Spark reader of `<path>` (batch or streaming) reads through
+that log, so it sees every committed batch whole and nothing of an attempt that never
+committed. (A tool that lists the directory itself, ignoring the log, may see leftovers
+of such attempts.)
+
+* `groups`: each complete group once: `guarantee_id`, `kind` (`purchase_order` or
+  `document`), `queue`, `partition`, `first_offset`, `offset` (its last), `messages`,
+  `members` (seq, record ID, offset, creation time), and the business object: the
+  purchase order with its lines and total, or the document reassembled and checked
+  against its size and SHA-256;
+* `records`: each ordinary record once (a stock update: `sku`, `warehouse`, `delta`);
+* `duplicates`: copies of messages already received, with the `reason`;
+* `violations`: every message that breaks a guarantee or cannot be read, with the
+  `reason` and the raw `value`; a document whose reassembly does not match its size and
+  SHA-256 is one row with its `members`.
+
+`messages` is the number of messages a row accounts for (1, or a group's members).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+
+from spark_jobs import domain, groups
+
+OUTPUTS = ("groups", "records", "duplicates", "violations")
+REASSEMBLY = "reassembly: the document does not match its size and SHA-256"
+
+
+def _business_objects(lines: Any, segments: Any) -> tuple[Any, Any]:
+    first_line, first_segment = F.get(lines, 0), F.get(segments, 0)
+    order = F.struct(
+        first_line["order_id"].alias("order_id"),
+        first_line["customer_id"].alias("customer_id"),
+        first_line["currency"].alias("currency"),
+        F.transform(
+            lines,
+            lambda x: F.struct(
+                x["line_no"].alias("line_no"),
+                x["sku"].alias("sku"),
+                x["quantity"].alias("quantity"),
+                x["unit_price_cents"].alias("unit_price_cents"),
+            ),
+        ).alias("lines"),
+        F.aggregate(
+            lines,
+            F.lit(0).cast("bigint"),
+            lambda acc, x: acc + x["quantity"] * x["unit_price_cents"],
+        ).alias("total_cents"),
+    )
+    document = F.struct(
+        first_segment["document_id"].alias("document_id"),
+        first_segment["name"].alias("name"),
+        first_segment["document_bytes"].alias("size"),
+        first_segment["document_sha256"].alias("sha256"),
+        F.col("content"),
+        (
+            (F.sha2("content", 256) == first_segment["document_sha256"])
+            & (F.octet_length("content") == first_segment["document_bytes"])
+        ).alias("checksum_ok"),
+    )
+    return order, document
+
+
+def output_rows(outcomes: Any) -> Any:
+    """Outcomes (`group_state.OUTCOME_SCHEMA` + `received_at`) -> rows of the output, one
+    per outcome, each with its `output` partition. A projection: no shuffle, and the
+    stateful step before it runs once."""
+    output = F.col("output")
+    is_group = output == groups.GROUP
+    is_order = is_group & (F.col("schema") == domain.ORDER_LINE)
+    is_document = is_group & (F.col("schema") == domain.DOCUMENT_SEGMENT)
+    lines = F.transform(
+        "members_value", lambda v: from_avro(v, domain.avro_json(domain.ORDER_LINE))
+    )
+    segments = F.transform(
+        "members_value", lambda v: from_avro(v, domain.avro_json(domain.DOCUMENT_SEGMENT))
+    )
+    content = F.aggregate(
+        segments, F.lit(b"").cast("binary"), lambda acc, s: F.concat(acc, s["data"])
+    )
+    order, document = _business_objects(lines, segments)
+    members = F.transform(
+        F.arrays_zip("members_seq", "members_record_id", "members_offset", "members_created_ms"),
+        lambda m: F.struct(
+            m["members_seq"].alias("seq"),
+            m["members_record_id"].alias("record_id"),
+            m["members_offset"].alias("offset"),
+            F.timestamp_millis(m["members_created_ms"]).alias("created_at"),
+        ),
+    )
+    is_record = output == groups.RECORD
+    update = from_avro(F.col("value"), domain.avro_json(domain.STOCK))
+    df = outcomes.withColumn("content", F.when(is_document, content)).withColumn(
+        "document", F.when(is_document, document)
+    )
+    corrupt = F.coalesce(~F.col("document.checksum_ok"), F.lit(False))
+    where = (
+        F.when(is_group & ~corrupt, F.lit("groups"))
+        .when(is_record, F.lit("records"))
+        .when(output == groups.DUPLICATE, F.lit("duplicates"))
+        .otherwise(F.lit("violations"))
+    )
+    single = ~is_group
+    return df.select(
+        where.alias("output"),
+        "guarantee_id",
+        F.when(single, F.col("record_id")).alias("record_id"),
+        F.when(is_order, F.lit(domain.PURCHASE_ORDER))
+        .when(is_document, F.lit(domain.DOCUMENT))
+        .when(is_record, F.lit(domain.STOCK_UPDATE))
+        .alias("kind"),
+        "queue",
+        "partition",
+        F.when(is_group, F.get("members_offset", 0)).alias("first_offset"),
+        "offset",
+        F.when(single, F.col("seq")).alias("seq"),
+        F.when(single, F.col("final")).alias("final"),
+        F.when(is_group, F.size("members_seq")).otherwise(F.lit(1)).alias("messages"),
+        F.when(is_group, members).alias("members"),
+        F.when(is_order, order).alias("purchase_order"),
+        F.when(~corrupt, F.col("document")).alias("document"),
+        F.timestamp_millis("created_ms").alias("created_at"),
+        "received_at",
+        F.when(is_record, update["sku"]).alias("sku"),
+        F.when(is_record, update["warehouse"]).alias("warehouse"),
+        F.when(is_record, update["delta"]).alias("delta"),
+        F.when(corrupt, F.lit(REASSEMBLY)).otherwise(F.col("reason")).alias("reason"),
+        F.when(output == groups.VIOLATION, F.col("value")).alias("value"),
+    )
+
+
+def counts(rows: Any) -> tuple[str, list[Any]]:
+    """What `observe` counts per micro-batch (in the query's progress, no extra job):
+    messages accounted for, and rows per output."""
+    metrics = [F.coalesce(F.sum("messages"), F.lit(0)).alias("messages")]
+    for name in OUTPUTS:
+        metrics.append(F.count(F.when(F.col("output") == name, 1)).alias(name))
+    return "receiver", metrics
+
+
+def read(spark: Any, path: str, output: str | None = None) -> Any:
+    """The output as a batch DataFrame, through the sink's log (`output`: one of OUTPUTS)."""
+    df = spark.read.parquet(path)
+    return df if output is None else df.where(F.col("output") == output)
