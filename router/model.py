@@ -109,8 +109,10 @@ class TableModel:
             if entry is not None:
                 assert gid is not None
                 if entry.closing != STOPPED and entry.lane not in ("", r.lane):
-                    if entry.closing and not r.continuation:
-                        held += 1  # the ID reused on another lane: wait for the release
+                    if not r.continuation:
+                        # A first message: the ID reused on another lane, while the old
+                        # group's lane may still be behind. Wait for its release.
+                        held += 1
                         held_lanes.add(r.lane)
                         decisions.append(HELD)
                     else:

@@ -8,12 +8,13 @@ histories and requires identical decisions and tables.
 Rules, for each message of a batch, in order:
 
 * A group lives on one *lane* (source partition), recorded in its entry: only one
-  lane's order is a group's order. A message of an open group from another lane answers
-  SPANS (the unit dead-letters it, `group-spans-partitions`): routing it could append it
-  out of order, or after the final the other lane releases. A first message (no
-  sequence number > 0) from another lane for a group whose final was routed but not yet
-  released is the ID reused: it answers HELD until the release (whatever the policy; a
-  forced share does not apply) and then starts a new group.
+  lane's order is a group's order. A continuation (sequence number > 0) of an open group
+  from another lane answers SPANS (the unit dead-letters it, `group-spans-partitions`):
+  routing it could append it out of order, or after the final the other lane releases. A
+  first message (no sequence number > 0) from another lane is the ID reused, whether or
+  not the old group's final was routed yet (its lane may simply be behind): it answers
+  HELD until the release (whatever the policy; a forced share does not apply) and then
+  starts a new group.
 * Known group (its guarantee ID has an entry) -> the entry's destination. The entry's
   update time is refreshed (and its TTL set from this message). A final message marks the
   entry *closing* with the message's source position; the entry is removed only by

@@ -8,6 +8,7 @@ All keys of a table share one Redis Cluster hash slot: `<prefix>:{<topology>:<si
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -72,11 +73,13 @@ class ManagementTable(RoomTable):
             keys.room,
             keys.parks,
             keys.admitted,
+            keys.writers,
         ]
         # The table's epoch and write count as last seen: a different epoch, or fewer
         # writes, means the table was lost (wholly or partly).
         self.epoch = ""
         self.writes: int | None = None
+        self.writer = secrets.token_hex(6)  # this caller, in the table's writers hash
         self.resets = 0
         self._settle_keys = [
             keys.entries,
@@ -141,7 +144,7 @@ class ManagementTable(RoomTable):
         if int(out[6]):
             self.resets += 1
         self.epoch = _text(out[5])
-        self.writes = max(self.writes or 0, int(out[7]))
+        self.writes = int(out[7])  # this caller's own last write: what it checks next
         return RouteResult(
             [_text(d) for d in out[8:]],
             int(out[0]),
@@ -159,7 +162,7 @@ class ManagementTable(RoomTable):
             batch,
             self.lease_ms,
             self.epoch,
-            "" if self.writes is None else self.writes,
+            f"{'' if self.writes is None else self.writes}:{self.writer}",
             *self._dests,
         ]
 

@@ -66,6 +66,7 @@ class TableKeys:
     room: str  # zset: waiting group -> wait start (ms)
     parks: str  # zset: "batch|group" -> park lease expiry (ms)
     admitted: str  # hash: admitted group -> its reserved destination
+    writers: str  # hash: caller -> the write count of its last route call
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:

@@ -8,9 +8,10 @@
 --       9 writes (counter): +1 per call; lower than a caller saw means writes were lost
 --       10 room (zset gid -> wait start)  11 parks (zset "batch|gid" -> park lease expiry)
 --       12 admitted (hash gid -> reserved destination): the waiting room, router/room.py
+--       13 writers (hash caller -> the write count of its last call)
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold' | 'wait'
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
---       6 the highest write count the caller saw ('' if none)
+--       6 "<the write count of the caller's last call ('' if none)>:<caller ID>"
 --       7 n destinations, then n destination names
 --       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
 --       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
@@ -27,8 +28,8 @@
 --          writes than the caller saw: a crash lost the last ones); a partial loss starts
 --          a new epoch, so that every caller learns it.
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, K_EPOCH,
-  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
-  KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED, K_WRITERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+  KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -40,7 +41,8 @@ local wait = ARGV[2] == 'wait'
 local batch = ARGV[3]
 local lease = tonumber(ARGV[4])
 local seen_epoch = ARGV[5]
-local seen_writes = tonumber(ARGV[6])
+local seen_s, writer = string.match(ARGV[6], '^([^:]*):(.*)$')
+local seen_writes = tonumber(seen_s)
 local ndest = tonumber(ARGV[7])
 local dests = {}
 local load = {}
@@ -79,8 +81,11 @@ elseif seen_epoch ~= '' and seen_epoch ~= epoch then
   reset = 1
 end
 local writes = redis.call('INCR', K_WRITES)
-if seen_writes and writes <= seen_writes then
-  -- Fewer writes than this caller saw: the table lost its latest writes (a crash under
+local mine = tonumber(redis.call('HGET', K_WRITERS, writer) or '')
+redis.call('HSET', K_WRITERS, writer, writes)
+if seen_writes and (writes <= seen_writes or mine == nil or mine < seen_writes) then
+  -- The caller's own last write is gone (its count is older than what the caller saw,
+  -- whatever other callers wrote since): the table lost its latest writes (a crash under
   -- appendfsync everysec, a failover to a replica behind). A new epoch tells everyone.
   epoch = num(now) .. '-' .. batch .. '-partial'
   redis.call('SET', K_EPOCH, epoch)
@@ -213,8 +218,10 @@ for m = 0, nmsg - 1 do
     local e = false
     if gid ~= '' then e = cache[gid] end
     if e and e.closing ~= '!stop' and e.lane ~= '' and e.lane ~= lane then
-      if e.closing ~= '' and not has(flags, 'c') then
-        out[2] = out[2] + 1  -- the ID reused on another lane: wait for the release
+      if not has(flags, 'c') then
+        -- a first message: the ID reused on another lane, whose old group's lane may be
+        -- behind (its final not routed yet). Wait for the release.
+        out[2] = out[2] + 1
         held_lanes[lane] = true
         decision = '!h'
       else

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from router.routing import HELD, PARKED, SPANS, STOPPED, STOPPING, RouteRequest
+from router.routing import HELD, PARKED, SKIPPED, SPANS, STOPPED, STOPPING, RouteRequest
 from router.table import CALL_REQUESTS, ManagementTable, TableKeys
 from tests.helpers import unique
 
@@ -52,14 +52,15 @@ def test_a_destination_freed_in_a_batch_takes_a_new_group_only_from_the_finals_l
 
 
 def test_a_group_arriving_on_a_second_lane_is_refused_not_split(new_table: Any) -> None:
-    """Defect 8. A group's order is one lane's order: a message of an open group from
-    another lane answers SPANS (dead-lettered `group-spans-partitions` by the unit). The
-    ID reused on another lane after a final waits (HELD) until the final is released."""
+    """Defect 8. A group's order is one lane's order: a continuation of an open group
+    from another lane answers SPANS (dead-lettered `group-spans-partitions` by the unit).
+    A first message of the ID on another lane waits (HELD) until the release."""
     t = new_table(["d0", "d1"])
     assert t.route([req("G", "A", 0)]).decisions == ["d0"]
+    assert t.route([req("G", "B", 1, continuation=True)]).decisions == [SPANS]
     assert t.route([req("G", "B", 0), req("G", "B", 1, continuation=True)]).decisions == [
-        SPANS,
-        SPANS,
+        HELD,
+        SKIPPED,
     ]
     assert t.route([req("G", "A", 1, final=True)]).decisions == ["d0"]
     assert t.route([req("G", "B", 5)]).decisions == [HELD]  # the ID reused on lane B
@@ -140,3 +141,51 @@ def test_a_large_batch_is_routed_in_bounded_calls(new_table: Any) -> None:
             assert placed.setdefault(r.guarantee_id, d) == d
     # 40 groups on 4 destinations, policy hold: 4 placed, the others' lanes held, once.
     assert len(placed) == 4 and result.held == 36 and result.created == 4
+
+
+def test_a_reused_id_waits_for_the_old_group_even_before_its_final_is_routed(
+    new_table: Any,
+) -> None:
+    """Found by review: a sender finishes G and starts G again; its new first message
+    reaches the table from another lane (another transfer partition) while the old G's
+    lane is behind, its final not routed yet. It must wait for the release, not be
+    dead-lettered as a group spanning partitions (which loses the whole new group)."""
+    t = new_table(["d0", "d1"])
+    old = t.route([req("G", "transfer/0", 0)]).decisions[0]
+    first_again = req("G", "transfer/1", 0)  # seq 0: not a continuation
+    assert t.route([first_again]).decisions == [HELD]
+    assert t.route([req("G", "transfer/1", 1, continuation=True)]).decisions == [SPANS]
+    t.route([req("G", "transfer/0", 1, final=True)])  # the lagging lane catches up
+    assert t.release([("G", "transfer/0/1")]) == 1
+    new = t.route([first_again]).decisions[0]
+    assert new not in (HELD, SPANS) and t.entry("G").lane == "transfer/1"
+    assert old in ("d0", "d1") and new in ("d0", "d1")
+
+
+def test_a_lost_write_is_a_reset_even_after_other_units_wrote(
+    new_table: Any, redis_client: redis.Redis
+) -> None:
+    """Found by review: one shared write counter, compared with what the caller saw, is
+    pushed past the lost writes by any other unit that writes first after the crash. Each
+    caller's own last write count is kept too: its next call sees that it is gone."""
+    keys = TableKeys.of(unique("partial2"), "t", "send")
+    a = new_table(["d0", "d1"], keys=keys)
+    b = new_table(["d0", "d1"], keys=keys)
+    a.route([req("G1", "A", 0)])
+    snapshot = {k: redis_client.dump(k) for k in keys.all()}
+    a.route([req("H", "A", 1)])  # lost in the "crash" below
+    for k, v in snapshot.items():
+        if v is None:
+            redis_client.delete(k)
+        else:
+            redis_client.restore(k, 0, v, replace=True)
+    for i in range(3):  # another unit writes first, several times
+        b.route([req(f"K{i}", "B", i)])
+    assert b.resets == 0  # b's own writes were not lost
+    a.route([req("G2", "A", 2)])
+    assert a.resets == 1, "unit A's lost write went unseen"
+    b.route([req("K9", "B", 9)])
+    assert b.resets == 1 and b.epoch == a.epoch  # everyone learns the new epoch
+    a.route([req("G3", "A", 3)])
+    b.route([req("K10", "B", 10)])
+    assert (a.resets, b.resets) == (1, 1)  # nothing lost since: no more resets
