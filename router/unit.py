@@ -1,19 +1,8 @@
-"""A transfer unit's run loop: poll a batch, let the steps decide it, produce it in one
-transaction with its consumed offsets, settle it once committed.
-
-The same loop serves both sides (`SideSpec`) and the raw relay (other steps). What a
-batch becomes is the steps' business (`router.steps`), the transaction the session's
-(`router.session`), the consumer the source's (`router.source`); this loop only
-sequences them, and handles rebalancing, holds and back-off. While a batch's offsets and
-commit run on the session's call thread, the next batch is polled and decided
-(`unit.overlap_commit`); it is produced only once the previous one committed and
-settled, and only if no transaction failed since it was polled (the session's
-generation): otherwise it is rewound, never produced. A batch that waited past half its
-leases renews them before it produces and commits, and is rewound if they lapsed; its
-commit appends its records before the leases end, or fails (`router.leases`).
-
-Redis or Kafka unavailable: nothing is forwarded, the batch is rewound, partitions are
-paused while the unit backs off (it keeps polling, so it stays in its consumer group).
+"""A transfer unit's run loop (both sides, and the raw relay): poll a batch, let the steps
+decide it, produce it in one transaction with its offsets, settle it once committed;
+rebalancing, holds, back-off. The commit overlap, the session's generation (a batch polled
+before a failure is rewound, never produced) and the leases: docs/routing.md, "A unit's
+loop". Redis or Kafka away: the batch is rewound, the unit backs off, paused but polling.
 """
 
 from __future__ import annotations
