@@ -1,17 +1,10 @@
-"""The drain step: forward the parked messages of admitted groups out of the waiting room.
-
-Design: `docs/design/waiting-room.md`. A unit consumes its side's room topic with its
-sources (same consumer group: the group's assignment says who drains which room partition,
-and its generation fences a unit that lost one). Room records are not routed: they go to
-the `RoomIndex` (parked records by group, in offset order, and how far each group was
-drained, from the drain markers). For each batch the step forwards every undrained record
-of the admitted groups to the group's reserved destination, with a drain marker on the
-room partition, in the batch's transaction; the room partition's committed offset is its
-*low mark* (the oldest record that may still be undrained), so a new owner rebuilds the
-index from there. Once a group has nothing left, the step asks the table to open it
-(`router.room.drained`), which succeeds only if no park of the group happened meanwhile:
-the step reads the group's park count with no park lease in flight, then the room
-partition's end offset, and asks only once it has consumed past that offset.
+"""The drain step: forward the parked messages of admitted groups out of the waiting room
+(design: `docs/design/waiting-room.md`). Room records come with the unit's sources (same
+consumer group, which says who drains which room partition and fences a unit that lost
+one) into a `RoomIndex`; each batch forwards the admitted groups' undrained records to
+their reserved destination with a drain marker, in the batch's transaction, and commits
+the room's low mark. A group opens (`router.room.drained`) only once the step read past
+the room's end offset taken when no park of the group was in flight.
 """
 
 from __future__ import annotations
