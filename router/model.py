@@ -109,9 +109,10 @@ class TableModel:
             if entry is not None:
                 assert gid is not None
                 if entry.closing != STOPPED and entry.lane not in ("", r.lane):
-                    if not r.continuation:
+                    if not r.continuation and not r.force_share:
                         # A first message: the ID reused on another lane, while the old
-                        # group's lane may still be behind. Wait for its release.
+                        # group's lane may still be behind. Wait for its release, at
+                        # most the hold timeout (then the old group never ended: SPANS).
                         held += 1
                         held_lanes.add(r.lane)
                         decisions.append(HELD)

@@ -13,8 +13,9 @@ Rules, for each message of a batch, in order:
   routing it could append it out of order, or after the final the other lane releases. A
   first message (no sequence number > 0) from another lane is the ID reused, whether or
   not the old group's final was routed yet (its lane may simply be behind): it answers
-  HELD until the release (whatever the policy; a forced share does not apply) and then
-  starts a new group.
+  HELD until the release (whatever the policy) and then starts a new group. Held past
+  `hold_timeout_ms` (`force_share`), the old group is taken as never ending: the
+  message answers SPANS, so that an abandoned group cannot stop a lane until its TTL.
 * Known group (its guarantee ID has an entry) -> the entry's destination. The entry's
   update time is refreshed (and its TTL set from this message). A final message marks the
   entry *closing* with the message's source position; the entry is removed only by

@@ -20,8 +20,10 @@ def wait_until(
     timeout: float,
     what: str,
     interval: float = 0.05,
+    report: Callable[[], str] | None = None,
 ) -> T:
-    """Poll `condition` until it returns a truthy value; fail the test after `timeout` s."""
+    """Poll `condition` until it returns a truthy value; fail the test after `timeout` s
+    (with `report()`, if given, appended to the failure: what the test saw meanwhile)."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while True:
@@ -31,5 +33,6 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(
                 f"timed out after {timeout:.1f}s waiting for {what} (last: {last!r})"
+                + (f"\n{report()}" if report else "")
             )
         time.sleep(interval)

@@ -173,6 +173,7 @@ def run_chaos(
     collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
     collector.start()
     senders = Senders(pipeline.settings, workload)
+    restarts_before = dict(stack.restarts)  # a stack may serve several runs
     t0 = time.monotonic()
     senders.start()
     duration = spec.messages / (spec.senders * spec.rate)
@@ -237,7 +238,7 @@ def run_chaos(
         result = ChaosResult(
             verdict(senders.sent, send, receive),
             supervisor.deaths,
-            dict(stack.restarts),
+            {k: n - restarts_before.get(k, 0) for k, n in stack.restarts.items()},
             time.monotonic() - t0,
             senders.failures,
             send.undecodable + receive.undecodable,

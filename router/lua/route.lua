@@ -218,9 +218,10 @@ for m = 0, nmsg - 1 do
     local e = false
     if gid ~= '' then e = cache[gid] end
     if e and e.closing ~= '!stop' and e.lane ~= '' and e.lane ~= lane then
-      if not has(flags, 'c') then
+      if not has(flags, 'c') and not has(flags, 's') then
         -- a first message: the ID reused on another lane, whose old group's lane may be
-        -- behind (its final not routed yet). Wait for the release.
+        -- behind (its final not routed yet). Wait for the release, at most the hold
+        -- timeout (then 's': the old group never ended, the new one spans lanes).
         out[2] = out[2] + 1
         held_lanes[lane] = true
         decision = '!h'

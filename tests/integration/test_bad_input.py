@@ -28,6 +28,8 @@ ROUTING_ENV = {
     "ROUTER_ROUTING__TTL_BY_TYPE": '{"order": 60000, "slips": 3600000}',
     "ROUTER_ROUTING__SCHEMA_BY_TYPE": '{"order": "router.demo.OrderEvent"}',
     "ROUTER_KAFKA__MAX_MESSAGE_BYTES": "65536",
+    # fuzzed IDs reused on another lane wait for the old (never ending) group this long
+    "ROUTER_ROUTING__HOLD_TIMEOUT_MS": "1000",
 }
 SPEC = PipelineSpec(
     send_units=1,

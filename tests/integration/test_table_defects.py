@@ -162,6 +162,18 @@ def test_a_reused_id_waits_for_the_old_group_even_before_its_final_is_routed(
     assert old in ("d0", "d1") and new in ("d0", "d1")
 
 
+def test_a_reused_id_waits_no_longer_than_the_hold_timeout(new_table: Any) -> None:
+    """Found by the fuzz run: waiting for an old group that never ends (its sender gave
+    up) stopped the new first message's partition until the old entry's TTL. Once its hold
+    timed out (a forced share) it is dead-lettered as spanning partitions instead."""
+    t = new_table(["d0", "d1"])
+    t.route([req("G", "transfer/0", 0)])  # never finishes
+    assert t.route([req("G", "transfer/1", 0)]).decisions == [HELD]
+    timed_out = req("G", "transfer/1", 0, force_share=True)
+    assert t.route([timed_out, req(None, "transfer/1", 1)]).decisions[0] == SPANS
+    assert t.entry("G").lane == "transfer/0"  # the old group keeps its entry
+
+
 def test_a_lost_write_is_a_reset_even_after_other_units_wrote(
     new_table: Any, redis_client: redis.Redis
 ) -> None:
