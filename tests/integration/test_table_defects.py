@@ -34,6 +34,15 @@ def req(gid: str | None, lane: str, offset: int, **kw: Any) -> RouteRequest:
     return RouteRequest(gid, final, 60_000, f"{lane}/{offset}" if final else "", lane, **kw)
 
 
+def restore(client: redis.Redis, snapshot: dict[str, Any]) -> None:
+    """Put the table's keys back as dumped: the writes since are lost (a crash)."""
+    for k, v in snapshot.items():
+        if v is None:
+            client.delete(k)
+        else:
+            client.restore(k, 0, v, replace=True)
+
+
 def test_a_destination_freed_in_a_batch_takes_a_new_group_only_from_the_finals_lane(
     new_table: Any,
 ) -> None:
@@ -97,11 +106,7 @@ def test_a_table_that_lost_its_latest_writes_is_a_reset(
     b.route([req("G0", "B", 0)])
     snapshot = {k: redis_client.dump(k) for k in keys.all()}
     a.route([req("G2", "A", 1)])  # lost in the "crash" below
-    for k, v in snapshot.items():
-        if v is None:
-            redis_client.delete(k)
-        else:
-            redis_client.restore(k, 0, v, replace=True)
+    restore(redis_client, snapshot)
     assert a.entry("G2") is None and a.entry("G1") is not None
     epoch = a.epoch
     a.route([req("G3", "A", 2)])
@@ -186,11 +191,7 @@ def test_a_lost_write_is_a_reset_even_after_other_units_wrote(
     a.route([req("G1", "A", 0)])
     snapshot = {k: redis_client.dump(k) for k in keys.all()}
     a.route([req("H", "A", 1)])  # lost in the "crash" below
-    for k, v in snapshot.items():
-        if v is None:
-            redis_client.delete(k)
-        else:
-            redis_client.restore(k, 0, v, replace=True)
+    restore(redis_client, snapshot)
     for i in range(3):  # another unit writes first, several times
         b.route([req(f"K{i}", "B", i)])
     assert b.resets == 0  # b's own writes were not lost
