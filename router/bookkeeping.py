@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError
 
 from router.batch import Batch
 from router.emit import Output
-from router.metrics import MetricName, Metrics
+from router.metrics import MetricName, Metrics, wait_bucket
 
 Position = tuple[str, int, int]  # topic, partition, offset
 
@@ -70,3 +70,6 @@ def count_committed(metrics: Metrics, out: Output) -> None:
     for name, n in counts:
         if n:
             metrics.inc(name, n)
+    for ms in out.room_waits_ms:
+        metrics.inc("room_admitted")
+        metrics.inc(wait_bucket(ms))

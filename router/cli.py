@@ -20,9 +20,11 @@ from router.config import RouterSettings, load_settings
 from router.faults import Faults
 from router.metrics import read_all
 from router.relay import RelaySteps, relay_spec
+from router.room import is_pseudo
 from router.side import side_spec, table_for
 from router.spark_cli import spark as spark_commands
 from router.sweeper import Sweeper
+from router.table import ManagementTable
 from router.topics import ensure_topics, plan
 from router.unit import FatalUnitError, TransferUnit
 
@@ -213,7 +215,7 @@ def table_show(ctx: click.Context, side: str, limit: int) -> None:
     click.echo(f"{side} table of topology {settings.topology.name!r}: {len(entries)} open groups")
     click.echo(f"{'guarantee ID':32} {'destination':24} {'idle s':>8} {'ttl s':>8}  state")
     for gid, e in sorted(entries.items(), key=lambda kv: kv[1].updated_ms)[:limit]:
-        state = "closing" if e.closing else "open"
+        state = e.state if e.state != "open" else "closing" if e.closing else "open"
         click.echo(
             f"{gid[:32]:32} {e.dest[:24]:24} {(now - e.updated_ms) / 1000:8.1f} "
             f"{e.ttl_ms / 1000:8.1f}  {state}"
@@ -222,6 +224,25 @@ def table_show(ctx: click.Context, side: str, limit: int) -> None:
     inflight = sorted({dest for dest, _ in t.inflight()})
     click.echo("ordinary messages in flight to: " + (", ".join(inflight) or "-"))
     click.echo("counters: " + json.dumps(t.stats(), sort_keys=True))
+    _show_room(t, now, limit)
+
+
+def _show_room(t: ManagementTable, now: int, limit: int) -> None:
+    """The waiting room (busy policy `wait`): waiting groups oldest first, then the
+    admitted ones whose parked messages are being drained."""
+    room, admitted = t.room(), t.admitted()
+    click.echo(f"waiting room: {len(room)} waiting, {len(admitted)} admitted (draining)")
+    if not room and not admitted:
+        return
+    shown = [*list(room)[:limit], *list(admitted)[:limit]]
+    states = t.room_state(shown)
+    click.echo(f"{'guarantee ID':32} {'waiting s':>9} {'parked':>7}  destination")
+    for gid in shown:
+        st = states.get(gid)
+        name = f"(ordinary of {gid[1:]})" if is_pseudo(gid) else gid
+        age = f"{(now - room[gid]) / 1000:9.1f}" if gid in room else f"{'-':>9}"
+        dest = admitted.get(gid, "(waits for a free one)")
+        click.echo(f"{name:32} {age} {st.parks if st else 0:7}  {dest}")
 
 
 @table.command("release")

@@ -1,11 +1,10 @@
 """The drain step: forward the parked messages of admitted groups out of the waiting room
-(design: `docs/design/waiting-room.md`). Room records come with the unit's sources (same
-consumer group, which says who drains which room partition and fences a unit that lost
-one) into a `RoomIndex`; each batch forwards the admitted groups' undrained records to
-their reserved destination with a drain marker, in the batch's transaction, and commits
-the room's low mark. A group opens (`router.room.drained`) only once the step read past
-the room's end offset taken when no park of the group was in flight.
-"""
+(`docs/design/waiting-room.md`). Room records come with the unit's sources (one consumer
+group: it says who drains which room partition and fences a unit that lost one) into a
+`RoomIndex`; each batch forwards the admitted groups' undrained records to their reserved
+destination with a drain marker, in the batch's transaction, and commits the room's low
+mark. A group opens (`router.room.drained`) only once the step read past the room's end
+offset taken when no park of the group was in flight."""
 
 from __future__ import annotations
 
@@ -130,6 +129,7 @@ class Drain:
         # committed, or it would forward a group's records again.
         self.catch_up: dict[TP, int | None] = {}
         self._idle = Every(IDLE_S)
+        self.eager = False  # the last drain did something: its settle may admit more
         self.consumer: object = None  # set by the unit: position() and watermarks
         self.owned: set[TP] = set()
 
@@ -147,10 +147,11 @@ class Drain:
 
     def due(self) -> bool:
         """Whether a batch with nothing but the drain is worth running now: something
-        may be forwarded or opened, and the last one was at least IDLE_S ago (a group
-        waiting for the room's end offsets must not spin empty transactions)."""
+        may be forwarded or opened, and the last drain did something (its settle frees
+        and admits) or ran at least IDLE_S ago (a group waiting for the room's end
+        offsets must not spin empty transactions)."""
         busy = self.index.groups or self.checks or self.opening
-        return bool(busy) and self._idle.due()
+        return bool(busy) and (self.eager or self._idle.due())
 
     def assign(self, tps: list[TP]) -> None:
         for tp in tps:
@@ -193,12 +194,14 @@ class Drain:
             if end == 0 or positions.get(tp, -1) >= end:
                 del self.catch_up[tp]
         drained: set[str] = set()
-        for tp in sorted(self.index.groups):
-            if tp in self.catch_up:
-                continue  # not caught up with the markers already committed
+        before = len(out.records)
+        for tp in sorted(set(self.index.groups) - set(self.catch_up)):  # caught up only
             for gid, parked in list(self.index.groups[tp].items()):
                 state = states.get(gid)
                 if state is not None and state.state == room.ADMITTED and state.closing != STOPPED:
+                    if gid not in self.opening:  # its first drain: how long it waited
+                        ts_type, ts = parked[0].m.timestamp()
+                        out.room_waits_ms.append(max(now_ms - ts, 0) if ts_type else 0)
                     self._forward(tp, gid, parked, state.dest, out, batch)
                     drained.add(gid)
                     self.opening.add(gid)
@@ -221,6 +224,7 @@ class Drain:
             elif positions.get(check.tp, -1) >= check.end:
                 out.drains.append((gid, check.parks))  # opens it, unless parked meanwhile
                 del self.checks[gid]
+        self.eager = len(out.records) > before or bool(out.drains)
         batch.room_offsets = [
             TopicPartition(tp[0], tp[1], self.index.low_mark(tp, positions[tp]))
             for tp in sorted(self.owned)
@@ -273,16 +277,12 @@ class Drain:
             bad = BadInput("group-stopped", f"group {gid!r} is stopped (policy stop-group)")
         else:
             bad = BadInput(
-                "room-late",
-                f"group {gid!r} is open but has parked messages "
-                "left: forwarding them now could reorder the group",
+                "room-late", f"group {gid!r} is open with parked messages left (would reorder)"
             )
         log.warning("dead-lettering %d parked records of group %r: %s", len(parked), gid, bad)
         for p in parked:
-            item = Item(
-                p.m, [(k, v) for k, v in (p.m.headers() or []) if k not in ROOM_HEADERS], None
-            )
-            out.records.append(self.emitter.dead_letter(item, bad, now_ms))
+            headers = [(k, v) for k, v in (p.m.headers() or []) if k not in ROOM_HEADERS]
+            out.records.append(self.emitter.dead_letter(Item(p.m, headers, None), bad, now_ms))
             out.dead += 1
         self._marker(tp, gid, parked, out, batch)
 

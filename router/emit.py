@@ -56,6 +56,8 @@ class Output:
     drains: list[tuple[str, int]] = field(default_factory=list)  # (gid, parks seen)
     parked_in_room: int = 0  # parked in the waiting room
     drained: int = 0  # forwarded out of the waiting room (counted in forwarded too)
+    # per group first drained here: its oldest parked message's age (ms, from its timestamp)
+    room_waits_ms: list[int] = field(default_factory=list)
     closes: int = 0  # close markers consumed (receive side)
     close_markers: int = 0  # close markers produced (send side)
 

@@ -51,10 +51,32 @@ MetricName = Literal[
     "route_us",  # total time spent in the routing round trip, microseconds
     "room_parked",  # parked in the waiting room (policy wait)
     "room_drained",  # forwarded out of the waiting room once their group was admitted
+    "room_admitted",  # groups (and lanes' ordinary messages) drained out of the room
+    # how long they waited: their oldest parked message's age when first drained
+    "room_wait_le_100ms",
+    "room_wait_le_1s",
+    "room_wait_le_10s",
+    "room_wait_le_60s",
+    "room_wait_gt_60s",
     "wait_timeouts",  # sweeper: groups that waited past routing.max_wait_ms
 ]
 
 log = logging.getLogger("router.metrics")
+
+WAIT_BUCKETS: tuple[tuple[int, MetricName], ...] = (
+    (100, "room_wait_le_100ms"),
+    (1_000, "room_wait_le_1s"),
+    (10_000, "room_wait_le_10s"),
+    (60_000, "room_wait_le_60s"),
+)
+
+
+def wait_bucket(ms: int) -> MetricName:
+    """The histogram bucket of a wait (non-cumulative counters)."""
+    for bound, name in WAIT_BUCKETS:
+        if ms <= bound:
+            return name
+    return "room_wait_gt_60s"
 
 
 class Metrics:

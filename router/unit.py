@@ -147,10 +147,10 @@ class TransferUnit:
         # A rebalance callback inside the poll may complete the batch in flight; if that
         # fails, what this poll returns is stale: the session's generation moved on.
         generation = self.session.generation
-        timeout = 0.0 if self._inflight is not None else self.settings.unit.poll_timeout_ms / 1000
-        messages = self.source.poll(timeout)
-        batch = None
         room = self.steps.room
+        eager = self._inflight is not None or (room is not None and room.eager)
+        messages = self.source.poll(0.0 if eager else self.settings.unit.poll_timeout_ms / 1000)
+        batch = None
         if messages or (room is not None and room.due() and self.backoff.until is None):
             self._batches += 1
             batch = Batch(f"{self.instance}:{self._batches}", generation)

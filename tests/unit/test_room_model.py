@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router import room
+from router.metrics import wait_bucket
 from router.model import TableModel
 from router.routing import NO_DEST, STOPPING, RouteRequest, TraceStep
 
@@ -172,3 +173,15 @@ def test_no_destination_ever_carries_two_groups_and_every_group_gets_through(
     assert t.room == {}, "a group was never admitted"
     for g in ended:
         assert g not in t.entries, f"{g} ended but was never released"
+
+
+def test_wait_histogram_buckets_are_upper_bounds() -> None:
+    assert [wait_bucket(ms) for ms in (0, 100, 101, 1_000, 9_999, 60_000, 60_001)] == [
+        "room_wait_le_100ms",
+        "room_wait_le_100ms",
+        "room_wait_le_1s",
+        "room_wait_le_1s",
+        "room_wait_le_10s",
+        "room_wait_le_60s",
+        "room_wait_gt_60s",
+    ]
