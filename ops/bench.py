@@ -3,6 +3,12 @@
 
     .venv/bin/python -m ops.bench                 # the full run (about 10 minutes)
     .venv/bin/python -m ops.bench --quick         # the key workload only, few messages
+    .venv/bin/python -m ops.bench --burst-only    # the burst of open groups only
+
+The full run ends with the burst of open groups (ops/harness/burst.py: ~300 groups, 150
+open per plain producer, 3 destinations per side) under `share` and `wait`, side by side,
+three rounds (`--burst-rounds`): throughput, ordinary and group latency p50/p99 and
+interleavings per side, and the wait/share ratios per round with their median.
 
 Uses the local stack of this checkout (`make stack-up`). Writes results.md, results.json
 and PNG plots to .results/bench/ and prints the table; the last line is
@@ -18,7 +24,9 @@ import time
 from pathlib import Path
 
 from ops.harness.bench import KEY, Bench, BenchSpec, report, summary
-from router.config import load_settings
+from ops.harness.burst import BurstStats, burst_report, burst_spec, run_burst
+from ops.harness.pipeline import Pipeline
+from router.config import RouterSettings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +42,19 @@ def main() -> int:
         help="the ratio line's workload only, 3,000 messages: checks the driver, not the figures",
     )
     parser.add_argument("--config", type=Path, default=None, help="router TOML (servers)")
+    parser.add_argument(
+        "--burst",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the burst of open groups (default: yes, except with --quick)",
+    )
+    parser.add_argument("--burst-only", action="store_true", help="only the burst")
+    parser.add_argument(
+        "--burst-rounds", type=int, default=3, help="burst pairs (share, wait) to run"
+    )
     args = parser.parse_args()
+    if args.burst_rounds < 1:
+        parser.error("--burst-rounds must be at least 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     spec = BenchSpec()
     if args.quick:
@@ -50,6 +70,8 @@ def main() -> int:
         )
     settings = load_settings(args.config)
     started = time.monotonic()
+    if args.burst_only:
+        return 0 if burst(settings, args.out, args.burst_rounds) else 1
     bench = Bench(settings, spec, args.out / "runs")
     results = bench.run()
     md = report(results, args.out)
@@ -59,8 +81,42 @@ def main() -> int:
     print(f"results, plots: {args.out} ({time.monotonic() - started:.0f}s in all)")
     for line in summary(results):
         print(line)
+    kept = True
+    if args.burst if args.burst is not None else not args.quick:
+        kept = burst(settings, args.out, args.burst_rounds)  # a guarantee broken fails the run
     print(f"ratio router/raw = {results.ratio:.2f}")
-    return 0
+    return 0 if kept else 1
+
+
+def burst(settings: RouterSettings, out: Path, rounds: int = 3) -> bool:
+    """The burst under each policy, side by side, `rounds` times (share then wait, a new
+    workload seed each round); a table appended to results.md. A burst lasts seconds, so
+    one pair is noisy: the ratios are taken per round and their median is reported.
+    True if every run kept every guarantee (interleavings under `share` are expected)."""
+    print(
+        f"\nburst of open groups (about 300, 150 open per plain producer, 3 destinations), "
+        f"{rounds} rounds"
+    )
+    pairs: list[tuple[BurstStats, BurstStats]] = []
+    for n in range(rounds):
+        stats: dict[str, BurstStats] = {}
+        for policy in ("share", "wait"):
+            print(f"  round {n + 1}/{rounds}, busy_policy = {policy!r}", flush=True)
+            run = out / "runs" / f"burst-{n + 1}-{policy}"
+            with Pipeline(settings, burst_spec(policy), run) as p:
+                _, stats[policy] = run_burst(
+                    p, say=lambda line: print(line, flush=True), seed=7 + n
+                )
+        pairs.append((stats["share"], stats["wait"]))
+    lines = burst_report(pairs)
+    with (out / "results.md").open("a") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    # The capacity rule allows `share` its interleavings when every destination is busy;
+    # `wait` promises none at all.
+    return all(not r.violations for pair in pairs for r in pair) and all(
+        w.interleaved == (0, 0) for _, w in pairs
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ never to excuse one.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -78,7 +79,7 @@ def run_pipeline_workload(
     senders = Senders(pipeline.settings, workload)
     t0 = time.monotonic()
     senders.start()
-    last = 0.0
+    last = -math.inf  # the first progress line at once (monotonic may start near 0)
     while not senders.join(timeout=0.5):
         now = time.monotonic()
         if now - last >= 2:

@@ -16,9 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Producer
+
 from ops.harness.verify import Sent
 from router import schemas
+from router.clients import idempotent_producer_config
 from router.config import RouterSettings
+from router.contract import headers_for
 from router.sender import DeliveryFailed, Sender
 
 ORDER_EVENT = "router.demo.OrderEvent"
@@ -36,6 +40,9 @@ class WorkloadSpec:
     payload_bytes: int = 200
     rate: float | None = None  # messages per second per sender; None = as fast as possible
     seed: int = 1
+    # A plain Kafka producer with the README's headers only (no router client): sender i
+    # writes to send queue i (mod their number), a group's messages keyed by its ID
+    plain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,18 +96,23 @@ def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]
     sender = f"s{index}"
     quota = spec.messages // spec.senders + (1 if index < spec.messages % spec.senders else 0)
     open_groups: dict[str, list[int]] = {}  # group -> [next seq, size]
+    # The grouped fraction holds over the whole quota: the slots not yet promised to
+    # open groups are shared between the ordinary messages still due and new groups.
+    ordinary_due = quota - round(quota * spec.grouped_fraction)
     n = groups = 0
     while n < quota:
         remaining = quota - n
         pending = sum(size - nxt for nxt, size in open_groups.values())
-        must_finish = pending >= remaining
-        if not must_finish and rng.random() >= spec.grouped_fraction:
+        free = remaining - pending  # slots no open group has claimed
+        room_for_groups = free - ordinary_due
+        if free > 0 and rng.random() * free < ordinary_due:
             group, seq, final = None, 0, False
+            ordinary_due -= 1
         else:
-            if len(open_groups) < spec.open_per_sender and not must_finish:
+            if len(open_groups) < spec.open_per_sender and room_for_groups > 0:
                 group = f"{spec.run_id}-{sender}-o{groups}"
                 groups += 1
-                size = min(group_size(rng, spec.max_group), remaining - pending)
+                size = min(group_size(rng, spec.max_group), room_for_groups)
                 open_groups[group] = [0, size]
             else:
                 group = rng.choice(sorted(open_groups))
@@ -152,7 +164,11 @@ class Senders:
         return self.join(timeout)
 
     def _run(self, index: int) -> None:
-        sender = Sender(self.settings, client_id=f"{self.spec.run_id}-s{index}")
+        sender: Sender | PlainSender
+        if self.spec.plain:
+            sender = PlainSender(self.settings, f"{self.spec.run_id}-s{index}", index)
+        else:
+            sender = Sender(self.settings, client_id=f"{self.spec.run_id}-s{index}")
         interval = 1 / self.spec.rate if self.spec.rate else 0.0
         next_at = time.monotonic()
         try:
@@ -174,13 +190,19 @@ class Senders:
                     ctx["rng"],
                     self.spec.payload_bytes,
                 )
-                sender.send(
-                    payload,
-                    guarantee_id=expected.group,
-                    final=expected.final,
-                    key=(expected.group or expected.event_id).encode(),
-                    on_delivery=delivered,
-                )
+                key = (expected.group or expected.event_id).encode()
+                if isinstance(sender, PlainSender):
+                    sender.send(
+                        payload, expected.group, expected.final, key, delivered, expected.seq
+                    )
+                else:
+                    sender.send(
+                        payload,
+                        guarantee_id=expected.group,
+                        final=expected.final,
+                        key=key,
+                        on_delivery=delivered,
+                    )
                 with self._lock:
                     self.attempted += 1
                 if interval:
@@ -197,3 +219,44 @@ class Senders:
             with self._lock:
                 self.failures.append(f"sender {index} crashed: {exc!r}")
             log.exception("sender %d crashed", index)
+
+
+class PlainSender:
+    """What a user without the router's client does: an idempotent producer, the
+    README's headers, the guarantee ID as the key (so a group stays on one partition)."""
+
+    def __init__(self, settings: RouterSettings, client_id: str, index: int) -> None:
+        queues = settings.topology.send_queues
+        self.topic = queues[index % len(queues)]
+        self.producer = Producer(idempotent_producer_config(settings.kafka, client_id))
+        self.failures: list[str] = []
+
+    def send(
+        self,
+        payload: bytes,
+        guarantee_id: str | None,
+        final: bool,
+        key: bytes,
+        on_delivery: Any,
+        seq: int = 0,
+    ) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                self.failures.append(f"{key!r}: {err}")
+            on_delivery(err, msg)
+
+        headers = headers_for(guarantee_id, seq=seq if guarantee_id else None, final=final)
+        while True:
+            try:
+                self.producer.produce(
+                    self.topic, payload, key, headers=headers, on_delivery=delivered
+                )
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.1)
+        self.producer.poll(0)
+
+    def close(self, timeout: float) -> None:
+        left = self.producer.flush(timeout)
+        if left or self.failures:
+            raise DeliveryFailed([*self.failures, *[f"{left} not delivered"] * bool(left)])
