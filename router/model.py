@@ -73,6 +73,7 @@ class TableModel:
         freed: Counter[str] = Counter()
         freed_lane: Counter[tuple[str, str]] = Counter()
         closed_here: dict[str, tuple[str, str]] = {}  # gid -> (destination, lane)
+        taken: set[str] = set()  # destinations a new group took after a final freed them
 
         def close(gid: str, dest: str, lane: str) -> None:
             if gid not in closed_here:
@@ -98,7 +99,7 @@ class TableModel:
                 )
 
         held_lanes: set[str] = set()
-        shared = held = created = stopped = orphans = 0
+        shared = created = stopped = orphans = 0
         batch_dest: str | None = None
         for r in requests:
             if r.lane in held_lanes:
@@ -113,7 +114,6 @@ class TableModel:
                         # A first message: the ID reused on another lane, while the old
                         # group's lane may still be behind. Wait for its release, at
                         # most the hold timeout (then the old group never ended: SPANS).
-                        held += 1
                         held_lanes.add(r.lane)
                         decisions.append(HELD)
                     else:
@@ -145,6 +145,15 @@ class TableModel:
                     )
                     record(r, True)
                     continue
+                if gid in closed_here and entry.dest in taken:
+                    # The ID reused after its final in this batch, whose destination
+                    # another group took since: a new group, which waits for the release.
+                    if not r.force_share:
+                        held_lanes.add(r.lane)
+                        decisions.append(HELD)
+                        record(r, True)
+                        continue
+                    shared += 1
                 entry.ttl_ms = r.ttl_ms
                 decisions.append(entry.dest)
                 record(r, True)
@@ -203,7 +212,6 @@ class TableModel:
                 record(r, False)
                 continue
             if busy and self.policy == "hold" and not r.force_share:
-                held += 1
                 held_lanes.add(r.lane)
                 decisions.append(HELD)
                 record(r, False)
@@ -222,8 +230,11 @@ class TableModel:
                 self.entries[gid] = Entry(dest, now_ms, now_ms, r.ttl_ms, token, r.lane)
                 self.load[dest] = self.load.get(dest, 0) + 1
                 created += 1
+                if freed[dest]:
+                    taken.add(dest)
                 if r.final:
                     close(gid, dest, r.lane)
+        held = decisions.count(HELD)
         return RouteResult(decisions, shared, held, created, stopped, orphans)
 
     def settle(

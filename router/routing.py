@@ -37,7 +37,9 @@ Rules, for each message of a batch, in order:
   survives, and a replay split over two units (a rebalance) could append the new group's
   messages before a final from another lane; from the same lane, any replay keeps the
   lane's order. (Other batches still see the destination busy until the batch commits
-  and settles.)
+  and settles.) A message of the same batch that reuses such a closed group's ID after
+  a new group took its destination answers HELD (whatever the policy) until the release;
+  with `force_share` it is routed there anyway and counted as shared.
 * Choosing among candidates: a destination's cost is its load (number of open groups
   not closed earlier in this batch) and, for a new group, whether another batch has it
   in flight. The cheapest are the

@@ -128,6 +128,7 @@ end
 local freed = {}
 local freed_lane = {}  -- lane -> dest -> finals of that lane routed in this batch
 local closed_here = {}
+local taken = {}  -- destinations a new group took after a final of this batch freed them
 local function eff(d) return load[d] - (freed[d] or 0) end
 local function close(gid, d, lane)
   if not closed_here[gid] then
@@ -251,7 +252,14 @@ for m = 0, nmsg - 1 do
         decision = '!P' .. e.dest
       elseif e.state ~= 'open' then
         decision = parked_message(gid, e, flags, ttl, token)
+      elseif closed_here[gid] and taken[e.dest] and not has(flags, 's') then
+        -- the ID reused after its final in this batch, whose destination another group
+        -- took since: a new group, which waits for the release
+        out[2] = out[2] + 1
+        held_lanes[lane] = true
+        decision = '!h'
       else
+        if closed_here[gid] and taken[e.dest] then out[1] = out[1] + 1 end
         decision = e.dest
         e.ttl = ttl
         if has(flags, 'f') then
@@ -314,6 +322,7 @@ for m = 0, nmsg - 1 do
                          parks = 0 }
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
+          if (freed[decision] or 0) > 0 then taken[decision] = true end
           touch(gid)
           if final then close(gid, decision, lane) end
         end

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import redis
 
+from router import room
 from router.routing import HELD, PARKED, SKIPPED, SPANS, STOPPED, STOPPING, RouteRequest
 from router.table import CALL_REQUESTS, ManagementTable, TableKeys
 from tests.helpers import unique
@@ -177,6 +178,32 @@ def test_a_reused_id_waits_no_longer_than_the_hold_timeout(new_table: Any) -> No
     timed_out = req("G", "transfer/1", 0, force_share=True)
     assert t.route([timed_out, req(None, "transfer/1", 1)]).decisions[0] == SPANS
     assert t.entry("G").lane == "transfer/0"  # the old group keeps its entry
+
+
+@pytest.mark.parametrize("policy", ["share", "hold", "wait"])
+def test_an_id_reused_in_the_batch_of_its_final_waits_when_its_destination_was_taken(
+    new_table: Any, policy: str
+) -> None:
+    """Found by the adversarial review of the lane hand-over (on main too): G's final
+    frees d0 for its lane's next group H in the same batch; G's ID reused after that went
+    to d0 as well, inside the open H, uncounted. It is a new group: it waits for G's
+    release (held, whatever the policy), and then starts afresh."""
+    t = new_table(["d0"], policy=policy)
+    batch = [
+        req("G", "A", 5, final=True),
+        req("H", "A", 6),
+        req("G", "A", 7),
+        req("H", "A", 8, final=True),
+    ]
+    result = t.route(batch, batch="b1")
+    assert result.decisions == ["d0", "d0", HELD, SKIPPED] and result.shared == 0
+    # the batch commits up to G's reuse; its settle releases G's final, then the replay
+    t.settle("b1", set(), [("G", "A/5")])
+    assert t.entry("G") is None
+    replay = t.route([req("G", "A", 7), req("H", "A", 8, final=True)], batch="b2")
+    # H is still open on the one destination: G waits (wait), is held (hold) or shares
+    expected = {"share": ["d0", "d0"], "hold": [HELD, SKIPPED], "wait": [room.WAIT, "d0"]}
+    assert replay.decisions == expected[policy]
 
 
 def test_a_lost_write_is_a_reset_even_after_other_units_wrote(

@@ -122,3 +122,61 @@ def test_sweep_removes_only_entries_idle_past_their_ttl() -> None:
     assert [s.guarantee_id for s in t.sweep(now_ms=100)] == []  # idle 100 = TTL: kept
     assert [s.guarantee_id for s in t.sweep(now_ms=101)] == ["old"]
     assert set(t.entries) == {"fresh"} and sum(t.load.values()) == 1
+
+
+def _destinations(t: TableModel, batch: list[RouteRequest]) -> tuple[list[str], list[str]]:
+    """The batch's decisions, and what the one destination "a" is sent, in order."""
+    decisions = t.route(batch, 0, batch="b1").decisions
+    return decisions, [
+        r.guarantee_id or "-" for r, d in zip(batch, decisions, strict=True) if d == "a"
+    ]
+
+
+def test_an_id_reused_in_the_batch_of_its_final_waits_when_its_destination_was_taken() -> None:
+    """g1's final frees "a" for its lane's next group g2 in the same batch; g1's ID reused
+    after that is a new group, which must not open inside g2: it waits for g1's release
+    (held, whatever the policy), and the rest of its lane waits behind it. Found by the
+    adversarial review of the lane hand-over; before, it went to "a" inside open g2."""
+    for policy in ("share", "hold", "wait"):
+        t = TableModel(["a"], policy=policy)  # type: ignore[arg-type]
+        batch = [
+            req("g1", final=True, token="q/0/5"),
+            req("g2", token="q/0/6"),
+            req("g1", token="q/0/7"),
+            req("g2", final=True, token="q/0/8"),
+        ]
+        decisions, on_a = _destinations(t, batch)
+        assert decisions == ["a", "a", HELD, SKIPPED], policy
+        assert on_a == ["g1", "g2"]
+        assert t.entries["g1"].closing == "q/0/5"  # still released by its final
+        assert t.release([("g1", "q/0/5")]) == 1
+
+
+def test_a_one_message_group_reusing_the_id_also_waits() -> None:
+    t = TableModel(["a"])
+    batch = [
+        req("g1", final=True, token="q/0/5"),
+        req("g2", token="q/0/6"),
+        req("g1", final=True, token="q/0/7"),
+    ]
+    assert t.route(batch, 0).decisions == ["a", "a", HELD]
+
+
+def test_an_id_reused_in_the_batch_of_its_final_keeps_its_destination_when_untaken() -> None:
+    t = TableModel(["a"])
+    batch = [req("g1", final=True, token="q/0/5"), req(None), req("g1", token="q/0/7")]
+    decisions, on_a = _destinations(t, batch)
+    assert decisions == ["a", "a", "a"]  # an ordinary message between two groups is fine
+    assert on_a == ["g1", "-", "g1"]
+    assert t.entries["g1"].closing == ""  # the reuse cancels the old release
+
+
+def test_a_held_reuse_is_shared_and_counted_once_its_hold_timed_out() -> None:
+    t = TableModel(["a"])
+    batch = [
+        req("g1", final=True, token="q/0/5"),
+        req("g2", token="q/0/6"),
+        req("g1", token="q/0/7", force=True),
+    ]
+    result = t.route(batch, 0)
+    assert result.decisions == ["a", "a", "a"] and result.shared == 1
