@@ -46,6 +46,11 @@ ROOM = "router-room"
 TOKEN = "router-token"
 THROUGH = "router-through"
 DRAINED = b"drained"
+# A bad message of a group in the room is parked too, in its place: `<code>|<final 0/1>|
+# <detail>`; the drain dead-letters it with that reason (and a bad final still ends the
+# group). Room headers a sender set itself are dropped when a record is parked.
+BAD = "router-bad"
+ROOM_HEADERS = frozenset({ROOM, TOKEN, THROUGH, BAD})
 
 ROUTING_HEADERS = frozenset({GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS, ON_POISON})
 POISON_POLICIES = ("dead-letter", "stop-group")

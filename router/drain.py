@@ -9,8 +9,7 @@ offset taken when no park of the group was in flight."""
 from __future__ import annotations
 
 import logging
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from confluent_kafka import Message, TopicPartition
 
@@ -20,81 +19,14 @@ from router.clock import Every
 from router.contract import BadInput
 from router.emit import Emitter, Output, Record, new_record
 from router.metrics import Metrics
+from router.roomindex import Parked, RoomIndex, room_partition
 from router.routing import STOPPED, RoomState
 from router.side import SideSpec
 from router.table import ManagementTable
 
 log = logging.getLogger("router.drain")
 
-ROOM_HEADERS = frozenset({contract.ROOM, contract.TOKEN, contract.THROUGH})
 IDLE_S = 0.05  # between two batches that only drain
-
-
-def room_partition(gid: str, partitions: int) -> int:
-    """Where a group's parked records go: all of one group on one partition, in order."""
-    return zlib.crc32(gid.encode()) % partitions
-
-
-@dataclass(slots=True)
-class Parked:
-    m: Message
-    final: bool
-    token: str
-
-
-@dataclass
-class RoomIndex:
-    """Parked records of the room partitions this unit owns (pure, no I/O)."""
-
-    groups: dict[TP, dict[str, list[Parked]]] = field(default_factory=dict)
-    through: dict[tuple[TP, str], int] = field(default_factory=dict)  # drained up to
-    seen: dict[TP, int] = field(default_factory=dict)  # highest offset read
-    last_marked: str = ""
-
-    def add(self, m: Message) -> bool:
-        """Index a room record; True if it is a drain marker (`last_marked` names its
-        group)."""
-        tp = (m.topic(), m.partition())
-        if m.offset() <= self.seen.get(tp, -1):
-            return False  # read again after a rewind: already indexed
-        self.seen[tp] = m.offset()
-        headers = dict(m.headers() or [])
-        gid = (headers.get(contract.ROOM) or b"").decode()
-        if headers.get(contract.CONTROL) == contract.DRAINED:
-            through = int(headers.get(contract.THROUGH) or b"-1")
-            self.mark(tp, gid, through)
-            self.last_marked = gid
-            return True
-        final = (headers.get(contract.FINAL) or b"").lower() in (b"true", b"1")
-        token = (headers.get(contract.TOKEN) or b"").decode()
-        if m.offset() > self.through.get((tp, gid), -1):
-            self.groups.setdefault(tp, {}).setdefault(gid, []).append(Parked(m, final, token))
-        return False
-
-    def mark(self, tp: TP, gid: str, through: int) -> None:
-        """The group's records up to `through` are drained (committed)."""
-        key = (tp, gid)
-        self.through[key] = max(self.through.get(key, -1), through)
-        by_gid = self.groups.get(tp, {})
-        rest = [p for p in by_gid.get(gid, []) if p.m.offset() > self.through[key]]
-        if rest:
-            by_gid[gid] = rest
-        else:
-            by_gid.pop(gid, None)
-
-    def revoke(self, tp: TP) -> None:
-        self.groups.pop(tp, None)
-        self.seen.pop(tp, None)
-        for key in [k for k in self.through if k[0] == tp]:
-            del self.through[key]
-
-    def low_mark(self, tp: TP, position: int) -> int:
-        """The offset to commit for a room partition: its oldest undrained record."""
-        firsts = [recs[0].m.offset() for recs in self.groups.get(tp, {}).values() if recs]
-        return int(min([position, *firsts]))
-
-    def gids(self) -> set[str]:
-        return {g for by_gid in self.groups.values() for g in by_gid}
 
 
 @dataclass(slots=True)
@@ -202,7 +134,7 @@ class Drain:
                     if gid not in self.opening:  # its first drain: how long it waited
                         ts_type, ts = parked[0].m.timestamp()
                         out.room_waits_ms.append(max(now_ms - ts, 0) if ts_type else 0)
-                    self._forward(tp, gid, parked, state.dest, out, batch)
+                    self._forward(tp, gid, parked, state.dest, out, batch, now_ms)
                     drained.add(gid)
                     self.opening.add(gid)
                 elif state is None or state.state == room.OPEN or state.closing == STOPPED:
@@ -237,12 +169,36 @@ class Drain:
             self.index.mark(tp, gid, through)
 
     def _forward(
-        self, tp: TP, gid: str, parked: list[Parked], dest: str, out: Output, batch: Batch
+        self,
+        tp: TP,
+        gid: str,
+        parked: list[Parked],
+        dest: str,
+        out: Output,
+        batch: Batch,
+        now_ms: int,
     ) -> None:
+        """Forward the group's parked records, in order, to its destination; a bad one is
+        dead-lettered in its place, and a bad final still ends the group (released with
+        the batch's finals; closed downstream on the send side)."""
         topic, partition = self.spec.target(dest)
+        emitter = self.emitter
         for p in parked:
             m = p.m
-            headers = [(k, v) for k, v in (m.headers() or []) if k not in ROOM_HEADERS]
+            headers = p.headers()
+            if p.close:  # the send side ended the group here: release it, forward nothing
+                out.closes += 1
+                out.finals.append((gid, p.token))
+                continue
+            if p.bad is not None:
+                item = Item(m, headers, None, p.bad)
+                out.records.append(emitter.dead_letter(item, p.bad, now_ms, p.source()))
+                out.dead += 1
+                if p.final and not room.is_pseudo(gid):
+                    out.finals.append((gid, p.token))
+                    if self.spec.side == "send":
+                        out.records.append(emitter.close_marker(item, dest, out, p.token))
+                continue
             ts_type, ts = m.timestamp()
             out.records.append(
                 new_record(
@@ -253,7 +209,7 @@ class Drain:
             out.forwarded += 1
             if p.final and gid and not room.is_pseudo(gid):
                 out.finals.append((gid, p.token))
-        out.drained += len(parked)
+            out.drained += 1
         self._marker(tp, gid, parked, out, batch)
 
     def _dead_letter(
@@ -281,8 +237,10 @@ class Drain:
             )
         log.warning("dead-lettering %d parked records of group %r: %s", len(parked), gid, bad)
         for p in parked:
-            headers = [(k, v) for k, v in (p.m.headers() or []) if k not in ROOM_HEADERS]
-            out.records.append(self.emitter.dead_letter(Item(p.m, headers, None), bad, now_ms))
+            if p.close:
+                continue  # a close marker: no message of the sender's to dead-letter
+            item = Item(p.m, p.headers(), None)
+            out.records.append(self.emitter.dead_letter(item, p.bad or bad, now_ms, p.source()))
             out.dead += 1
         self._marker(tp, gid, parked, out, batch)
 
@@ -297,4 +255,4 @@ class Drain:
         batch.extra.setdefault("drained", {})[(tp, gid)] = through
 
 
-__all__ = ["Drain", "RoomIndex", "room_partition"]
+__all__ = ["Drain"]

@@ -104,6 +104,10 @@ class Emitter:
             if held and not batch.forwards(item):
                 continue  # held, or behind a held message of its partition
             dest = item.decision
+            if item.close and dest == WAIT:  # its group waits: the close follows its parks
+                records.append(self._park_in_room(item))
+                out.parked_in_room += 1
+                continue
             if item.close:  # the send side ended this group: release it, forward nothing
                 out.closes += 1
                 if dest and dest[0] != "!" and item.routing is not None:
@@ -117,13 +121,13 @@ class Emitter:
                 out.parked += 1
                 self._park(item, False, now_ms, out)
                 if add_origin and dest[2:] != NO_DEST:
-                    records.append(self._close(item, dest[2:], out))
+                    records.append(self.close_marker(item, dest[2:], out))
                 continue
             if dest == SPANS:
                 out.dead += 1
                 records.append(self.dead_letter(item, item.bad or _spans(item), now_ms))
                 continue
-            if dest == WAIT and item.bad is None:
+            if dest == WAIT:  # a bad one too: dead-lettered in its place by the drain
                 records.append(self._park_in_room(item))
                 out.parked_in_room += 1
                 continue
@@ -135,7 +139,7 @@ class Emitter:
                 if final and gid and dest and dest[0] != "!":
                     out.finals.append((gid, _token(item)))
                     if add_origin:
-                        records.append(self._close(item, dest, out))
+                        records.append(self.close_marker(item, dest, out))
                 continue
             assert dest is not None and item.routing is not None
             m = item.m
@@ -167,16 +171,21 @@ class Emitter:
                     out.finals.append((r.guarantee_id, _token(item)))
         return out
 
-    def dead_letter(self, item: Item, bad: BadInput, now_ms: int) -> Record:
+    def dead_letter(
+        self, item: Item, bad: BadInput, now_ms: int, source: tuple[str, int, int] | None = None
+    ) -> Record:
+        """The dead letter of `item`, with its reason; `source`: the position to report
+        if not the record's own (a parked record's send-queue or transfer position)."""
         m = item.m
         ts_type, ts = m.timestamp()
+        topic, partition, offset = source or (m.topic(), m.partition(), m.offset())
         record = events.dead_letter(
             bad,
             side=self.spec.side,
             unit=self.unit,
-            topic=m.topic(),
-            partition=m.partition(),
-            offset=m.offset(),
+            topic=topic,
+            partition=partition,
+            offset=offset,
             timestamp_ms=ts if ts_type else None,
             key=m.key(),
             value=m.value(),
@@ -191,18 +200,20 @@ class Emitter:
         log.warning("dead-lettered %s: %s", where(m), bad)
         return Record(self.dead_letter_topic, -1, m.key(), record, headers, 0, None)
 
-    def _close(self, item: Item, dest: str, out: Output) -> Record:
+    def close_marker(self, item: Item, dest: str, out: Output, origin: str = "") -> Record:
         """A close marker (send side): the group of `item` ends here without its final
         being forwarded, so the receive side must release it. Sent to the group's transfer
-        partition after everything forwarded of the group, in the same transaction."""
+        partition after everything forwarded of the group, in the same transaction.
+        `origin`: the final's send-queue position, if `item` is not at it (the room)."""
         m, r = item.m, item.routing
         gid = r.guarantee_id if r is not None else item.bad.guarantee_id if item.bad else None
         assert gid is not None
+        origin = origin or f"{m.topic()}/{m.partition()}/{m.offset()}"
         headers: list[tuple[str, bytes | None]] = [
             (contract.GUARANTEE_ID, gid.encode()),
             (contract.FINAL, b"true"),
             (contract.CONTROL, contract.CLOSE),
-            (contract.ORIGIN, f"{m.topic()}/{m.partition()}/{m.offset()}".encode()),
+            (contract.ORIGIN, origin.encode()),
         ]
         if r is not None:
             headers.append((contract.TTL_MS, str(r.ttl_ms).encode()))
@@ -254,15 +265,19 @@ class Emitter:
         """A message of a waiting or admitted group (or an ordinary one while every
         destination is busy): to its group's room partition, in order, with its group and
         source position (`router.drain` forwards it once the group is admitted)."""
-        m, r = item.m, item.routing
-        assert r is not None
-        gid = r.guarantee_id or room.ordinary_group(f"{m.topic()}/{m.partition()}")
+        m, r, bad = item.m, item.routing, item.bad
+        gid = (r.guarantee_id if r is not None else bad.guarantee_id if bad else None) or (
+            room.ordinary_group(f"{m.topic()}/{m.partition()}")
+        )
         position = f"{m.topic()}/{m.partition()}/{m.offset()}".encode()
         headers = [
-            *(item.headers or []),
+            *(h for h in item.headers or () if h[0] not in contract.ROOM_HEADERS),
             (contract.ROOM, gid.encode()),
             (contract.TOKEN, position),
         ]
+        if bad is not None:
+            final = r.final if r is not None else bad.final
+            headers.append((contract.BAD, f"{bad.code}|{int(final)}|{bad.detail}".encode()))
         if self.spec.side == "send":
             headers.append((contract.ORIGIN, position))
         ts_type, ts = m.timestamp()

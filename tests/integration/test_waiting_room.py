@@ -84,6 +84,48 @@ def test_a_group_waits_without_blocking_its_partition_and_arrives_whole_after(
     assert sum(v for k, v in m.items() if k.startswith("room_wait_")) == 2, m
 
 
+def test_a_waiting_group_with_a_bad_final_is_dead_lettered_in_place_and_still_ends(
+    pipeline: PipelineFactory,
+) -> None:
+    """B waits behind A with B0 and a bad final (a malformed TTL header: its group and
+    final flag are readable), C waits behind B. When B drains, its final is dead-lettered
+    in its place, with its reason and send-queue position, and still ends B on both sides
+    (released on the send side, closed downstream by a close marker): C follows at once.
+    Before, the bad final was dead-lettered as it arrived and B never ended (no sweeper
+    here): C waited for ever."""
+    p = pipeline(PipelineSpec(busy_policy="wait", **ONE_WAY))  # type: ignore[arg-type]
+    s = p.settings
+    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
+    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    a, b = s.topology.send_queues
+    producer.produce(a, b"A0", partition=0, headers=headers_for("A", seq=0))
+    producer.flush(10)
+    queue.until(b"A0")
+    bad_final = [*headers_for("B", seq=1, final=True), ("guarantee-ttl-ms", b"soon")]
+    producer.produce(b, b"B0", partition=0, headers=headers_for("B", seq=0))
+    producer.produce(b, b"B1", partition=0, headers=bad_final)
+    producer.produce(b, b"C0", partition=0, headers=headers_for("C", seq=0))
+    producer.produce(b, b"C1", partition=0, headers=headers_for("C", seq=1, final=True))
+    producer.flush(10)
+    send_table = table_for(s, "send", redis_client(s.redis))
+    wait_until(lambda: set(send_table.room()) == {"B", "C"}, 60, "B and C waiting")
+    producer.produce(a, b"A1", partition=0, headers=headers_for("A", seq=1, final=True))
+    producer.flush(10)
+    assert queue.until(b"C1") == [b"A0", b"A1", b"B0", b"C0", b"C1"]
+    (dead,) = _read(s, s.topology.dead_letter_topic, DEAD_LETTER, 1)
+    # its own reason, and where it was on the send queue (not the room's position)
+    assert (dead["value"], dead["reason_code"]) == (b"B1", "bad-ttl"), dead
+    assert (dead["source_topic"], dead["source_partition"], dead["source_offset"]) == (b, 0, 1)
+    receive_table = table_for(s, "receive", redis_client(s.redis))
+    wait_until(
+        lambda: not send_table.entries() and not receive_table.entries(),
+        60,
+        "every group released on both sides (B by its bad final)",
+    )
+    assert send_table.stats().get("shared", 0) == 0
+    queue.receiver.close()
+
+
 def test_the_issue_burst_from_plain_producers_arrives_with_no_interleaving(
     pipeline: PipelineFactory,
 ) -> None:

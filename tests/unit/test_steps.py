@@ -10,6 +10,8 @@ from router.classify import Classifier
 from router.config import RouterSettings
 from router.emit import Emitter
 from router.holds import Backoff, Holds
+from router.room import WAIT
+from router.roomindex import RoomIndex
 from router.routing import HELD, IGNORED, ORPHAN, PARKED, SKIPPED, SPANS, STOPPING
 from router.side import side_spec
 from tests.unit.fakes import FakeMessage, msg
@@ -210,3 +212,50 @@ def test_backoff_doubles_up_to_its_maximum() -> None:
     assert b.until is None
     assert [b.start() for _ in range(4)] == [200, 400, 800, 1000]
     assert b.until is not None
+
+
+def _as_read(records: list[Any], first_offset: int = 0) -> list[FakeMessage]:
+    """The room records as the drain step reads them back."""
+    return [
+        FakeMessage(r.topic, r.partition, first_offset + i, r.value, r.key, list(r.headers))
+        for i, r in enumerate(records)
+    ]
+
+
+def test_in_the_room_a_bad_message_is_parked_in_its_place_with_its_reason() -> None:
+    """A bad message of a waiting group is not dead-lettered ahead of the group's parked
+    ones: it is parked with its reason, and the drain dead-letters it in its place (a bad
+    final still ends the group). Room headers a sender set are dropped."""
+    forged = [(contract.ROOM, b"other"), (contract.BAD, b"fake|1|not bad")]
+    batch = classified(
+        msg(1, "b", seq=0, extra=forged),
+        msg(2, "b", seq=1, final=True, extra=[(contract.TTL_MS, b"soon")]),
+    )
+    out = emitted(batch, [WAIT, WAIT])
+    assert {r.topic for r in out.records} == {"t.room.send"} and out.parked_in_room == 2
+    assert out.finals == [] and out.dead == 0  # both decided when the group drains
+    index = RoomIndex()
+    for m in _as_read(out.records):
+        index.add(m)
+    ((_, by_gid),) = index.groups.items()
+    good, bad = by_gid["b"]
+    assert good.bad is None and not good.final
+    assert bad.bad is not None and (bad.bad.code, bad.final) == ("bad-ttl", True)
+    assert bad.source() == ("in", 0, 2)
+
+
+def test_in_the_room_a_close_marker_follows_its_group_and_is_read_back_as_a_close() -> None:
+    marker = [
+        (contract.GUARANTEE_ID, b"s"),
+        (contract.FINAL, b"true"),
+        (contract.CONTROL, contract.CLOSE),
+    ]
+    batch = classified(msg(7, headers=marker), side="receive")
+    out = emitted(batch, [WAIT], side="receive")
+    assert [r.topic for r in out.records] == ["t.room.receive"] and out.closes == 0
+    index = RoomIndex()
+    (m,) = _as_read(out.records)
+    index.add(m)
+    ((_, by_gid),) = index.groups.items()
+    (close,) = by_gid["s"]
+    assert close.close and close.final and close.token == "in/0/7"
