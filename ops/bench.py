@@ -6,9 +6,10 @@
     .venv/bin/python -m ops.bench --burst-only    # the burst of open groups only
 
 The full run ends with the burst of open groups (ops/harness/burst.py: ~300 groups, 150
-open per plain producer, 3 destinations per side) under `share` and `wait`, side by side,
-three rounds (`--burst-rounds`): throughput, ordinary and group latency p50/p99 and
-interleavings per side, and the wait/share ratios per round with their median.
+open per plain producer, 3 destinations per side) under `share`, `wait` and `wait` with
+every group whole (`whole`), side by side, three rounds (`--burst-rounds`): throughput,
+ordinary and group latency p50/p99 and interleavings per side, and the ratios to `share`
+per round with their median.
 
 Uses the local stack of this checkout (`make stack-up`). Writes results.md, results.json
 and PNG plots to .results/bench/ and prints the table; the last line is
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 from ops.harness.bench import KEY, Bench, BenchSpec, report, summary
-from ops.harness.burst import BurstStats, burst_report, burst_spec, run_burst
+from ops.harness.burst import VARIANTS, BurstStats, burst_report, burst_spec, run_burst
 from ops.harness.pipeline import Pipeline
 from router.config import RouterSettings, load_settings
 
@@ -50,7 +51,7 @@ def main() -> int:
     )
     parser.add_argument("--burst-only", action="store_true", help="only the burst")
     parser.add_argument(
-        "--burst-rounds", type=int, default=3, help="burst pairs (share, wait) to run"
+        "--burst-rounds", type=int, default=3, help="burst rounds (share, wait, whole) to run"
     )
     args = parser.parse_args()
     if args.burst_rounds < 1:
@@ -89,33 +90,33 @@ def main() -> int:
 
 
 def burst(settings: RouterSettings, out: Path, rounds: int = 3) -> bool:
-    """The burst under each policy, side by side, `rounds` times (share then wait, a new
-    workload seed each round); a table appended to results.md. A burst lasts seconds, so
-    one pair is noisy: the ratios are taken per round and their median is reported.
-    True if every run kept every guarantee (interleavings under `share` are expected)."""
+    """The burst under each variant (share, wait, whole), side by side, `rounds` times (a
+    new workload seed each round); a table appended to results.md. A burst lasts seconds,
+    so one run is noisy: the ratios to `share` are taken per round and their median is
+    reported. True if every run kept every guarantee (`share` may interleave)."""
     print(
         f"\nburst of open groups (about 300, 150 open per plain producer, 3 destinations), "
-        f"{rounds} rounds"
+        f"{rounds} rounds of {', '.join(VARIANTS)}"
     )
-    pairs: list[tuple[BurstStats, BurstStats]] = []
+    runs: list[dict[str, BurstStats]] = []
     for n in range(rounds):
         stats: dict[str, BurstStats] = {}
-        for policy in ("share", "wait"):
-            print(f"  round {n + 1}/{rounds}, busy_policy = {policy!r}", flush=True)
-            run = out / "runs" / f"burst-{n + 1}-{policy}"
-            with Pipeline(settings, burst_spec(policy), run) as p:
-                _, stats[policy] = run_burst(
-                    p, say=lambda line: print(line, flush=True), seed=7 + n
+        for name, (policy, env) in VARIANTS.items():
+            print(f"  round {n + 1}/{rounds}: {name}", flush=True)
+            run = out / "runs" / f"burst-{n + 1}-{name}"
+            with Pipeline(settings, burst_spec(policy, **env), run) as p:
+                _, stats[name] = run_burst(
+                    p, say=lambda line: print(line, flush=True), seed=7 + n, label=name
                 )
-        pairs.append((stats["share"], stats["wait"]))
-    lines = burst_report(pairs)
+        runs.append(stats)
+    lines = burst_report(runs)
     with (out / "results.md").open("a") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     # The capacity rule allows `share` its interleavings when every destination is busy;
-    # `wait` promises none at all.
-    return all(not r.violations for pair in pairs for r in pair) and all(
-        w.interleaved == (0, 0) for _, w in pairs
+    # `wait` and whole groups promise none at all.
+    return all(not st.violations for r in runs for st in r.values()) and all(
+        st.interleaved == (0, 0) for r in runs for name, st in r.items() if name != "share"
     )
 
 

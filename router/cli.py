@@ -20,7 +20,8 @@ from router.config import RouterSettings, load_settings
 from router.faults import Faults
 from router.metrics import read_all
 from router.relay import RelaySteps, relay_spec
-from router.room import is_pseudo
+from router.room import STAGED, is_pseudo
+from router.routing import Entry
 from router.side import side_spec, table_for
 from router.spark_cli import spark as spark_commands
 from router.sweeper import Sweeper
@@ -224,24 +225,33 @@ def table_show(ctx: click.Context, side: str, limit: int) -> None:
     inflight = sorted({dest for dest, _ in t.inflight()})
     click.echo("ordinary messages in flight to: " + (", ".join(inflight) or "-"))
     click.echo("counters: " + json.dumps(t.stats(), sort_keys=True))
-    _show_room(t, now, limit)
+    _show_room(t, entries, now, limit)
 
 
-def _show_room(t: ManagementTable, now: int, limit: int) -> None:
+def _show_room(t: ManagementTable, entries: dict[str, Entry], now: int, limit: int) -> None:
     """The waiting room (busy policy `wait`): waiting groups oldest first, then the
-    admitted ones whose parked messages are being drained."""
+    admitted ones whose parked messages are being drained, then the staged ones (whole-group
+    delivery, until their final)."""
     room, admitted = t.room(), t.admitted()
-    click.echo(f"waiting room: {len(room)} waiting, {len(admitted)} admitted (draining)")
-    if not room and not admitted:
+    staged = sorted((e.opened_ms, g) for g, e in entries.items() if e.state == STAGED)
+    click.echo(
+        f"waiting room: {len(room)} waiting, {len(admitted)} admitted (draining), "
+        f"{len(staged)} staged (whole groups until their final)"
+    )
+    if not room and not admitted and not staged:
         return
-    shown = [*list(room)[:limit], *list(admitted)[:limit]]
+    shown = [*list(room)[:limit], *list(admitted)[:limit], *(g for _, g in staged[:limit])]
     states = t.room_state(shown)
     click.echo(f"{'guarantee ID':32} {'waiting s':>9} {'parked':>7}  destination")
     for gid in shown:
         st = states.get(gid)
         name = f"(ordinary of {gid[1:]})" if is_pseudo(gid) else gid
-        age = f"{(now - room[gid]) / 1000:9.1f}" if gid in room else f"{'-':>9}"
-        dest = admitted.get(gid, "(waits for a free one)")
+        since = room.get(gid, entries[gid].opened_ms if gid in entries else None)
+        age = f"{(now - since) / 1000:9.1f}" if since is not None else f"{'-':>9}"
+        staging = st is not None and st.state == STAGED
+        dest = admitted.get(
+            gid, "(staged until its final)" if staging else "(waits for a free one)"
+        )
         click.echo(f"{name:32} {age} {st.parks if st else 0:7}  {dest}")
 
 

@@ -176,6 +176,12 @@ class RoutingSettings(_Section):
     # Message types whose payload must decode with an Avro schema from schemas/ (its full
     # name); checked by the send units, so undecodable payloads never enter the path.
     schema_by_type: dict[str, str] = Field(default_factory=dict)
+    # Whole-group delivery for groups that do not say (header "guarantee-delivery"), by
+    # message type, else the default: "complete" stages a group in the waiting room until
+    # its final and then writes it whole to one destination (needs busy_policy "wait");
+    # "stream" forwards members as they arrive.
+    default_delivery: Literal["stream", "complete"] = "stream"
+    delivery_by_type: dict[str, Literal["stream", "complete"]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _ttls_in_bounds(self) -> RoutingSettings:
@@ -184,6 +190,14 @@ class RoutingSettings(_Section):
         for kind, ttl in {"(default)": self.default_ttl_ms, **self.ttl_by_type}.items():
             if not self.min_ttl_ms <= ttl <= self.max_ttl_ms:
                 raise ValueError(f"TTL of message type {kind} ({ttl} ms) is outside the bounds")
+        unknown = sorted(set(self.delivery_by_type) - set(self.ttl_by_type))
+        if unknown:
+            raise ValueError(f"delivery_by_type names message types not in ttl_by_type: {unknown}")
+        wants = {self.default_delivery, *self.delivery_by_type.values()}
+        if "complete" in wants and self.busy_policy != "wait":
+            raise ValueError(
+                'complete delivery stages groups in the waiting room: it needs busy_policy "wait"'
+            )
         return self
 
 

@@ -33,6 +33,11 @@ SEQ = "guarantee-seq"
 MESSAGE_TYPE = "message-type"
 TTL_MS = "guarantee-ttl-ms"
 ON_POISON = "guarantee-on-poison"
+# "complete": the group is staged in the waiting room until its final, then written whole
+# to one destination (docs/routing.md, "Whole-group delivery"); "stream" (default): as
+# its members arrive.
+DELIVERY = "guarantee-delivery"
+DELIVERIES = ("stream", "complete")
 ORIGIN = "router-origin"
 # On the transfer topic only: "close" marks a group the send side ended without forwarding
 # its final (a dead-lettered final, a stopped group), so that the receive side releases it.
@@ -52,7 +57,7 @@ DRAINED = b"drained"
 BAD = "router-bad"
 ROOM_HEADERS = frozenset({ROOM, TOKEN, THROUGH, BAD})
 
-ROUTING_HEADERS = frozenset({GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS, ON_POISON})
+ROUTING_HEADERS = frozenset({GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS, ON_POISON, DELIVERY})
 POISON_POLICIES = ("dead-letter", "stop-group")
 
 _TRUE = frozenset({b"true", b"1", b"True", b"TRUE"})
@@ -77,6 +82,7 @@ class BadInput(Exception):
         self.message_type: str | None = None
         self.on_poison: str | None = None
         self.final: bool = False  # its final flag, if readable: a bad final still ends its group
+        self.complete: bool = False  # whole-group delivery asked for, if readable
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,7 @@ class Routing:
     seq: int | None = None
     message_type: str | None = None
     on_poison: str | None = None
+    complete: bool = False  # whole-group delivery (a grouped message only)
 
     @property
     def grouped(self) -> bool:
@@ -99,6 +106,7 @@ class Routing:
         error = BadInput(code, detail)
         error.guarantee_id, error.seq = self.guarantee_id, self.seq
         error.message_type, error.on_poison = self.message_type, self.on_poison
+        error.final, error.complete = self.final, self.complete
         return error
 
 
@@ -161,6 +169,11 @@ def parse(headers: Headers | None, rules: RoutingSettings) -> Routing:
         raw = seen.get(ON_POISON)
         policy = raw.decode("utf-8", "replace") if raw else None
         error.on_poison = policy if policy in POISON_POLICIES else None
+        if gid is not None:  # a bad first message keeps its group's delivery
+            raw = seen.get(DELIVERY)
+            error.complete = (
+                raw == b"complete" if raw else _complete_by_rules(error.message_type, rules)
+            )
         raise
 
 
@@ -234,7 +247,23 @@ def _parse_rest(seen: dict[str, bytes | None], gid: str | None, rules: RoutingSe
                 f"{ON_POISON} {on_poison[:32]!r} is not one of {POISON_POLICIES}",
             )
 
-    return Routing(gid, final, ttl, seq, message_type, on_poison)
+    complete = False
+    raw_delivery = seen.get(DELIVERY)
+    if raw_delivery:
+        delivery = raw_delivery.decode("utf-8", "replace")
+        if delivery not in DELIVERIES:
+            raise BadInput(
+                "bad-delivery", f"{DELIVERY} {delivery[:32]!r} is not one of {DELIVERIES}"
+            )
+        complete = delivery == "complete"
+    elif gid is not None:
+        complete = _complete_by_rules(message_type, rules)
+    return Routing(gid, final, ttl, seq, message_type, on_poison, complete and gid is not None)
+
+
+def _complete_by_rules(message_type: str | None, rules: RoutingSettings) -> bool:
+    by_type = rules.delivery_by_type.get(message_type or "")
+    return (by_type or rules.default_delivery) == "complete"
 
 
 def headers_for(
@@ -245,6 +274,7 @@ def headers_for(
     message_type: str | None = None,
     ttl_ms: int | None = None,
     on_poison: str | None = None,
+    delivery: str | None = None,
 ) -> list[tuple[str, bytes]]:
     """The routing headers a sender attaches (the inverse of `parse`)."""
     out: list[tuple[str, bytes]] = []
@@ -258,6 +288,8 @@ def headers_for(
             out.append((TTL_MS, str(ttl_ms).encode("ascii")))
         if on_poison is not None:
             out.append((ON_POISON, on_poison.encode("ascii")))
+        if delivery is not None:
+            out.append((DELIVERY, delivery.encode("ascii")))
     elif final:
         raise ValueError("an ordinary message (no guarantee ID) cannot be final")
     if message_type is not None:

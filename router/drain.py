@@ -126,11 +126,15 @@ class Drain:
             if end == 0 or positions.get(tp, -1) >= end:
                 del self.catch_up[tp]
         drained: set[str] = set()
+        held_back: set[str] = set()
         before = len(out.records)
         for tp in sorted(set(self.index.groups) - set(self.catch_up)):  # caught up only
             for gid, parked in list(self.index.groups[tp].items()):
                 state = states.get(gid)
                 if state is not None and state.state == room.ADMITTED and state.closing != STOPPED:
+                    if state.closing and not parked[-1].final:
+                        held_back.add(gid)  # its final is parked, not read yet: all in
+                        continue  # one go, and it must not open before (no check)
                     if gid not in self.opening:  # its first drain: how long it waited
                         ts_type, ts = parked[0].m.timestamp()
                         out.room_waits_ms.append(max(now_ms - ts, 0) if ts_type else 0)
@@ -143,7 +147,7 @@ class Drain:
                         drained.add(gid)  # stopped in the room: opens once nothing is left
                         self.opening.add(gid)
         for gid, state in states.items():
-            if state.state != room.ADMITTED or gid in drained:
+            if state.state != room.ADMITTED or gid in drained or gid in held_back:
                 self.checks.pop(gid, None)
                 continue
             check = self.checks.get(gid)

@@ -148,7 +148,7 @@ class TableModel:
                 if gid in closed_here and entry.dest in taken:
                     # The ID reused after its final in this batch, whose destination
                     # another group took since: a new group, which waits for the release.
-                    if not r.force_share:
+                    if not r.force_share or self.policy == "wait":  # wait never shares
                         held_lanes.add(r.lane)
                         decisions.append(HELD)
                         record(r, True)
@@ -188,6 +188,11 @@ class TableModel:
                 decisions.append(batch_dest)
                 record(r, False)
                 continue
+            if r.complete and self.policy == "wait":
+                assert gid is not None  # whole-group delivery: staged until its final
+                decisions.append(room.stage(self, gid, r, batch, now_ms, lease_ms))
+                record(r, False)
+                continue
             if ordinary:
                 cost = [(self.load.get(d, 0) - freed[d], False) for d in self.destinations]
             else:
@@ -197,7 +202,7 @@ class TableModel:
                 ]
             index, busy = self._choose(cost)
             waits = busy or (self.room and not ordinary)  # first come, first served
-            if waits and self.policy == "wait" and not r.force_share:
+            if waits and self.policy == "wait":  # a timed-out hold waits too: never shared
                 if ordinary:
                     pg = room.ordinary_group(r.lane)
                     e = self.entries.get(pg)

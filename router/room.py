@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 WAIT = "!w"  # park the message in the room
 OPEN, WAITING, ADMITTED = "open", "waiting", "admitted"  # Entry.state
+STAGED = "staged"  # whole-group delivery: parked until its final, then waiting
 PSEUDO = "~"  # prefix of the pseudo-group that gathers one lane's parked ordinary messages
 
 
@@ -53,16 +54,30 @@ def wait(t: TableModel, gid: str, r: RouteRequest, batch: str, now_ms: int, leas
     return park(t, gid, entry, batch, now_ms, lease_ms)
 
 
+def stage(t: TableModel, gid: str, r: RouteRequest, batch: str, now_ms: int, lease_ms: int) -> str:
+    """A new group asking for whole-group delivery: parked, but not waiting for a
+    destination (not in the room's FIFO) until its final is parked too."""
+    if r.final:  # a group of one message: complete already
+        return wait(t, gid, r, batch, now_ms, lease_ms)
+    entry = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, "", r.lane, STAGED)
+    t.entries[gid] = entry
+    return park(t, gid, entry, batch, now_ms, lease_ms)
+
+
 def parked_message(
     t: TableModel, gid: str, entry: Entry, r: RouteRequest, batch: str, now_ms: int, lease_ms: int
 ) -> str:
-    """A message of a waiting or admitted group: parked behind the group's earlier ones. A
-    final marks the entry closing (released once the drain forwarded and committed it); a
-    first message after a final (the ID reused) clears the mark."""
+    """A message of a staged, waiting or admitted group: parked behind the group's earlier
+    ones. A final marks the entry closing (released once the drain forwarded and committed
+    it), and a staged group then waits for a destination, from now; a first message after
+    a final (the ID reused) clears the mark."""
     entry.updated_ms = now_ms
     entry.ttl_ms = r.ttl_ms
     if r.final:
         entry.closing = r.token
+        if entry.state == STAGED:
+            entry.state = WAITING
+            t.room[gid] = now_ms
     elif entry.closing:
         entry.closing = ""
     return park(t, gid, entry, batch, now_ms, lease_ms)

@@ -28,6 +28,7 @@ def request_for(item: Item, rules: RoutingSettings, lane: str, force_share: bool
     """What the table needs to know about one item (call only for items with a group or
     good routing headers)."""
     m, r, bad = item.m, item.routing, item.bad
+    complete = r.complete if r is not None else bad is not None and bad.complete
     if r is not None:
         gid, final, ttl, seq = r.guarantee_id, r.final, r.ttl_ms, r.seq
     else:
@@ -47,6 +48,7 @@ def request_for(item: Item, rules: RoutingSettings, lane: str, force_share: bool
         dead=bad is not None and not item.stop,
         poison_stop=bad is not None and item.stop,
         continuation=gid is not None and bool(seq),
+        complete=complete,
     )
 
 

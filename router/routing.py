@@ -39,7 +39,8 @@ Rules, for each message of a batch, in order:
   lane's order. (Other batches still see the destination busy until the batch commits
   and settles.) A message of the same batch that reuses such a closed group's ID after
   a new group took its destination answers HELD (whatever the policy) until the release;
-  with `force_share` it is routed there anyway and counted as shared.
+  with `force_share` it is routed there anyway and counted as shared (policy wait: it
+  stays held; the release comes, from the unit or the sweeper).
 * Choosing among candidates: a destination's cost is its load (number of open groups
   not closed earlier in this batch) and, for a new group, whether another batch has it
   in flight. The cheapest are the
@@ -49,7 +50,8 @@ Rules, for each message of a batch, in order:
   policy "share" takes the cheapest candidate anyway (counted as shared); policy "hold"
   answers HELD and every later message from the same lane (source partition) in this
   batch answers SKIPPED, so the unit can stop that partition at the held offset. A
-  request with `force_share` (its hold timed out) is shared regardless of policy.
+  request with `force_share` (its hold timed out) is shared under "share" and "hold";
+  under "wait" nothing is ever shared: it waits (or is staged) like any other.
 * Poison and orphans (the unit decides what is bad; the table keeps groups whole):
   - a request with `dead` (a bad message of a group under the dead-letter policy) is
     routed like any message of its group, so its group keeps its entry and continues;
@@ -108,6 +110,7 @@ class RouteRequest:
     poison_stop: bool = False  # a bad message of this group, which stops the group
     continuation: bool = False  # sequence number > 0: the group must already have an entry
     close: bool = False  # a close marker (with final and continuation): never an orphan
+    complete: bool = False  # whole-group delivery: a new group is staged (policy wait)
 
 
 @dataclass(slots=True)
@@ -118,7 +121,9 @@ class Entry:
     ttl_ms: int
     closing: str = ""  # source position of the routed final message, "" while open
     lane: str = ""  # the source partition the group's messages come from
-    state: str = "open"  # "waiting" or "admitted": in the waiting room (`router.room`)
+    # "staged" (whole-group delivery, until its final), "waiting" or "admitted": in the
+    # waiting room (`router.room`)
+    state: str = "open"
     parks: int = 0  # messages of the group parked in the room so far
 
     @property

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -140,8 +140,11 @@ class Sender:
         ttl_ms: int | None = None,
         headers: Sequence[tuple[str, bytes]] = (),
         on_delivery: Callable[[Any, Any], None] | None = None,
+        delivery: Literal["stream", "complete"] | None = None,
     ) -> SendReceipt:
-        """Send one message; a group's messages go to one partition in the order sent."""
+        """Send one message; a group's messages go to one partition in the order sent.
+        `delivery="complete"` on a group's first message asks for whole-group delivery
+        (docs/routing.md); None leaves it to the router's configuration."""
         now = time.monotonic()
         seq: int | None = None
         if guarantee_id is None:
@@ -160,7 +163,12 @@ class Sender:
             if final:
                 del self._open[guarantee_id]
         routing = contract.headers_for(
-            guarantee_id, final=final, seq=seq, message_type=message_type, ttl_ms=ttl_ms
+            guarantee_id,
+            final=final,
+            seq=seq,
+            message_type=message_type,
+            ttl_ms=ttl_ms,
+            delivery=delivery if guarantee_id is not None else None,
         )
         self._produce(tp, key, value, [*routing, *headers], on_delivery)
         self._backlog[tp] = self._backlog.get(tp, 0) + 1

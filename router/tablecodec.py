@@ -43,6 +43,7 @@ def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
         + ("p" if r.poison_stop else "")
         + ("c" if r.continuation else "")
         + ("k" if r.close else "")
+        + ("g" if r.complete else "")
     )
     return (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
 

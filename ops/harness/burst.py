@@ -28,6 +28,14 @@ GROUPS = 300
 OPEN_PER_SENDER = 150
 
 
+# The variants `make bench` compares: busy policy and extra environment.
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "share": ("share", {}),
+    "wait": ("wait", {}),
+    "whole": ("wait", {"ROUTER_ROUTING__DEFAULT_DELIVERY": "complete"}),  # every group whole
+}
+
+
 def burst_spec(policy: str, **extra_env: str) -> PipelineSpec:
     """The default topology and unit counts under `policy`."""
     return PipelineSpec(
@@ -126,39 +134,58 @@ def burst_stats(policy: str, result: DemoResult) -> BurstStats:
 
 
 def run_burst(
-    pipeline: Pipeline, say: Callable[[str], None], seed: int = 7, timeout: float = 600
+    pipeline: Pipeline,
+    say: Callable[[str], None],
+    seed: int = 7,
+    timeout: float = 600,
+    label: str = "",
 ) -> tuple[DemoResult, BurstStats]:
-    """The burst through a started pipeline; its verdict and figures."""
+    """The burst through a started pipeline; its verdict and figures (labelled with the
+    busy policy unless `label` says otherwise)."""
     result = run_pipeline_workload(pipeline, burst_workload(pipeline.name, seed), say, timeout)
-    return result, burst_stats(pipeline.spec.busy_policy, result)
+    return result, burst_stats(label or pipeline.spec.busy_policy, result)
 
 
-def burst_report(pairs: Sequence[tuple[BurstStats, BurstStats]]) -> list[str]:
-    """The markdown section of `make bench` for rounds of (share, wait): every row, the
-    wait/share ratios per round (throughput, ordinary p99, group p99) and their medians."""
-    ratios = [
-        (
-            w.throughput / max(s.throughput, 1e-9),
-            w.ordinary_ms[1] / max(s.ordinary_ms[1], 1e-9),
-            w.group_ms[1] / max(s.group_ms[1], 1e-9),
-        )
-        for s, w in pairs
-    ]
-    med = [statistics.median(r[i] for r in ratios) for i in range(3)]
-    return [
+def burst_report(rounds: Sequence[dict[str, BurstStats]]) -> list[str]:
+    """The markdown section of `make bench` for rounds of {variant: stats}, the first
+    variant the baseline (`share`): every row, each other variant's ratios to the
+    baseline per round (throughput, ordinary p99, group p99), their medians and the
+    interleavings in all."""
+    names = list(rounds[0])
+    base, others = names[0], names[1:]
+
+    def ratios(name: str) -> list[tuple[float, float, float]]:
+        return [
+            (
+                r[name].throughput / max(r[base].throughput, 1e-9),
+                r[name].ordinary_ms[1] / max(r[base].ordinary_ms[1], 1e-9),
+                r[name].group_ms[1] / max(r[base].group_ms[1], 1e-9),
+            )
+            for r in rounds
+        ]
+
+    lines = [
         "",
         "## Burst of open groups (ops/harness/burst.py)",
         "",
         "```",
         "round " + HEADER,
-        *(f"{n + 1:>5} {r.row()}" for n, pair in enumerate(pairs) for r in pair),
+        *(f"{n + 1:>5} {st.row()}" for n, r in enumerate(rounds) for st in r.values()),
         "```",
         "",
-        "wait/share per round: "
-        + "; ".join(f"{t:.2f} / {o:.2f} / {g:.2f}" for t, o, g in ratios)
-        + " (throughput / ordinary p99 / group p99)",
-        f"wait/share, median of {len(pairs)} rounds: throughput {med[0]:.2f}, ordinary p99 "
-        f"{med[1]:.2f}, group p99 {med[2]:.2f}; interleaved under wait "
-        f"{sum(sum(w.interleaved) for _, w in pairs)}, under share "
-        f"{sum(sum(s.interleaved) for s, _ in pairs)}",
     ]
+    for name in others:
+        per = ratios(name)
+        med = [statistics.median(x[i] for x in per) for i in range(3)]
+        lines += [
+            f"{name}/{base} per round: "
+            + "; ".join(f"{t:.2f} / {o:.2f} / {g:.2f}" for t, o, g in per)
+            + " (throughput / ordinary p99 / group p99)",
+            f"{name}/{base}, median of {len(rounds)} rounds: throughput {med[0]:.2f}, "
+            f"ordinary p99 {med[1]:.2f}, group p99 {med[2]:.2f}",
+        ]
+    lines.append(
+        "interleaved in all rounds: "
+        + ", ".join(f"{n} {sum(sum(r[n].interleaved) for r in rounds)}" for n in names)
+    )
+    return lines

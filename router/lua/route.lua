@@ -16,7 +16,9 @@
 --       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
 --       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
 --       its group, 'c' continuation: sequence number > 0, 'k' close marker: with 'f' and
---       'c', never an orphan), TTL ms, token (source position), lane (source partition)
+--       'c', never an orphan, 'g' whole-group delivery: a new group is staged in the room
+--       until its final, policy 'wait'), TTL ms, token (source position), lane (source
+--       partition)
 -- Returns: {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
 --          ...}; a decision is a destination name, '!h' (held), '!s' (skipped: its lane
 --          is held), '!p' (parked: its group is stopped), '!P<dest>' (the message that
@@ -199,11 +201,23 @@ local function join(gid, flags, ttl, token, lane)
   room_n = room_n + 1
   return park(gid, e)
 end
+local function stage(gid, flags, ttl, token, lane)
+  if has(flags, 'f') then return join(gid, flags, ttl, token, lane) end  -- complete already
+  local e = { dest = '!', opened = now_s, updated = now_s, ttl = ttl, closing = '',
+              closing0 = '', lane = lane, state = 'staged', parks = 0 }
+  cache[gid] = e
+  return park(gid, e)
+end
 local function parked_message(gid, e, flags, ttl, token)
   e.updated = now_s
   e.ttl = ttl
   if has(flags, 'f') then
     e.closing = token
+    if e.state == 'staged' then  -- complete: it waits for a destination from now
+      e.state = 'waiting'
+      joined[gid] = true
+      room_n = room_n + 1
+    end
   elseif e.closing ~= '' then
     e.closing = ''
   end
@@ -252,7 +266,7 @@ for m = 0, nmsg - 1 do
         decision = '!P' .. e.dest
       elseif e.state ~= 'open' then
         decision = parked_message(gid, e, flags, ttl, token)
-      elseif closed_here[gid] and taken[e.dest] and not has(flags, 's') then
+      elseif closed_here[gid] and taken[e.dest] and (wait or not has(flags, 's')) then
         -- the ID reused after its final in this batch, whose destination another group
         -- took since: a new group, which waits for the release
         out[2] = out[2] + 1
@@ -283,10 +297,12 @@ for m = 0, nmsg - 1 do
       decision = '!p'
     elseif gid == '' and batch_dest ~= nil and eff(batch_dest) == 0 then
       decision = batch_dest
+    elseif wait and has(flags, 'g') then
+      decision = stage(gid, flags, ttl, token, lane)  -- whole-group delivery
     else
       local i, busy
       if gid ~= '' then i, busy = choose(lane) else i, busy = choose(nil) end
-      if wait and (busy or (room_n > 0 and gid ~= '')) and not has(flags, 's') then
+      if wait and (busy or (room_n > 0 and gid ~= '')) then  -- never shared, even forced
         if gid ~= '' then
           decision = join(gid, flags, ttl, token, lane)
         else

@@ -54,7 +54,7 @@ TTLS = [1_000, 5_000]
 UNITS = ["u1", "u2", "u3"]
 LEASE_MS = 3_000
 
-Message = tuple[str | None, bool, int, str, bool, str, bool]
+Message = tuple[str | None, bool, int, str, bool, str, bool, bool]
 message = st.tuples(
     st.one_of(st.none(), st.sampled_from(GIDS)),  # None: an ordinary message
     st.booleans(),  # final (only meaningful with a guarantee ID)
@@ -67,6 +67,8 @@ message = st.tuples(
     # A group's messages come from its own lane, except rarely (a group that spans
     # partitions, or its ID reused on another lane)
     st.integers(0, 12).map(lambda n: n == 0),
+    # whole-group delivery asked for (by the message's header or its type)
+    st.integers(0, 3).map(lambda n: n == 0),
 )
 LANE_OF = {g: LANES[i % len(LANES)] for i, g in enumerate(GIDS)}
 
@@ -109,7 +111,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
 
         def _requests(self, batch: list[Message]) -> list[RouteRequest]:
             out = []
-            for gid, final, ttl, drawn_lane, force, kind, stray in batch:
+            for gid, final, ttl, drawn_lane, force, kind, stray, complete in batch:
                 self.counter += 1
                 lane = LANE_OF[gid] if gid is not None and not stray else drawn_lane
                 token = f"{lane}/{self.counter}"
@@ -126,6 +128,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                         poison_stop=kind == "p" and grouped,
                         continuation=kind in ("c", "k") and grouped,
                         close=kind == "k" and grouped,
+                        complete=complete and grouped,
                     )
                 )
             return out
@@ -146,10 +149,18 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             actual = self.table.route(requests, now_ms=self.now, batch=batch_id)
             assert actual == expected
             check_trace(trace)
+            for step in trace:
+                r = step.request
+                if r.complete and not step.known and self.model.policy == "wait":
+                    assert (
+                        step.decision in (room.WAIT, SKIPPED)
+                        or r.continuation
+                        or (r.close or r.poison_stop)
+                    ), f"a new group asking for whole-group delivery was not staged: {step}"
             if self.model.policy == "wait":
                 for step in trace:
                     d, r = step.decision, step.request
-                    if d[0] == "!" or step.known or r.force_share:
+                    if d[0] == "!" or step.known:  # forced or not: never shared
                         continue
                     pool = step.free if r.guarantee_id is None else step.clean
                     assert d in pool, f"wait policy placed {r.guarantee_id} on busy {d}"
@@ -310,6 +321,11 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             assert self.table.loads() == dict(
                 Counter(e.dest for e in self.model.entries.values() if e.dest != NO_DEST)
             )
+            # A staged group (whole-group delivery) waits in the FIFO only once complete,
+            # and never holds a destination before.
+            for g, e in self.model.entries.items():
+                if e.state == room.STAGED:
+                    assert g not in self.model.room and e.dest == NO_DEST and not e.closing
             closing = {g.decode() for g in client.zrange(self.table.keys.closing, 0, -1)}
             assert closing == {
                 g

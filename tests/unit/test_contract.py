@@ -70,3 +70,31 @@ def test_a_malformed_final_keeps_its_group_and_its_final_flag() -> None:
     with pytest.raises(BadInput) as bad:
         parse([(GUARANTEE_ID, b"g"), (FINAL, b"maybe")], RULES)
     assert bad.value.code == "bad-final-flag" and not bad.value.final
+
+
+def test_whole_group_delivery_by_header_by_type_or_by_default() -> None:
+    asked = [("guarantee-id", b"g"), ("guarantee-delivery", b"complete")]
+    assert parse(asked, RULES).complete
+    assert not parse([("guarantee-id", b"g"), ("guarantee-delivery", b"stream")], RULES).complete
+    assert not parse([("guarantee-id", b"g")], RULES).complete  # default: stream
+    rules = RoutingSettings(
+        busy_policy="wait",
+        ttl_by_type={"slips": 60_000, "log": 60_000},
+        delivery_by_type={"slips": "complete"},
+    )
+    assert parse([("guarantee-id", b"g"), ("message-type", b"slips")], rules).complete
+    assert not parse([("guarantee-id", b"g"), ("message-type", b"log")], rules).complete
+    everything = RoutingSettings(busy_policy="wait", default_delivery="complete")
+    assert parse([("guarantee-id", b"g")], everything).complete
+    assert not parse([("trace", b"x")], everything).complete  # an ordinary message
+    with pytest.raises(BadInput) as bad:
+        parse([("guarantee-id", b"g"), ("guarantee-delivery", b"all")], RULES)
+    assert bad.value.code == "bad-delivery" and bad.value.guarantee_id == "g"
+    assert headers_for("g", delivery="complete")[-1] == ("guarantee-delivery", b"complete")
+
+
+def test_complete_delivery_needs_the_waiting_room_and_known_types() -> None:
+    with pytest.raises(ValueError, match="busy_policy"):
+        RoutingSettings(default_delivery="complete")
+    with pytest.raises(ValueError, match="not in ttl_by_type"):
+        RoutingSettings(busy_policy="wait", delivery_by_type={"nope": "complete"})

@@ -185,3 +185,37 @@ def test_wait_histogram_buckets_are_upper_bounds() -> None:
         "room_wait_le_60s",
         "room_wait_gt_60s",
     ]
+
+
+def whole(gid: str, final: bool = False, lane: str = "q/0") -> RouteRequest:
+    r = req(gid, final, lane)
+    r.complete = True
+    return r
+
+
+def test_a_whole_group_is_staged_until_its_final_and_holds_a_destination_only_then() -> None:
+    t = TableModel(["a"], policy="wait")
+    # Staged, although "a" is free; it is not in the FIFO, so others do not queue behind it.
+    assert t.route([whole("w"), whole("w")], 0, batch="b1").decisions == [room.WAIT] * 2
+    assert t.entries["w"].state == room.STAGED and t.room == {} and t.load == {}
+    assert t.route([req("g1")], 1, batch="b2").decisions == ["a"]
+    t.settle("b1", [], [])
+    # Its final completes it: from now it waits, first come first served.
+    assert t.route([whole("w", final=True)], 5, batch="b3").decisions == [room.WAIT]
+    assert t.entries["w"].state == room.WAITING and t.room == {"w": 5}
+    t.settle("b3", [], [])
+    t.settle("b2", [], [])
+    t.route([req("g1", final=True)], 6, batch="b4")
+    t.settle("b4", [], [("g1", "q/0/g1/True")])
+    assert t.entries["w"].state == room.ADMITTED and t.load == {"a": 1}
+    # The drain writes all of it in one transaction; its final's release frees "a".
+    t.settle("d1", [], [("w", "q/0/w/True")], drains=[("w", 3)])
+    assert "w" not in t.entries and t.load == {}
+
+
+def test_a_whole_group_of_one_message_waits_at_once_and_other_policies_stream_it() -> None:
+    t = TableModel(["a"], policy="wait")
+    assert t.route([whole("one", final=True)], 0).decisions == [room.WAIT]
+    assert t.entries["one"].state == room.WAITING and t.room == {"one": 0}
+    share = TableModel(["a"], policy="share")
+    assert share.route([whole("w")], 0).decisions == ["a"]  # needs the room: streamed

@@ -180,3 +180,14 @@ def test_a_held_reuse_is_shared_and_counted_once_its_hold_timed_out() -> None:
     ]
     result = t.route(batch, 0)
     assert result.decisions == ["a", "a", "a"] and result.shared == 1
+
+
+def test_under_wait_a_timed_out_hold_of_a_reuse_still_waits_for_the_release() -> None:
+    t = TableModel(["a"], policy="wait")
+    batch = [
+        req("g1", final=True, token="q/0/5"),
+        req("g2", token="q/0/6"),
+        req("g1", token="q/0/7", force=True),
+    ]
+    result = t.route(batch, 0)
+    assert result.decisions == ["a", "a", HELD] and result.shared == 0

@@ -52,12 +52,12 @@ def test_the_burst_report_gives_every_row_and_the_median_of_the_ratios_per_round
             policy, 3000, 300, seconds, (1.0, ord_p99), (1.0, 2 * ord_p99), (il, il), ()
         )
 
-    pairs = [
-        (stats("share", 1.0, 100, 50), stats("wait", 2.0, 150, 0)),  # 0.50, 1.50
-        (stats("share", 1.0, 100, 40), stats("wait", 4.0, 400, 0)),  # 0.25, 4.00
-        (stats("share", 2.0, 200, 60), stats("wait", 2.5, 200, 0)),  # 0.80, 1.00
+    rounds = [
+        {"share": stats("share", 1.0, 100, 50), "wait": stats("wait", 2.0, 150, 0)},  # 0.50, 1.5
+        {"share": stats("share", 1.0, 100, 40), "wait": stats("wait", 4.0, 400, 0)},  # 0.25, 4
+        {"share": stats("share", 2.0, 200, 60), "wait": stats("wait", 2.5, 200, 0)},  # 0.80, 1
     ]
-    lines = burst_report(pairs)
+    lines = burst_report(rounds)
     rows = [line for line in lines if line[:5].strip() in ("1", "2", "3")]
     assert [(r.split()[0], r.split()[1]) for r in rows] == [
         ("1", "share"),
@@ -67,8 +67,8 @@ def test_the_burst_report_gives_every_row_and_the_median_of_the_ratios_per_round
         ("3", "share"),
         ("3", "wait"),
     ]
-    assert "0.50 / 1.50 / 1.50; 0.25 / 4.00 / 4.00; 0.80 / 1.00 / 1.00" in lines[-2]
-    assert lines[-1] == (
-        "wait/share, median of 3 rounds: throughput 0.50, ordinary p99 1.50, group p99 1.50; "
-        "interleaved under wait 0, under share 300"
+    assert "0.50 / 1.50 / 1.50; 0.25 / 4.00 / 4.00; 0.80 / 1.00 / 1.00" in lines[-3]
+    assert lines[-2] == (
+        "wait/share, median of 3 rounds: throughput 0.50, ordinary p99 1.50, group p99 1.50"
     )
+    assert lines[-1] == "interleaved in all rounds: share 300, wait 0"
