@@ -3,6 +3,8 @@
 
     .venv/bin/python -m ops.chaos                    # default: 100,000 messages, 20 kill events
     .venv/bin/python -m ops.chaos --messages 20000 --kills 10 --private-stack
+    .venv/bin/python -m ops.chaos --policy wait      # the waiting room: 0 interleavings
+    .venv/bin/python -m ops.chaos --whole            # every group whole (policy wait)
 
 Exits non-zero if anything was lost, duplicated, reordered or split. By default it uses
 (and restarts!) the local stack of this checkout (`make stack-up`); --private-stack starts
@@ -46,12 +48,20 @@ def main() -> int:
         "open groups per sender (the room in use), and fails on any interleaving",
     )
     parser.add_argument(
+        "--whole",
+        action="store_true",
+        help="every group with whole-group delivery (routing.default_delivery = complete); "
+        "implies --policy wait",
+    )
+    parser.add_argument(
         "--private-stack",
         action="store_true",
         help="a dedicated Kafka + Redis on free ports, removed afterwards",
     )
     parser.add_argument("--run-dir", type=Path, default=ROOT / ".results" / "chaos")
     args = parser.parse_args()
+    if args.whole:
+        args.policy = "wait"
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -67,6 +77,7 @@ def main() -> int:
         receive_units=args.receive_units,
         seed=args.seed,
         busy_policy=args.policy,
+        delivery="complete" if args.whole else "stream",
         **(
             {"transfer_partitions": 3, "receive_queues": 3, "open_per_sender": 3}
             if args.policy == "wait"

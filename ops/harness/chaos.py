@@ -53,6 +53,8 @@ class ChaosSpec:
     # destinations and more open groups than destinations (see ops/chaos.py --policy).
     busy_policy: str = "share"
     open_per_sender: int = 1
+    # "complete": every group whole (routing.default_delivery; needs busy_policy "wait")
+    delivery: str = "stream"
 
 
 @dataclass
@@ -147,7 +149,10 @@ def run_chaos(
         transfer_partitions=spec.transfer_partitions,
         receive_queues=spec.receive_queues,
         busy_policy=spec.busy_policy,  # type: ignore[arg-type]
-        extra_env={"ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": str(spec.transaction_timeout_ms)},
+        extra_env={
+            "ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": str(spec.transaction_timeout_ms),
+            "ROUTER_ROUTING__DEFAULT_DELIVERY": spec.delivery,
+        },
     )
     pipeline = Pipeline(
         base, pspec, run_dir, name=f"chaos-{spec.seed}-{rng.randrange(1 << 24):06x}"

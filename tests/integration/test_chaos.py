@@ -45,13 +45,16 @@ def test_short_chaos_run_loses_duplicates_reorders_and_splits_nothing(
     assert result.violations() == [], report  # unexpected exits, disallowed interleavings
 
 
+@pytest.mark.parametrize("delivery", ["stream", "complete"])
 def test_short_chaos_run_under_the_waiting_room_interleaves_nothing(
-    private_stack: LocalStack, private_settings: RouterSettings, tmp_path: Path
+    private_stack: LocalStack, private_settings: RouterSettings, tmp_path: Path, delivery: str
 ) -> None:
     """The same faults under policy `wait`, with three times more groups open than
-    destinations on either side: besides the above, not one interleaving."""
+    destinations on either side: besides the above, not one interleaving; and the same
+    with every group whole (staged until its final, then written in one transaction)."""
     spec = ChaosSpec(
-        messages=8_000,
+        delivery=delivery,
+        messages=8_000 if delivery == "stream" else 5_000,
         senders=4,
         rate=150.0,
         kills=8,

@@ -5,14 +5,16 @@ what the receive queues hold."""
 
 from __future__ import annotations
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
 from ops.harness.burst import HEADER, burst_spec, run_burst
 from ops.harness.demo import summary
 from ops.harness.pipeline import PipelineSpec
 from router.clients import redis_client
 from router.contract import headers_for
+from router.offsets import CommittedOffsets
 from router.receiver import Receiver
+from router.sender import Sender
 from router.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
@@ -53,6 +55,46 @@ def test_a_whole_group_is_staged_without_holding_a_destination_and_arrives_conti
     )
     assert send_table.stats().get("shared", 0) == 0
     queue.receiver.close()
+
+
+def test_receive_group_hands_the_application_each_whole_group_and_commits_after_done(
+    pipeline: PipelineFactory,
+) -> None:
+    """Three whole groups sent interleaved by the `Sender` (all open at once, one
+    destination per side) and an ordinary message: `Receiver.receive_group` returns each
+    group at once, its members in order, and the ordinary message on its own; once each
+    is `done`, the consumer group's committed offsets are one past the last message."""
+    p = pipeline(PipelineSpec(busy_policy="wait", **ONE_WAY))  # type: ignore[arg-type]
+    s = p.settings
+    sender = Sender(s)
+    for i in range(3):
+        for g in "XYZ":  # the client library asks for whole-group delivery
+            sender.send(f"{g}{i}".encode(), guarantee_id=g, final=i == 2, delivery="complete")
+        if i == 0:
+            sender.send(b"o")
+    sender.close()
+    group_id = unique("app")
+    receiver = Receiver(s, group_id=group_id)
+    got: dict[str | None, list[bytes | None]] = {}
+    last: dict[tuple[str, int], int] = {}
+    while len(got) < 4:
+        group = receiver.receive_group(60)
+        assert group.complete and group.guarantee_id not in got, group
+        got[group.guarantee_id] = group.values
+        for m in group.messages:
+            last[(m.topic, m.partition)] = max(last.get((m.topic, m.partition), -1), m.offset)
+        receiver.done(group)
+    assert got == {
+        None: [b"o"],
+        "X": [b"X0", b"X1", b"X2"],
+        "Y": [b"Y0", b"Y1", b"Y2"],
+        "Z": [b"Z0", b"Z1", b"Z2"],
+    }
+    receiver.close()
+    # Everything done is committed: one past the last message of each partition.
+    parts = [TopicPartition(t, n) for t, n in last]
+    committed = CommittedOffsets(s.kafka, unique("probe")).read(group_id, parts, timeout=10)
+    assert committed == {tp: offset + 1 for tp, offset in last.items()}
 
 
 def test_the_burst_with_every_group_whole_arrives_with_each_group_contiguous(
