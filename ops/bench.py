@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark driver (`make bench`): raw relay vs send unit, receive unit and the whole path.
 
-    .venv/bin/python -m ops.bench                 # the full run (about 10 minutes)
+    .venv/bin/python -m ops.bench                 # the full run (about 12 minutes)
     .venv/bin/python -m ops.bench --quick         # the key workload only, few messages
     .venv/bin/python -m ops.bench --burst-only    # the burst of open groups only
 
