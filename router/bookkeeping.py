@@ -66,6 +66,7 @@ def count_committed(metrics: Metrics, out: Output) -> None:
         ("closes", out.closes),
         ("room_parked", out.parked_in_room),
         ("room_drained", out.drained),
+        ("staging_aborted", out.staging_aborted),
     ]
     for name, n in counts:
         if n:

@@ -182,6 +182,10 @@ class RoutingSettings(_Section):
     # "stream" forwards members as they arrive.
     default_delivery: Literal["stream", "complete"] = "stream"
     delivery_by_type: dict[str, Literal["stream", "complete"]] = Field(default_factory=dict)
+    # A staged group that parks this many messages without its final stops being staged:
+    # a GroupStagingAborted event, and it waits as a streamed group (in order, never
+    # interleaved, but no longer written in one transaction).
+    max_staged_messages: int = Field(10_000, ge=1)
 
     @model_validator(mode="after")
     def _ttls_in_bounds(self) -> RoutingSettings:

@@ -19,7 +19,7 @@ from router import contract, events, room, schemas
 from router.batch import Batch, Item, where
 from router.config import RouterSettings
 from router.contract import BadInput
-from router.room import WAIT
+from router.room import UNSTAGED, WAIT
 from router.routing import NO_DEST, ORPHAN, PARKED, SPANS, STOPPING
 from router.side import SideSpec
 
@@ -58,6 +58,7 @@ class Output:
     drained: int = 0  # forwarded out of the waiting room (counted in forwarded too)
     # per group first drained here: its oldest parked message's age (ms, from its timestamp)
     room_waits_ms: list[int] = field(default_factory=list)
+    staging_aborted: int = 0  # staged groups over max_staged_messages, now streamed
     closes: int = 0  # close markers consumed (receive side)
     close_markers: int = 0  # close markers produced (send side)
 
@@ -81,6 +82,7 @@ class Emitter:
         self.max_record = settings.kafka.max_message_bytes
         self.room_topic = settings.topology.room_topic(spec.side)
         self.room_partitions = settings.routing.room_partitions
+        self.max_staged = settings.routing.max_staged_messages
 
     def emit(self, batch: Batch, now_ms: int) -> Output:
         out = Output()
@@ -127,9 +129,11 @@ class Emitter:
                 out.dead += 1
                 records.append(self.dead_letter(item, item.bad or _spans(item), now_ms))
                 continue
-            if dest == WAIT:  # a bad one too: dead-lettered in its place by the drain
+            if dest in (WAIT, UNSTAGED):  # a bad one too: dead-lettered in its place
                 records.append(self._park_in_room(item))
                 out.parked_in_room += 1
+                if dest == UNSTAGED:
+                    records.append(self._staging_aborted(item, now_ms, out))
                 continue
             if item.bad is not None:
                 out.dead += 1
@@ -285,6 +289,31 @@ class Emitter:
         return Record(
             self.room_topic, partition, m.key(), m.value(), headers, ts if ts_type else 0, None
         )
+
+    def _staging_aborted(self, item: Item, now_ms: int, out: Output) -> Record:
+        """A staged group went over routing.max_staged_messages: it now waits streamed."""
+        m, r, bad = item.m, item.routing, item.bad
+        gid = (r.guarantee_id if r is not None else bad.guarantee_id if bad else None) or ""
+        out.staging_aborted += 1
+        log.warning(
+            "group %r staged %d messages without its final: delivered streamed (%s)",
+            gid,
+            self.max_staged,
+            where(m),
+        )
+        record = events.group_staging_aborted(
+            gid,
+            side=self.spec.side,
+            topology=self.topology,
+            unit=self.unit,
+            staged=self.max_staged,
+            max_staged=self.max_staged,
+            topic=m.topic(),
+            partition=m.partition(),
+            offset=m.offset(),
+            now_ms=now_ms,
+        )
+        return self._event(events.GROUP_STAGING_ABORTED, gid.encode(), record)
 
     def _event(self, schema: str, key: bytes | None, record: bytes) -> Record:
         headers = [(schemas.SCHEMA_HEADER, schema.encode())]

@@ -14,6 +14,7 @@ DEAD_LETTER = "router.events.DeadLetter"
 GROUP_STOPPED = "router.events.GroupStopped"
 TABLE_RESET = "router.events.TableReset"
 GROUP_WAIT_TIMED_OUT = "router.events.GroupWaitTimedOut"
+GROUP_STAGING_ABORTED = "router.events.GroupStagingAborted"
 
 SIDES = {"send": "SEND", "receive": "RECEIVE"}
 
@@ -97,6 +98,36 @@ def group_wait_timed_out(
             "destination": None if stopped else outcome,
             "max_wait_ms": max_wait_ms,
             "timed_out_at": now_ms,
+        },
+    )
+
+
+def group_staging_aborted(
+    gid: str,
+    *,
+    side: str,
+    topology: str,
+    unit: str,
+    staged: int,
+    max_staged: int,
+    topic: str,
+    partition: int,
+    offset: int,
+    now_ms: int,
+) -> bytes:
+    return schemas.encode(
+        GROUP_STAGING_ABORTED,
+        {
+            "guarantee_id": gid,
+            "side": SIDES[side],
+            "topology": topology,
+            "unit": unit,
+            "staged_messages": staged,
+            "max_staged_messages": max_staged,
+            "source_topic": topic,
+            "source_partition": partition,
+            "source_offset": offset,
+            "aborted_at": now_ms,
         },
     )
 

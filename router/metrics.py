@@ -58,6 +58,7 @@ MetricName = Literal[
     "room_wait_le_10s",
     "room_wait_le_60s",
     "room_wait_gt_60s",
+    "staging_aborted",  # staged groups over routing.max_staged_messages, now streamed
     "wait_timeouts",  # sweeper: groups that waited past routing.max_wait_ms
 ]
 

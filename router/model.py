@@ -36,6 +36,7 @@ class TableModel:
 
     destinations: list[str]
     policy: Policy = "share"
+    max_staged: int = 10_000  # whole-group delivery: parks before a staged group streams
     entries: dict[str, Entry] = field(default_factory=dict)
     load: dict[str, int] = field(default_factory=dict)
     cursor: int = 0

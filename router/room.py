@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from router.model import TableModel
 
 WAIT = "!w"  # park the message in the room
+UNSTAGED = "!W"  # park it, and its group's staging ended at the bound: it waits streamed
 OPEN, WAITING, ADMITTED = "open", "waiting", "admitted"  # Entry.state
 STAGED = "staged"  # whole-group delivery: parked until its final, then waiting
 PSEUDO = "~"  # prefix of the pseudo-group that gathers one lane's parked ordinary messages
@@ -57,8 +58,9 @@ def wait(t: TableModel, gid: str, r: RouteRequest, batch: str, now_ms: int, leas
 def stage(t: TableModel, gid: str, r: RouteRequest, batch: str, now_ms: int, lease_ms: int) -> str:
     """A new group asking for whole-group delivery: parked, but not waiting for a
     destination (not in the room's FIFO) until its final is parked too."""
-    if r.final:  # a group of one message: complete already
-        return wait(t, gid, r, batch, now_ms, lease_ms)
+    if r.final or t.max_staged <= 1:  # complete already, or over the bound at once
+        wait(t, gid, r, batch, now_ms, lease_ms)
+        return WAIT if r.final else UNSTAGED
     entry = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, "", r.lane, STAGED)
     t.entries[gid] = entry
     return park(t, gid, entry, batch, now_ms, lease_ms)
@@ -80,7 +82,12 @@ def parked_message(
             t.room[gid] = now_ms
     elif entry.closing:
         entry.closing = ""
-    return park(t, gid, entry, batch, now_ms, lease_ms)
+    decision = park(t, gid, entry, batch, now_ms, lease_ms)
+    if entry.state == STAGED and entry.parks >= t.max_staged:
+        entry.state = WAITING  # over the bound: it waits as a streamed group, from now
+        t.room[gid] = now_ms
+        return UNSTAGED
+    return decision
 
 
 def clean_destinations(t: TableModel) -> list[str]:

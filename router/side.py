@@ -53,4 +53,7 @@ def table_for(settings: RouterSettings, side: Side, client: redis.Redis) -> Mana
     keys = TableKeys.of(settings.redis.key_prefix, settings.topology.name, side)
     # An in-flight lease outlives any transaction the batch could still commit.
     lease = settings.kafka.transaction_timeout_ms + 5_000
-    return ManagementTable(client, keys, spec.destinations, settings.routing.busy_policy, lease)
+    routing = settings.routing
+    return ManagementTable(
+        client, keys, spec.destinations, routing.busy_policy, lease, routing.max_staged_messages
+    )

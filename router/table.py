@@ -45,6 +45,7 @@ class ManagementTable(RoomTable):
         destinations: Sequence[str],
         policy: Policy = "share",
         lease_ms: int = 15_000,
+        max_staged: int = 10_000,
     ) -> None:
         if not destinations:
             raise ValueError("a management table needs at least one destination")
@@ -57,6 +58,7 @@ class ManagementTable(RoomTable):
         self.destinations = list(destinations)
         self.policy: Policy = policy
         self.lease_ms = lease_ms
+        self.max_staged = max_staged
         self._route = client.register_script(script("route"))
         self._settle = client.register_script(script("settle"))
         self._sweep = client.register_script(script("sweep"))
@@ -158,7 +160,7 @@ class ManagementTable(RoomTable):
         """The leading arguments of the route script; `encode` gives 5 per message."""
         return [
             "" if now_ms is None else now_ms,
-            self.policy,
+            f"wait:{self.max_staged}" if self.policy == "wait" else self.policy,
             batch,
             self.lease_ms,
             self.epoch,

@@ -10,6 +10,7 @@
 --       12 admitted (hash gid -> reserved destination): the waiting room, router/room.py
 --       13 writers (hash caller -> the write count of its last call)
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold' | 'wait'
+--       or 'wait:<max staged messages>' (a staged group over it streams: '!W')
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
 --       6 "<the write count of the caller's last call ('' if none)>:<caller ID>"
 --       7 n destinations, then n destination names
@@ -25,7 +26,8 @@
 --          stopped its group, which was on <dest>), '!o' (orphan: a continuation
 --          without an entry), '!n' (a close marker for an unknown group: ignored), '!x'
 --          (its open group lives on another lane) or '!w' (parked in the waiting room:
---          an ordinary one in its lane's pseudo-group '~<lane>'). reset is 1
+--          an ordinary one in its lane's pseudo-group '~<lane>'; '!W': parked, and its
+--          staged group went over the bound and now waits streamed). reset is 1
 --          if the table was lost, entirely (the caller's epoch is gone) or partly (fewer
 --          writes than the caller saw: a crash lost the last ones); a partial loss starts
 --          a new epoch, so that every caller learns it.
@@ -38,8 +40,10 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local hold = ARGV[2] == 'hold'
-local wait = ARGV[2] == 'wait'
+local policy, max_staged_s = string.match(ARGV[2], '^([^:]*):?(.*)$')
+local hold = policy == 'hold'
+local wait = policy == 'wait'
+local max_staged = tonumber(max_staged_s) or 10000
 local batch = ARGV[3]
 local lease = tonumber(ARGV[4])
 local seen_epoch = ARGV[5]
@@ -203,6 +207,10 @@ local function join(gid, flags, ttl, token, lane)
 end
 local function stage(gid, flags, ttl, token, lane)
   if has(flags, 'f') then return join(gid, flags, ttl, token, lane) end  -- complete already
+  if max_staged <= 1 then  -- over the bound at once: it waits as a streamed group
+    join(gid, flags, ttl, token, lane)
+    return '!W'
+  end
   local e = { dest = '!', opened = now_s, updated = now_s, ttl = ttl, closing = '',
               closing0 = '', lane = lane, state = 'staged', parks = 0 }
   cache[gid] = e
@@ -221,7 +229,14 @@ local function parked_message(gid, e, flags, ttl, token)
   elseif e.closing ~= '' then
     e.closing = ''
   end
-  return park(gid, e)
+  local decision = park(gid, e)
+  if e.state == 'staged' and e.parks >= max_staged then
+    e.state = 'waiting'  -- over the bound: it waits as a streamed group, from now
+    joined[gid] = true
+    room_n = room_n + 1
+    return '!W'
+  end
+  return decision
 end
 for m = 0, nmsg - 1 do
   local b = base + m * 5

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from router import room
+from router.model import TableModel
 from router.routing import HELD, PARKED, SKIPPED, SPANS, STOPPED, STOPPING, RouteRequest
 from router.table import CALL_REQUESTS, ManagementTable, TableKeys
 from tests.helpers import unique
@@ -229,3 +230,23 @@ def test_a_lost_write_is_a_reset_even_after_other_units_wrote(
     a.route([req("G3", "A", 3)])
     b.route([req("K10", "B", 10)])
     assert (a.resets, b.resets) == (1, 1)  # nothing lost since: no more resets
+
+
+def test_a_staged_group_over_the_bound_waits_streamed_in_the_lua_as_in_the_model(
+    redis_client: redis.Redis,
+) -> None:
+    keys = TableKeys.of(unique("staged"), "t", "send")
+    t = ManagementTable(redis_client, keys, ["d0"], "wait", 15_000, 2)
+    try:
+        busy = t.route([req("G", "A", 0)], batch="b0")
+        assert busy.decisions == ["d0"]
+        w = [req("W", "B", n, complete=True) for n in range(3)]
+        assert t.route(w, batch="b1").decisions == [room.WAIT, room.UNSTAGED, room.WAIT]
+        entry = t.entry("W")
+        assert entry is not None and (entry.state, entry.parks) == (room.WAITING, 3)
+        assert set(t.room()) == {"W"}
+        model = TableModel(["d0"], "wait", max_staged=2)
+        model.route([req("G", "A", 0)], 0, batch="b0")
+        assert model.route(w, 0, batch="b1").decisions == [room.WAIT, room.UNSTAGED, room.WAIT]
+    finally:
+        t.drop()

@@ -12,6 +12,7 @@ from ops.harness.demo import summary
 from ops.harness.pipeline import PipelineSpec
 from router.clients import redis_client
 from router.contract import headers_for
+from router.events import GROUP_STAGING_ABORTED
 from router.offsets import CommittedOffsets
 from router.receiver import Receiver
 from router.sender import Sender
@@ -19,6 +20,7 @@ from router.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
 from tests.integration.test_busy_policy import ONE_WAY, Queue
+from tests.integration.test_waiting_room import _read
 
 
 def test_a_whole_group_is_staged_without_holding_a_destination_and_arrives_contiguous(
@@ -54,6 +56,38 @@ def test_a_whole_group_is_staged_without_holding_a_destination_and_arrives_conti
         "every group released on both sides",
     )
     assert send_table.stats().get("shared", 0) == 0
+    queue.receiver.close()
+
+
+def test_a_whole_group_over_the_staging_bound_is_announced_and_streamed_in_order(
+    pipeline: PipelineFactory,
+) -> None:
+    """With routing.max_staged_messages = 2, a whole group of four messages stops being
+    staged at its second message, on each side: a GroupStagingAborted event per side, and
+    it is delivered as a streamed group, in order and uninterleaved."""
+    p = pipeline(
+        PipelineSpec(
+            busy_policy="wait",
+            **ONE_WAY,  # type: ignore[arg-type]
+            extra_env={"ROUTER_ROUTING__MAX_STAGED_MESSAGES": "2"},
+        )
+    )
+    s = p.settings
+    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
+    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    a, _ = s.topology.send_queues
+    for n in range(4):
+        headers = headers_for("W", seq=n, final=n == 3, delivery="complete")
+        producer.produce(a, f"W{n}".encode(), partition=0, headers=headers)
+    producer.produce(a, b"o", partition=0, headers=headers_for(None))
+    producer.flush(10)
+    values = queue.until(b"W3", b"o")
+    w = [v for v in values if v != b"o"]
+    assert w == [b"W0", b"W1", b"W2", b"W3"], values
+    assert values.index(b"o") not in range(values.index(b"W0") + 1, values.index(b"W3"))
+    found = _read(s, s.topology.events_topic, GROUP_STAGING_ABORTED, 2)
+    assert sorted(e["side"] for e in found) == ["RECEIVE", "SEND"], found
+    assert all((e["guarantee_id"], e["max_staged_messages"]) == ("W", 2) for e in found)
     queue.receiver.close()
 
 

@@ -219,3 +219,17 @@ def test_a_whole_group_of_one_message_waits_at_once_and_other_policies_stream_it
     assert t.entries["one"].state == room.WAITING and t.room == {"one": 0}
     share = TableModel(["a"], policy="share")
     assert share.route([whole("w")], 0).decisions == ["a"]  # needs the room: streamed
+
+
+def test_a_staged_group_over_the_bound_waits_streamed_from_then_on() -> None:
+    t = TableModel(["a"], policy="wait", max_staged=3)
+    t.route([req("g1")], 0)  # "a" busy
+    assert t.route([whole("w"), whole("w")], 1).decisions == [room.WAIT, room.WAIT]
+    assert t.entries["w"].state == room.STAGED
+    # The third parked message reaches the bound: staging ends (said once), and w waits
+    # in the FIFO as a streamed group; its next messages park as usual.
+    assert t.route([whole("w"), whole("w")], 2).decisions == [room.UNSTAGED, room.WAIT]
+    assert t.entries["w"].state == room.WAITING and t.room == {"w": 2}
+    one = TableModel(["a"], policy="wait", max_staged=1)
+    assert one.route([whole("x")], 0).decisions == [room.UNSTAGED]
+    assert one.entries["x"].state == room.WAITING

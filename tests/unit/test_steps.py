@@ -10,7 +10,7 @@ from router.classify import Classifier
 from router.config import RouterSettings
 from router.emit import Emitter
 from router.holds import Backoff, Holds
-from router.room import WAIT
+from router.room import UNSTAGED, WAIT
 from router.roomindex import RoomIndex
 from router.routing import HELD, IGNORED, ORPHAN, PARKED, SKIPPED, SPANS, STOPPING
 from router.side import side_spec
@@ -259,3 +259,16 @@ def test_in_the_room_a_close_marker_follows_its_group_and_is_read_back_as_a_clos
     ((_, by_gid),) = index.groups.items()
     (close,) = by_gid["s"]
     assert close.close and close.final and close.token == "in/0/7"
+
+
+def test_a_staged_group_over_the_bound_is_parked_and_announced_once() -> None:
+    batch = classified(msg(4, "w", seq=3, extra=[(contract.DELIVERY, b"complete")]))
+    out = emitted(batch, [UNSTAGED])
+    assert [r.topic for r in out.records] == ["t.room.send", "t.events"]
+    event = schemas.decode(events.GROUP_STAGING_ABORTED, out.records[1].value)
+    assert (event["guarantee_id"], event["staged_messages"], event["source_offset"]) == (
+        "w",
+        SETTINGS.routing.max_staged_messages,
+        4,
+    )
+    assert out.staging_aborted == 1 and out.parked_in_room == 1
