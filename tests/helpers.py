@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from confluent_kafka import Consumer, TopicPartition
+
+from router import schemas
+from router.config import RouterSettings
 
 T = TypeVar("T")
 
@@ -36,3 +41,31 @@ def wait_until(
                 + (f"\n{report()}" if report else "")
             )
         time.sleep(interval)
+
+
+def read_records(s: RouterSettings, topic: str, schema: str, want: int) -> list[dict[str, Any]]:
+    """The first `want` records of schema `schema` on partition 0 of `topic`, decoded
+    (read_committed, waiting at most 60 s)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": s.kafka.bootstrap_servers,
+            "group.id": unique("read"),
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    records: list[dict[str, Any]] = []
+
+    def enough() -> bool:
+        m = consumer.poll(0.2)
+        if (
+            m is not None
+            and m.error() is None
+            and dict(m.headers() or []).get(schemas.SCHEMA_HEADER) == schema.encode()
+        ):
+            records.append(schemas.decode(schema, m.value()))
+        return len(records) >= want
+
+    wait_until(enough, 60, f"{want} {schema} records on {topic}")
+    consumer.close()
+    return records

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from ops.harness.pipeline import PipelineSpec
+from ops.harness.pipeline import Pipeline, PipelineSpec
 from router.clients import redis_client
+from router.config import RouterSettings
 from router.contract import headers_for
 from router.receiver import Receiver
 from router.side import table_for
@@ -44,11 +45,19 @@ class Queue:
         return self.values
 
 
-def test_hold_keeps_an_ordinary_message_out_of_an_open_group(pipeline: PipelineFactory) -> None:
-    p = pipeline(PipelineSpec(busy_policy="hold", **ONE_WAY))  # type: ignore[arg-type]
+def one_way(
+    pipeline: PipelineFactory, policy: str, **env: str
+) -> tuple[Pipeline, RouterSettings, Producer, Queue]:
+    """A started ONE_WAY pipeline under `policy` (extra environment `env`), a plain
+    producer, and the receive queue read from the start."""
+    p = pipeline(PipelineSpec(busy_policy=policy, **ONE_WAY, extra_env=env))  # type: ignore[arg-type]
     s = p.settings
     producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    return p, s, producer, Queue(Receiver(s, group_id=unique("check"), assign=True))
+
+
+def test_hold_keeps_an_ordinary_message_out_of_an_open_group(pipeline: PipelineFactory) -> None:
+    _, s, producer, queue = one_way(pipeline, "hold")
     a, b = s.topology.send_queues
     producer.produce(a, b"A0", partition=0, headers=headers_for("A", seq=0))
     producer.flush(10)
@@ -66,16 +75,7 @@ def test_hold_keeps_an_ordinary_message_out_of_an_open_group(pipeline: PipelineF
 
 
 def test_a_hold_that_times_out_is_shared(pipeline: PipelineFactory) -> None:
-    p = pipeline(
-        PipelineSpec(
-            busy_policy="hold",
-            extra_env={"ROUTER_ROUTING__HOLD_TIMEOUT_MS": "1500"},
-            **ONE_WAY,  # type: ignore[arg-type]
-        )
-    )
-    s = p.settings
-    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    _, s, producer, queue = one_way(pipeline, "hold", ROUTER_ROUTING__HOLD_TIMEOUT_MS="1500")
     a, b = s.topology.send_queues
     producer.produce(a, b"B0", partition=0, headers=headers_for("B", seq=0))  # never finished
     producer.flush(10)
@@ -89,10 +89,7 @@ def test_a_hold_that_times_out_is_shared(pipeline: PipelineFactory) -> None:
 
 
 def test_share_places_on_the_busy_destination_and_counts_it(pipeline: PipelineFactory) -> None:
-    p = pipeline(PipelineSpec(busy_policy="share", **ONE_WAY))  # type: ignore[arg-type]
-    s = p.settings
-    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    _, s, producer, queue = one_way(pipeline, "share")
     a, b = s.topology.send_queues
     producer.produce(a, b"C0", partition=0, headers=headers_for("C", seq=0))
     producer.flush(10)

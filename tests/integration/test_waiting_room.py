@@ -9,33 +9,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 
 from ops.harness.burst import HEADER, burst_spec, run_burst
 from ops.harness.demo import summary
 from ops.harness.pipeline import PipelineSpec
-from router import schemas
 from router.clients import redis_client
-from router.config import RouterSettings
 from router.contract import headers_for
 from router.events import DEAD_LETTER, GROUP_WAIT_TIMED_OUT
 from router.offsets import CommittedOffsets
 from router.receiver import Receiver
 from router.side import side_spec, table_for
 from tests.conftest import PipelineFactory
-from tests.helpers import unique, wait_until
-from tests.integration.test_busy_policy import ONE_WAY, Queue
+from tests.helpers import read_records, unique, wait_until
+from tests.integration.test_busy_policy import ONE_WAY, Queue, one_way
 
 
 def test_a_group_waits_without_blocking_its_partition_and_arrives_whole_after(
     pipeline: PipelineFactory,
 ) -> None:
-    p = pipeline(PipelineSpec(busy_policy="wait", **ONE_WAY))  # type: ignore[arg-type]
-    s = p.settings
-    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    p, s, producer, queue = one_way(pipeline, "wait")
     a, b = s.topology.send_queues
     producer.produce(a, b"A0", partition=0, headers=headers_for("A", seq=0))
     producer.flush(10)
@@ -93,10 +87,7 @@ def test_a_waiting_group_with_a_bad_final_is_dead_lettered_in_place_and_still_en
     (released on the send side, closed downstream by a close marker): C follows at once.
     Before, the bad final was dead-lettered as it arrived and B never ended (no sweeper
     here): C waited for ever."""
-    p = pipeline(PipelineSpec(busy_policy="wait", **ONE_WAY))  # type: ignore[arg-type]
-    s = p.settings
-    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    _, s, producer, queue = one_way(pipeline, "wait")
     a, b = s.topology.send_queues
     producer.produce(a, b"A0", partition=0, headers=headers_for("A", seq=0))
     producer.flush(10)
@@ -112,7 +103,7 @@ def test_a_waiting_group_with_a_bad_final_is_dead_lettered_in_place_and_still_en
     producer.produce(a, b"A1", partition=0, headers=headers_for("A", seq=1, final=True))
     producer.flush(10)
     assert queue.until(b"C1") == [b"A0", b"A1", b"B0", b"C0", b"C1"]
-    (dead,) = _read(s, s.topology.dead_letter_topic, DEAD_LETTER, 1)
+    (dead,) = read_records(s, s.topology.dead_letter_topic, DEAD_LETTER, 1)
     # its own reason, and where it was on the send queue (not the room's position)
     assert (dead["value"], dead["reason_code"]) == (b"B1", "bad-ttl"), dead
     assert (dead["source_topic"], dead["source_partition"], dead["source_offset"]) == (b, 0, 1)
@@ -149,32 +140,6 @@ def test_the_issue_burst_from_plain_producers_arrives_with_no_interleaving(
     assert not result.sender_failures and not result.undecodable, text
 
 
-def _read(s: RouterSettings, topic: str, schema: str, want: int) -> list[dict[str, Any]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": s.kafka.bootstrap_servers,
-            "group.id": unique("read"),
-            "isolation.level": "read_committed",
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    records: list[dict[str, Any]] = []
-
-    def enough() -> bool:
-        m = consumer.poll(0.2)
-        if (
-            m is not None
-            and m.error() is None
-            and dict(m.headers() or []).get(schemas.SCHEMA_HEADER) == schema.encode()
-        ):
-            records.append(schemas.decode(schema, m.value()))
-        return len(records) >= want
-
-    wait_until(enough, 60, f"{want} {schema} records on {topic}")
-    consumer.close()
-    return records
-
-
 def test_a_group_that_waits_too_long_is_dead_lettered_with_an_event(
     pipeline: PipelineFactory,
 ) -> None:
@@ -199,7 +164,7 @@ def test_a_group_that_waits_too_long_is_dead_lettered_with_an_event(
     producer.produce(b, b"B0", partition=0, headers=headers_for("B", seq=0))
     producer.produce(b, b"B1", partition=0, headers=headers_for("B", seq=1))
     producer.flush(10)
-    (event,) = _read(s, s.topology.events_topic, GROUP_WAIT_TIMED_OUT, 1)
+    (event,) = read_records(s, s.topology.events_topic, GROUP_WAIT_TIMED_OUT, 1)
     assert (event["guarantee_id"], event["outcome"], event["side"]) == (
         "B",
         "DEAD_LETTERED",
@@ -207,7 +172,7 @@ def test_a_group_that_waits_too_long_is_dead_lettered_with_an_event(
     )
     producer.produce(b, b"B2", partition=0, headers=headers_for("B", seq=2, final=True))
     producer.flush(10)
-    dead = _read(s, s.topology.dead_letter_topic, DEAD_LETTER, 3)
+    dead = read_records(s, s.topology.dead_letter_topic, DEAD_LETTER, 3)
     assert [d["value"] for d in dead] == [b"B0", b"B1", b"B2"]  # in order, none dropped
     assert {d["reason_code"] for d in dead} == {"group-stopped"}
     assert queue.values == [b"A0"]  # nothing of B entered A's path

@@ -5,7 +5,7 @@ what the receive queues hold."""
 
 from __future__ import annotations
 
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from ops.harness.burst import HEADER, burst_spec, run_burst
 from ops.harness.demo import summary
@@ -18,9 +18,8 @@ from router.receiver import Receiver
 from router.sender import Sender
 from router.side import table_for
 from tests.conftest import PipelineFactory
-from tests.helpers import unique, wait_until
-from tests.integration.test_busy_policy import ONE_WAY, Queue
-from tests.integration.test_waiting_room import _read
+from tests.helpers import read_records, unique, wait_until
+from tests.integration.test_busy_policy import ONE_WAY, one_way
 
 
 def test_a_whole_group_is_staged_without_holding_a_destination_and_arrives_contiguous(
@@ -30,10 +29,7 @@ def test_a_whole_group_is_staged_without_holding_a_destination_and_arrives_conti
     while it is staged, an ordinary message and a streamed group S pass through the one
     destination (W holds nothing while incomplete). W's final completes it: W arrives
     after S, all three members in a row."""
-    p = pipeline(PipelineSpec(busy_policy="wait", **ONE_WAY))  # type: ignore[arg-type]
-    s = p.settings
-    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    _, s, producer, queue = one_way(pipeline, "wait")
     a, _ = s.topology.send_queues
     whole = {"delivery": "complete"}
     producer.produce(a, b"W0", partition=0, headers=headers_for("W", seq=0, **whole))
@@ -65,16 +61,7 @@ def test_a_whole_group_over_the_staging_bound_is_announced_and_streamed_in_order
     """With routing.max_staged_messages = 2, a whole group of four messages stops being
     staged at its second message, on each side: a GroupStagingAborted event per side, and
     it is delivered as a streamed group, in order and uninterleaved."""
-    p = pipeline(
-        PipelineSpec(
-            busy_policy="wait",
-            **ONE_WAY,  # type: ignore[arg-type]
-            extra_env={"ROUTER_ROUTING__MAX_STAGED_MESSAGES": "2"},
-        )
-    )
-    s = p.settings
-    producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    _, s, producer, queue = one_way(pipeline, "wait", ROUTER_ROUTING__MAX_STAGED_MESSAGES="2")
     a, _ = s.topology.send_queues
     for n in range(4):
         headers = headers_for("W", seq=n, final=n == 3, delivery="complete")
@@ -85,7 +72,7 @@ def test_a_whole_group_over_the_staging_bound_is_announced_and_streamed_in_order
     w = [v for v in values if v != b"o"]
     assert w == [b"W0", b"W1", b"W2", b"W3"], values
     assert values.index(b"o") not in range(values.index(b"W0") + 1, values.index(b"W3"))
-    found = _read(s, s.topology.events_topic, GROUP_STAGING_ABORTED, 2)
+    found = read_records(s, s.topology.events_topic, GROUP_STAGING_ABORTED, 2)
     assert sorted(e["side"] for e in found) == ["RECEIVE", "SEND"], found
     assert all((e["guarantee_id"], e["max_staged_messages"]) == ("W", 2) for e in found)
     queue.receiver.close()
