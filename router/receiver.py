@@ -215,7 +215,9 @@ class Receiver:
         Meant for groups sent with whole-group delivery, which arrive contiguously; a
         streamed group is gathered as its members arrive (other messages in between are
         returned first). A group with no new member for `incomplete_after` s is returned
-        with `complete=False` (its final will not come: stopped, or dead-lettered)."""
+        with `complete=False` (its final will not come: stopped, or dead-lettered), and
+        so is the rest of it if it comes after all (its first sequence number is not 0).
+        `timeout` 0 polls once without waiting."""
         deadline = time.monotonic() + timeout
         while True:
             now = time.monotonic()
@@ -228,12 +230,11 @@ class Receiver:
                         "group %r incomplete after %.0f s: returned as it is", key[2], now - last
                     )
                     return ReceivedGroup(key[2], tuple(members), False)
-            if now >= deadline:
-                raise ReceiveTimeout(
-                    f"no whole group on {', '.join(self.queues)} within {timeout}s"
-                )
-            m = self.poll(min(deadline - now, 0.2))
+            m = self.poll(max(min(deadline - now, 0.2), 0.0))  # at least once, even for 0
             if m is None:
+                if time.monotonic() >= deadline:
+                    queues = ", ".join(self.queues)
+                    raise ReceiveTimeout(f"no whole group on {queues} within {timeout}s")
                 continue
             if m.guarantee_id is None:
                 return ReceivedGroup(None, (m,), True)
@@ -242,7 +243,9 @@ class Receiver:
             members.append(m)
             if m.final:
                 self._open.pop(key, None)
-                self._ready.append(ReceivedGroup(m.guarantee_id, tuple(members), True))
+                # a tail whose head was returned incomplete is not a whole group either
+                whole = members[0].seq in (None, 0)
+                self._ready.append(ReceivedGroup(m.guarantee_id, tuple(members), whole))
             else:
                 self._open[key] = (members, time.monotonic())
 
