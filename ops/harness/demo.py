@@ -169,8 +169,8 @@ def summary(result: DemoResult) -> list[str]:
         lines.append(
             "RESULT: PASS - every group reached one receive queue, in order; nothing lost or "
             f"duplicated; {interleaved} messages interleaved, each while every other "
-            "destination of its side was busy (capacity rule; add destinations or use "
-            "policy 'hold')."
+            "destination of its side was busy (capacity rule; add destinations, or use "
+            "busy policy 'wait' for none at all)."
         )
     else:
         lines.append("RESULT: FAIL - " + "; ".join(result.violations))
