@@ -17,164 +17,16 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from router import contract, events, room, schemas
+from router import contract, room
 from router.batch import Batch
 from router.classify import Classifier
-from router.config import RouterSettings
-from router.drain import Drain
-from router.emit import Emitter, Output
+from router.emit import Emitter
 from router.model import TableModel
 from router.receiver import OffsetTracker, Receiver, ReceiveTimeout
-from router.route import request_for
-from router.routing import NO_DEST, STOPPED, STOPPING, RoomState, RouteRequest
+from router.routing import NO_DEST, STOPPING, RouteRequest
 from router.side import side_spec
 from tests.unit.fakes import FakeMessage, msg
-
-LEASE_MS = 15_000
-WHOLE = [(contract.DELIVERY, b"complete")]
-STRICT = [(contract.MESSAGE_TYPE, b"strict")]
-
-
-def settings(bound: int) -> RouterSettings:
-    return RouterSettings(
-        topology={"name": "t"},  # type: ignore[arg-type]
-        routing={  # type: ignore[arg-type]
-            "busy_policy": "wait",
-            "poison_policy_by_type": {"strict": "stop-group"},
-            "ttl_by_type": {"strict": 60_000},
-            "max_staged_messages": bound,
-        },
-    )
-
-
-# --- the pure harness (adapted from test_review_whole_groups.Side, with a bound) ---
-
-
-class ModelTable:
-    def __init__(self, model: TableModel) -> None:
-        self.model = model
-
-    def room_state(self, gids: list[str]) -> dict[str, RoomState]:
-        leased = {g for (g, _) in self.model.park_leases}
-        return {
-            g: RoomState(e.state, e.dest, e.closing, e.parks, g in leased)
-            for g in gids
-            if (e := self.model.entries.get(g)) is not None
-        }
-
-
-class FakeRoomConsumer:
-    def __init__(self, side: Side) -> None:
-        self.side = side
-
-    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, self.side.ends[tp.partition]) for tp in tps]
-
-    def get_watermark_offsets(self, tp: TopicPartition, *_: Any) -> tuple[int, int]:
-        return 0, self.side.ends[tp.partition]
-
-
-class Side:
-    """Route (model) -> emit -> room log -> drain, settled in the model; no I/O."""
-
-    def __init__(self, dests: list[str], bound: int) -> None:
-        self.s = settings(bound)
-        self.model = TableModel(dests, policy="wait", max_staged=bound)
-        self.spec = side_spec(self.s, "send")
-        self.emitter = Emitter(self.s, self.spec, "unit-1")
-        self.topic = self.s.topology.room_topic("send")
-        self.parts = self.s.routing.room_partitions
-        self.log: dict[int, list[FakeMessage]] = {p: [] for p in range(self.parts)}
-        self.ends: dict[int, int] = {p: 0 for p in range(self.parts)}
-        self.drain = Drain(
-            ModelTable(self.model),  # type: ignore[arg-type]
-            self.spec,
-            self.topic,
-            self.parts,
-            self.emitter,
-            None,  # type: ignore[arg-type]
-        )
-        self.drain.consumer = FakeRoomConsumer(self)
-        self.drain.assign([(self.topic, p) for p in range(self.parts)])
-        self.n = 0
-        self.delivered: list[tuple[str, bytes | None]] = []
-        self.dead: list[tuple[bytes | None, bytes]] = []
-        self.events: list[tuple[str, dict[str, Any]]] = []  # committed events
-        self.transactions: list[list[bytes | None]] = []  # delivered values per commit
-
-    def route(self, now: int, *messages: FakeMessage, commit: bool = True) -> list[str]:
-        self.n += 1
-        batch = Batch(f"b{self.n}", 0)
-        Classifier(self.s, "send", {}).classify(batch, list(messages))
-        items = [i for i in batch.items if i.routing is not None or i.bad is not None]
-        reqs = [
-            request_for(i, self.s.routing, f"{i.m.topic()}/{i.m.partition()}", False) for i in items
-        ]
-        res = self.model.route(reqs, now, batch=batch.id, lease_ms=LEASE_MS)
-        for item, d in zip(items, res.decisions, strict=True):
-            item.decision = d
-        out = self.emitter.emit(batch, now)
-        self._append(out, commit)
-        if commit:
-            self.model.settle(batch.id, sorted(out.ordinary_dests), out.finals)
-            for g in out.stopped:
-                self.model.release([(g, STOPPED)])
-        return res.decisions
-
-    def run_drain(self, now: int) -> Output:
-        for p, records in self.log.items():
-            for m in records:
-                if self.drain.index.seen.get((self.topic, p), -1) < m.offset():
-                    self.drain.take([m])
-        self.n += 1
-        batch = Batch(f"d{self.n}", 0)
-        out = Output()
-        self.drain.emit(batch, out, now)
-        self._append(out, True)
-        self.drain.settle(batch)
-        self.model.settle(batch.id, [], out.finals, out.drains)
-        return out
-
-    def _append(self, out: Output, commit: bool) -> None:
-        tx: list[bytes | None] = []
-        for r in out.records:
-            if r.topic == self.topic:
-                p = r.partition
-                if commit:
-                    self.log[p].append(
-                        FakeMessage(r.topic, p, self.ends[p], r.value, r.key, list(r.headers))
-                    )
-                self.ends[p] += 1
-            elif not commit:
-                continue
-            elif r.topic == self.s.topology.dead_letter_topic:
-                self.dead.append((r.key, dict(r.headers)["reason"]))
-            elif r.topic == self.s.topology.events_topic:
-                schema = dict(r.headers)[schemas.SCHEMA_HEADER].decode()
-                self.events.append((schema, schemas.decode(schema, r.value)))
-            elif r.value is not None:
-                self.delivered.append((f"{r.topic}/{r.partition}", r.value))
-                tx.append(r.value)
-        if commit and tx:
-            self.transactions.append(tx)
-        if not commit:
-            for p in {r.partition for r in out.records if r.topic == self.topic}:
-                self.ends[p] += 1
-
-    def aborted_events(self) -> list[dict[str, Any]]:
-        return [e for s, e in self.events if s == events.GROUP_STAGING_ABORTED]
-
-
-def whole(offset: int, gid: str, seq: int, final: bool = False, **kw: Any) -> FakeMessage:
-    return msg(
-        offset,
-        gid,
-        seq=seq,
-        final=final,
-        value=f"{gid}{seq}".encode(),
-        extra=[*WHOLE, *kw.pop("extra", [])],
-        **kw,
-    )
+from tests.unit.roomharness import STRICT, WHOLE, Side, settings, whole
 
 
 def req(gid: str | None, final: bool = False, lane: str = "q/0", **kw: Any) -> RouteRequest:

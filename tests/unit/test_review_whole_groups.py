@@ -9,19 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from router import contract, room
-from router.batch import Batch
-from router.classify import Classifier
 from router.config import RouterSettings
-from router.drain import Drain
-from router.emit import Emitter, Output
 from router.model import TableModel
-from router.route import request_for
-from router.routing import NO_DEST, STOPPED, STOPPING, RoomState, RouteRequest
-from router.side import side_spec
-from tests.unit.fakes import FakeMessage, msg
+from router.routing import NO_DEST, STOPPING, RouteRequest
+from tests.unit.fakes import msg
+from tests.unit.roomharness import LEASE_MS, WHOLE, Side, whole
 
 SETTINGS = RouterSettings(
     topology={"name": "t"},  # type: ignore[arg-type]
@@ -31,136 +24,6 @@ SETTINGS = RouterSettings(
         "ttl_by_type": {"strict": 60_000},
     },
 )
-LEASE_MS = 15_000
-WHOLE = [(contract.DELIVERY, b"complete")]
-
-
-# --- a small pure harness: one send side, the model as its table, the room as a list ---
-
-
-class ModelTable:
-    """What the drain step reads of the table (`RoomTable.room_state`), from the model."""
-
-    def __init__(self, model: TableModel) -> None:
-        self.model = model
-
-    def room_state(self, gids: list[str]) -> dict[str, RoomState]:
-        leased = {g for (g, _) in self.model.park_leases}
-        return {
-            g: RoomState(e.state, e.dest, e.closing, e.parks, g in leased)
-            for g in gids
-            if (e := self.model.entries.get(g)) is not None
-        }
-
-
-class FakeConsumer:
-    """The room partitions as the drain's consumer sees them: everything read up to the
-    end offset (committed records, and the offsets of aborted ones and markers)."""
-
-    def __init__(self, side: Side) -> None:
-        self.side = side
-
-    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, self.side.end(tp.partition)) for tp in tps]
-
-    def get_watermark_offsets(self, tp: TopicPartition, *_: Any) -> tuple[int, int]:
-        return 0, self.side.end(tp.partition)
-
-
-class Side:
-    """Route (model) -> emit -> room log -> drain, settled in the model; no I/O."""
-
-    def __init__(self, dests: list[str]) -> None:
-        self.model = TableModel(dests, policy="wait")
-        self.spec = side_spec(SETTINGS, "send")
-        self.emitter = Emitter(SETTINGS, self.spec, "unit-1")
-        self.topic = SETTINGS.topology.room_topic("send")
-        self.parts = SETTINGS.routing.room_partitions
-        self.log: dict[int, list[FakeMessage]] = {p: [] for p in range(self.parts)}
-        self.ends: dict[int, int] = {p: 0 for p in range(self.parts)}
-        self.drain = Drain(
-            ModelTable(self.model),  # type: ignore[arg-type]
-            self.spec,
-            self.topic,
-            self.parts,
-            self.emitter,
-            None,  # type: ignore[arg-type]
-        )
-        self.drain.consumer = FakeConsumer(self)
-        self.drain.assign([(self.topic, p) for p in range(self.parts)])
-        self.n = 0
-        self.delivered: list[tuple[str, bytes | None]] = []  # (destination topic/part, value)
-        self.dead: list[tuple[bytes | None, bytes]] = []  # (value, reason)
-
-    def end(self, p: int) -> int:
-        return self.ends[p]
-
-    def route(self, now: int, *messages: FakeMessage, commit: bool = True) -> list[str]:
-        """One source batch: classify, route in the model, emit; if committed, its room
-        records land in the room log and the batch settles; if not (the unit died before
-        its commit), its room records are aborted: they take offsets nobody reads."""
-        self.n += 1
-        batch = Batch(f"b{self.n}", 0)
-        Classifier(SETTINGS, "send", {}).classify(batch, list(messages))
-        items = [i for i in batch.items if i.routing is not None or i.bad is not None]
-        reqs = [
-            request_for(i, SETTINGS.routing, f"{i.m.topic()}/{i.m.partition()}", False)
-            for i in items
-        ]
-        res = self.model.route(reqs, now, batch=batch.id, lease_ms=LEASE_MS)
-        for item, d in zip(items, res.decisions, strict=True):
-            item.decision = d
-        out = self.emitter.emit(batch, now)
-        self._append(out, commit)
-        if commit:
-            self.model.settle(batch.id, sorted(out.ordinary_dests), out.finals)
-            for g in out.stopped:
-                self.model.release([(g, STOPPED)])
-        return res.decisions
-
-    def run_drain(self, now: int) -> Output:
-        """One drain batch: read the room, emit, commit, settle (model and drain)."""
-        for p, records in self.log.items():
-            for m in records:
-                if self.drain.index.seen.get((self.topic, p), -1) < m.offset():
-                    self.drain.take([m])
-        self.n += 1
-        batch = Batch(f"d{self.n}", 0)
-        out = Output()
-        self.drain.emit(batch, out, now)
-        self._append(out, True)
-        self.drain.settle(batch)
-        self.model.settle(batch.id, [], out.finals, out.drains)
-        return out
-
-    def _append(self, out: Output, commit: bool) -> None:
-        for r in out.records:
-            if r.topic == self.topic:
-                p = r.partition
-                if commit:
-                    self.log[p].append(
-                        FakeMessage(r.topic, p, self.ends[p], r.value, r.key, list(r.headers))
-                    )
-                self.ends[p] += 1
-            elif commit and r.topic == SETTINGS.topology.dead_letter_topic:
-                self.dead.append((r.key, dict(r.headers)["reason"]))
-            elif commit and r.value is not None and r.topic != SETTINGS.topology.events_topic:
-                self.delivered.append((f"{r.topic}/{r.partition}", r.value))
-        if not commit:  # the abort marker takes an offset on each partition written
-            for p in {r.partition for r in out.records if r.topic == self.topic}:
-                self.ends[p] += 1
-
-
-def whole(offset: int, gid: str, seq: int, final: bool = False, **kw: Any) -> FakeMessage:
-    return msg(
-        offset,
-        gid,
-        seq=seq,
-        final=final,
-        value=f"{gid}{seq}".encode(),
-        extra=[*WHOLE, *kw.pop("extra", [])],
-        **kw,
-    )
 
 
 def req(gid: str, final: bool = False, lane: str = "q/0", **kw: Any) -> RouteRequest:
