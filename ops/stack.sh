@@ -61,6 +61,12 @@ log_tail() {  # <file>: show what went wrong
 
 port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
+proc_running() {  # <pid>: the process exists and has not exited (a zombie has)
+  local state
+  state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true)"
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 pid_alive() {  # <pidfile> <cmdline-pattern>: the recorded process is alive and is ours
   local pidfile="$1" pattern="$2" pid
   [ -f "$pidfile" ] || return 1
@@ -321,10 +327,13 @@ kafka_start() {
   setsid nohup java -Xms256m -Xmx"$KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" \
     -cp "$cp" kafka.Kafka "$KAFKA_DIR/server.properties" >"$KAFKA_LOG" 2>&1 </dev/null 9>&- &
-  echo $! >"$KAFKA_PID"
+  local started=$!
+  echo "$started" >"$KAFKA_PID"
   local deadline=$((SECONDS + START_TIMEOUT))
   until kafka_answers; do
-    if ! pid_alive "$KAFKA_PID" kafka.Kafka; then
+    # By pid, not by command line: until the forked shell has exec'd java, its command line is
+    # this script's, and a loaded machine can take a while to get there.
+    if ! proc_running "$started"; then
       log_tail "$KAFKA_LOG"; die "the Kafka broker exited during start-up (log: $KAFKA_LOG)."
     fi
     if [ $SECONDS -ge $deadline ]; then
