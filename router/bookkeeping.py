@@ -67,6 +67,9 @@ def count_committed(metrics: Metrics, out: Output) -> None:
         ("room_parked", out.parked_in_room),
         ("room_drained", out.drained),
         ("staging_aborted", out.staging_aborted),
+        ("room_staged_bytes", out.staged_bytes),
+        ("seq_duplicates", out.seq_duplicates),
+        ("sequence_gaps", out.sequence_gaps),
     ]
     for name, n in counts:
         if n:

@@ -186,6 +186,16 @@ class RoutingSettings(_Section):
     # a GroupStagingAborted event, and it waits as a streamed group (in order, never
     # interleaved, but no longer written in one transaction).
     max_staged_messages: int = Field(10_000, ge=1)
+    # Logical order for groups that do not say (header "guarantee-order"): "logical"
+    # delivers a group's members in guarantee-seq order whatever send-queue partition or
+    # physical order they come in (members with no guarantee-seq keep the lane rule);
+    # "lane": one send-queue partition, in physical order.
+    default_order: Literal["lane", "logical"] = "lane"
+    # Logical order: a missing sequence number that blocks a group this long gives a
+    # SequenceGap event, then "park" (the group keeps waiting for it, until its TTL) or
+    # "deliver" (what is parked goes out in order, past the gaps).
+    gap_timeout_ms: int = Field(30_000, ge=0)
+    gap_policy: Literal["park", "deliver"] = "park"
 
     @model_validator(mode="after")
     def _ttls_in_bounds(self) -> RoutingSettings:

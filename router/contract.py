@@ -11,6 +11,8 @@ without this library, and the router never decodes a payload to route it.
 | `message-type`      | a type from `routing.ttl_by_type`       | the default TTL         |
 | `guarantee-ttl-ms`  | entry deletion time for this group, ms  | the type's TTL          |
 | `guarantee-on-poison` | `dead-letter` or `stop-group`         | the type's policy       |
+| `guarantee-delivery` | `stream` or `complete`                 | `routing.default_delivery` |
+| `guarantee-order`   | `lane` or `logical` (by `guarantee-seq`) | `routing.default_order` |
 
 The router adds `router-origin` (`topic/partition/offset` of the send queue record) when
 it forwards, and keeps every other header, the key, the value and the timestamp.
@@ -38,6 +40,11 @@ ON_POISON = "guarantee-on-poison"
 # its members arrive.
 DELIVERY = "guarantee-delivery"
 DELIVERIES = ("stream", "complete")
+# "logical": the group's members are delivered in `guarantee-seq` order whatever the send
+# queue partition or physical order they arrive in (docs/routing.md, "Logical order");
+# "lane" (default): one send-queue partition, physical order.
+ORDER = "guarantee-order"
+ORDERS = ("lane", "logical")
 ORIGIN = "router-origin"
 # On the transfer topic only: "close" marks a group the send side ended without forwarding
 # its final (a dead-lettered final, a stopped group), so that the receive side releases it.
@@ -50,14 +57,18 @@ CLOSE = b"close"
 ROOM = "router-room"
 TOKEN = "router-token"
 THROUGH = "router-through"
+NEXT_SEQ = "router-next-seq"  # logical order: a drain marker's next sequence number
+ORIGIN = "router-origin"  # ... and the group it is for (its entry's origin)
 DRAINED = b"drained"
 # A bad message of a group in the room is parked too, in its place: `<code>|<final 0/1>|
 # <detail>`; the drain dead-letters it with that reason (and a bad final still ends the
 # group). Room headers a sender set itself are dropped when a record is parked.
 BAD = "router-bad"
-ROOM_HEADERS = frozenset({ROOM, TOKEN, THROUGH, BAD})
+ROOM_HEADERS = frozenset({ROOM, TOKEN, THROUGH, BAD, NEXT_SEQ, ORIGIN})
 
-ROUTING_HEADERS = frozenset({GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS, ON_POISON, DELIVERY})
+ROUTING_HEADERS = frozenset(
+    {GUARANTEE_ID, FINAL, SEQ, MESSAGE_TYPE, TTL_MS, ON_POISON, DELIVERY, ORDER}
+)
 POISON_POLICIES = ("dead-letter", "stop-group")
 
 _TRUE = frozenset({b"true", b"1", b"True", b"TRUE"})
@@ -83,6 +94,7 @@ class BadInput(Exception):
         self.on_poison: str | None = None
         self.final: bool = False  # its final flag, if readable: a bad final still ends its group
         self.complete: bool = False  # whole-group delivery asked for, if readable
+        self.logical: bool = False  # logical order asked for, if readable (seq or not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +108,7 @@ class Routing:
     message_type: str | None = None
     on_poison: str | None = None
     complete: bool = False  # whole-group delivery (a grouped message only)
+    logical: bool = False  # logical order by `seq` (a grouped message with a seq only)
 
     @property
     def grouped(self) -> bool:
@@ -106,7 +119,7 @@ class Routing:
         error = BadInput(code, detail)
         error.guarantee_id, error.seq = self.guarantee_id, self.seq
         error.message_type, error.on_poison = self.message_type, self.on_poison
-        error.final, error.complete = self.final, self.complete
+        error.final, error.complete, error.logical = self.final, self.complete, self.logical
         return error
 
 
@@ -174,6 +187,9 @@ def parse(headers: Headers | None, rules: RoutingSettings) -> Routing:
             error.complete = (
                 raw == b"complete" if raw else _complete_by_rules(error.message_type, rules)
             )
+            raw = seen.get(ORDER)
+            logical = raw == b"logical" if raw else rules.default_order == "logical"
+            error.logical = logical  # with an unreadable seq: dead-lettered in the room
         raise
 
 
@@ -181,9 +197,10 @@ def _lenient(read: Callable[[], T], present: bool) -> T | None:
     if not present:
         return None
     try:
-        return read() or None
+        value = read()
     except (BadInput, UnicodeDecodeError):
         return None
+    return None if value == "" else value  # a seq of 0 is a number
 
 
 def _guarantee_id(raw: bytes | None, rules: RoutingSettings) -> str | None:
@@ -258,7 +275,20 @@ def _parse_rest(seen: dict[str, bytes | None], gid: str | None, rules: RoutingSe
         complete = delivery == "complete"
     elif gid is not None:
         complete = _complete_by_rules(message_type, rules)
-    return Routing(gid, final, ttl, seq, message_type, on_poison, complete and gid is not None)
+
+    logical = rules.default_order == "logical" and seq is not None
+    raw_order = seen.get(ORDER)
+    if raw_order:
+        order = raw_order.decode("utf-8", "replace")
+        if order not in ORDERS:
+            raise BadInput("bad-order", f"{ORDER} {order[:32]!r} is not one of {ORDERS}")
+        if order == "logical" and seq is None and gid is not None:
+            raise BadInput("bad-seq", f"{ORDER} logical needs a {SEQ} header on every member")
+        logical = order == "logical"
+    grouped = gid is not None
+    return Routing(
+        gid, final, ttl, seq, message_type, on_poison, complete and grouped, logical and grouped
+    )
 
 
 def _complete_by_rules(message_type: str | None, rules: RoutingSettings) -> bool:
@@ -275,6 +305,7 @@ def headers_for(
     ttl_ms: int | None = None,
     on_poison: str | None = None,
     delivery: str | None = None,
+    order: str | None = None,
 ) -> list[tuple[str, bytes]]:
     """The routing headers a sender attaches (the inverse of `parse`)."""
     out: list[tuple[str, bytes]] = []
@@ -290,6 +321,8 @@ def headers_for(
             out.append((ON_POISON, on_poison.encode("ascii")))
         if delivery is not None:
             out.append((DELIVERY, delivery.encode("ascii")))
+        if order is not None:
+            out.append((ORDER, order.encode("ascii")))
     elif final:
         raise ValueError("an ordinary message (no guarantee ID) cannot be final")
     if message_type is not None:

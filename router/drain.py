@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from router import contract, room
 from router.batch import TP, Batch, Item
 from router.clock import Every
 from router.contract import BadInput
+from router.drainorder import LogicalOrder
 from router.emit import Emitter, Output, Record, new_record
 from router.metrics import Metrics
 from router.roomindex import Parked, RoomIndex, room_partition
@@ -37,6 +38,7 @@ class Check:
     tp: TP
     parks: int
     end: int
+    next: int = -1  # logical order: the next sequence number once open
 
 
 class Drain:
@@ -50,9 +52,12 @@ class Drain:
         partitions: int,
         emitter: Emitter,
         metrics: Metrics,
+        gap_timeout_ms: int = 30_000,
+        gap_policy: str = "park",
     ) -> None:
         self.table, self.spec, self.topic, self.metrics = table, spec, room_topic, metrics
         self.partitions, self.emitter = partitions, emitter
+        self.logical = LogicalOrder(gap_timeout_ms, gap_policy)
         self.index = RoomIndex()
         self.checks: dict[str, Check] = {}
         self.opening: set[str] = set()  # drained here, not yet open or released
@@ -97,6 +102,7 @@ class Drain:
         self.index = RoomIndex()
         self.checks.clear()
         self.catch_up = dict.fromkeys(self.owned)
+        self.logical.gaps.clear()
 
     def revoke(self, tps: list[TP]) -> None:
         for tp in tps:
@@ -121,8 +127,9 @@ class Drain:
         for tp, known in list(self.catch_up.items()):
             end = known
             if end is None:
-                _, end = consumer.get_watermark_offsets(TopicPartition(*tp), 10, False)  # type: ignore[attr-defined]
-                self.catch_up[tp] = end
+                end = self.catch_up[tp] = self._end(tp)
+                if end is None:
+                    continue  # the broker cannot say now: caught up later
             if end == 0 or positions.get(tp, -1) >= end:
                 del self.catch_up[tp]
         drained: set[str] = set()
@@ -132,13 +139,20 @@ class Drain:
             for gid, parked in list(self.index.groups[tp].items()):
                 state = states.get(gid)
                 if state is not None and state.state == room.ADMITTED and state.closing != STOPPED:
+                    if state.next >= 0:  # logical order
+                        if self.logical.drain(self, tp, gid, parked, state, out, batch, now_ms):
+                            drained.add(gid)
+                            self.opening.add(gid)
+                        else:
+                            held_back.add(gid)
+                        continue
                     if state.closing and not parked[-1].final:
                         held_back.add(gid)  # its final is parked, not read yet: all in
                         continue  # one go, and it must not open before (no check)
                     if gid not in self.opening:  # its first drain: how long it waited
                         ts_type, ts = parked[0].m.timestamp()
                         out.room_waits_ms.append(max(now_ms - ts, 0) if ts_type else 0)
-                    self._forward(tp, gid, parked, state.dest, out, batch, now_ms)
+                    self.forward(tp, gid, parked, state.dest, out, batch, now_ms)
                     drained.add(gid)
                     self.opening.add(gid)
                 elif state is None or state.state == room.OPEN or state.closing == STOPPED:
@@ -155,11 +169,25 @@ class Drain:
                 tp = (self.topic, room_partition(gid, self.partitions))
                 if state.leased or tp not in self.owned or tp in self.catch_up:
                     continue  # a park in flight: not yet
-                _, end = consumer.get_watermark_offsets(TopicPartition(*tp), 10, False)  # type: ignore[attr-defined]
-                self.checks[gid] = Check(tp, state.parks, end)
+                end = self._end(tp)
+                if end is None:
+                    continue  # the broker cannot say now: checked again next batch
+                nxt = state.next
+                if nxt >= 0:
+                    nxt = max(nxt, self.index.drained_to(tp, gid, state.origin))
+                self.checks[gid] = Check(tp, state.parks, end, nxt)
             elif positions.get(check.tp, -1) >= check.end:
-                out.drains.append((gid, check.parks))  # opens it, unless parked meanwhile
+                # opens it, unless parked meanwhile
+                out.drains.append((gid, check.parks, check.next))
                 del self.checks[gid]
+        for key in list(self.index.pending):  # the table knows the marker's next number
+            state = states.get(key[1])
+            if (
+                state is None
+                or state.next >= self.index.pending[key][1]
+                or state.origin != self.index.origin.get(key)  # the ID reused since
+            ):
+                del self.index.pending[key]
         self.eager = len(out.records) > before or bool(out.drains)
         batch.room_offsets = [
             TopicPartition(tp[0], tp[1], self.index.low_mark(tp, positions[tp]))
@@ -167,12 +195,23 @@ class Drain:
             if positions.get(tp, -1) >= 0
         ]
 
+    def _end(self, tp: TP) -> int | None:
+        """A room partition's end offset; None if the broker cannot say now (a leader
+        moving after a restart): the drain waits, the unit goes on."""
+        try:
+            _, end = self.consumer.get_watermark_offsets(TopicPartition(*tp), 10, False)  # type: ignore[attr-defined]
+        except KafkaException as exc:
+            log.warning("end offset of %s[%d] unknown, retried later: %s", tp[0], tp[1], exc)
+            return None
+        return int(end)
+
     def settle(self, batch: Batch) -> None:
         """The batch committed: its drained records are gone from the index."""
-        for (tp, gid), through in batch.extra.get("drained", {}).items():
-            self.index.mark(tp, gid, through)
+        for (tp, gid), (through, next_seq, origin) in batch.extra.get("drained", {}).items():
+            self.index.mark(tp, gid, through, next_seq, origin)
+        self.logical.settle(batch)
 
-    def _forward(
+    def forward(
         self,
         tp: TP,
         gid: str,
@@ -181,6 +220,7 @@ class Drain:
         out: Output,
         batch: Batch,
         now_ms: int,
+        marker: bool = True,
     ) -> None:
         """Forward the group's parked records, in order, to its destination; a bad one is
         dead-lettered in its place, and a bad final still ends the group (released with
@@ -214,7 +254,8 @@ class Drain:
             if p.final and gid and not room.is_pseudo(gid):
                 out.finals.append((gid, p.token))
             out.drained += 1
-        self._marker(tp, gid, parked, out, batch)
+        if marker:
+            self.marker(tp, gid, parked[-1].m.offset(), out, batch)
 
     def _dead_letter(
         self,
@@ -246,17 +287,32 @@ class Drain:
             item = Item(p.m, p.headers(), None)
             out.records.append(self.emitter.dead_letter(item, p.bad or bad, now_ms, p.source()))
             out.dead += 1
-        self._marker(tp, gid, parked, out, batch)
+        self.marker(tp, gid, parked[-1].m.offset(), out, batch)
 
-    def _marker(self, tp: TP, gid: str, parked: list[Parked], out: Output, batch: Batch) -> None:
-        through = parked[-1].m.offset()
+    def marker(
+        self,
+        tp: TP,
+        gid: str,
+        through: int,
+        out: Output,
+        batch: Batch,
+        next_seq: int = -1,
+        origin: str = "",
+    ) -> None:
         headers = [
             (contract.CONTROL, contract.DRAINED),
             (contract.ROOM, gid.encode()),
             (contract.THROUGH, str(through).encode()),
         ]
+        if next_seq >= 0:
+            headers.append((contract.NEXT_SEQ, str(next_seq).encode()))
+            headers.append((contract.ORIGIN, origin.encode()))
         out.records.append(new_record(Record, (tp[0], tp[1], None, None, headers, 0, None)))
-        batch.extra.setdefault("drained", {})[(tp, gid)] = through
+        batch.extra.setdefault("drained", {})[(tp, gid)] = (
+            through,
+            next_seq if next_seq >= 0 else None,
+            origin,
+        )
 
 
 __all__ = ["Drain"]

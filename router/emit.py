@@ -20,7 +20,7 @@ from router.batch import Batch, Item, where
 from router.config import RouterSettings
 from router.contract import BadInput
 from router.room import UNSTAGED, WAIT
-from router.routing import NO_DEST, ORPHAN, PARKED, SPANS, STOPPING
+from router.routing import DUPLICATE, NO_DEST, ORPHAN, PARKED, SPANS, STOPPING
 from router.side import SideSpec
 
 log = logging.getLogger("router.emit")
@@ -53,12 +53,16 @@ class Output:
     parked: int = 0
     groups_stopped: int = 0
     orphans_parked: int = 0
-    drains: list[tuple[str, int]] = field(default_factory=list)  # (gid, parks seen)
+    # (gid, parks seen, next sequence number or -1): `router.room.drained`
+    drains: list[tuple[str, int, int]] = field(default_factory=list)
     parked_in_room: int = 0  # parked in the waiting room
     drained: int = 0  # forwarded out of the waiting room (counted in forwarded too)
     # per group first drained here: its oldest parked message's age (ms, from its timestamp)
     room_waits_ms: list[int] = field(default_factory=list)
     staging_aborted: int = 0  # staged groups over max_staged_messages, now streamed
+    staged_bytes: int = 0  # payload bytes parked for whole-group delivery
+    seq_duplicates: int = 0  # logical order: members below the next number, dead-lettered
+    sequence_gaps: int = 0  # logical order: SequenceGap events
     closes: int = 0  # close markers consumed (receive side)
     close_markers: int = 0  # close markers produced (send side)
 
@@ -96,7 +100,7 @@ class Emitter:
                 unit=self.unit,
                 now_ms=now_ms,
             )
-            out.records.append(self._event(events.TABLE_RESET, None, record))
+            out.records.append(self.event(events.TABLE_RESET, None, record))
         spec = self.spec
         add_origin = spec.side == "send"
         targets = self._targets
@@ -129,9 +133,16 @@ class Emitter:
                 out.dead += 1
                 records.append(self.dead_letter(item, item.bad or _spans(item), now_ms))
                 continue
+            if dest == DUPLICATE:  # logical order: a late member of a finished group
+                out.dead += 1
+                out.seq_duplicates += item.bad is None
+                records.append(self.dead_letter(item, item.bad or _late(item), now_ms))
+                continue
             if dest in (WAIT, UNSTAGED):  # a bad one too: dead-lettered in its place
                 records.append(self._park_in_room(item))
                 out.parked_in_room += 1
+                if item.routing is not None and item.routing.complete:
+                    out.staged_bytes += len(item.m.value() or b"")
                 if dest == UNSTAGED:
                     records.append(self._staging_aborted(item, now_ms, out))
                 continue
@@ -258,7 +269,7 @@ class Emitter:
                 offset=m.offset(),
                 now_ms=now_ms,
             )
-            out.records.append(self._event(events.GROUP_STOPPED, gid.encode(), record))
+            out.records.append(self.event(events.GROUP_STOPPED, gid.encode(), record))
         else:
             reason = item.bad or BadInput(
                 "group-stopped", f"group {gid!r} is stopped (policy stop-group); parked"
@@ -313,9 +324,9 @@ class Emitter:
             offset=m.offset(),
             now_ms=now_ms,
         )
-        return self._event(events.GROUP_STAGING_ABORTED, gid.encode(), record)
+        return self.event(events.GROUP_STAGING_ABORTED, gid.encode(), record)
 
-    def _event(self, schema: str, key: bytes | None, record: bytes) -> Record:
+    def event(self, schema: str, key: bytes | None, record: bytes) -> Record:
         headers = [(schemas.SCHEMA_HEADER, schema.encode())]
         return Record(self.events_topic, -1, key, record, headers, 0, None)
 
@@ -337,4 +348,16 @@ def _spans(item: Item) -> BadInput:
     )
     bad.guarantee_id = gid
     bad.seq = r.seq if r is not None else None
+    return bad
+
+
+def _late(item: Item) -> BadInput:
+    r = item.routing
+    gid, seq = (r.guarantee_id, r.seq) if r is not None else (None, None)
+    bad = BadInput(
+        "duplicate-seq",
+        f"group {gid!r} finished before sequence number {seq} came (a retry, or a member "
+        "skipped past a gap): not delivered after the group",
+    )
+    bad.guarantee_id, bad.seq = gid, seq
     return bad

@@ -15,6 +15,7 @@ GROUP_STOPPED = "router.events.GroupStopped"
 TABLE_RESET = "router.events.TableReset"
 GROUP_WAIT_TIMED_OUT = "router.events.GroupWaitTimedOut"
 GROUP_STAGING_ABORTED = "router.events.GroupStagingAborted"
+SEQUENCE_GAP = "router.events.SequenceGap"
 
 SIDES = {"send": "SEND", "receive": "RECEIVE"}
 
@@ -128,6 +129,36 @@ def group_staging_aborted(
             "source_partition": partition,
             "source_offset": offset,
             "aborted_at": now_ms,
+        },
+    )
+
+
+def sequence_gap(
+    gid: str,
+    *,
+    side: str,
+    topology: str,
+    unit: str,
+    expected: int,
+    present: int,
+    parked: int,
+    waited_ms: int,
+    outcome: str,
+    now_ms: int,
+) -> bytes:
+    return schemas.encode(
+        SEQUENCE_GAP,
+        {
+            "guarantee_id": gid,
+            "side": SIDES[side],
+            "topology": topology,
+            "unit": unit,
+            "expected_seq": expected,
+            "next_present_seq": present,
+            "parked_messages": parked,
+            "waited_ms": waited_ms,
+            "outcome": outcome.upper(),
+            "detected_at": now_ms,
         },
     )
 

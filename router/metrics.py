@@ -59,6 +59,9 @@ MetricName = Literal[
     "room_wait_le_60s",
     "room_wait_gt_60s",
     "staging_aborted",  # staged groups over routing.max_staged_messages, now streamed
+    "room_staged_bytes",  # payload bytes parked in the room for whole-group delivery
+    "seq_duplicates",  # logical order: members below the next number, dead-lettered
+    "sequence_gaps",  # logical order: gaps open past routing.gap_timeout_ms (SequenceGap)
     "wait_timeouts",  # sweeper: groups that waited past routing.max_wait_ms
 ]
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from router import room
 from router.routing import (
+    DUPLICATE,
     HELD,
     IGNORED,
     NO_DEST,
@@ -45,6 +46,9 @@ class TableModel:
     room: dict[str, int] = field(default_factory=dict)  # waiting group -> wait start (ms)
     # (group, batch ID) -> lease expiry: messages parked in the room, not yet committed
     park_leases: dict[tuple[str, str], int] = field(default_factory=dict)
+    # logical order: finished group -> (next number, expiry): a later member below the
+    # number is a duplicate (DUPLICATE) until then
+    done: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def _choose(self, cost: list[tuple[int, bool]]) -> tuple[int, bool]:
         """(index of the cheapest destination at or after the cursor, whether it is busy)."""
@@ -110,7 +114,18 @@ class TableModel:
             entry = self.entries.get(gid) if gid is not None else None
             if entry is not None:
                 assert gid is not None
-                if entry.closing != STOPPED and entry.lane not in ("", r.lane):
+                # Logical order: lanes do not matter (a first message after a final that
+                # went straight, the ID reused, follows the lane rules).
+                logical = (
+                    r.seq is not None
+                    and entry.next >= 0
+                    and not (
+                        r.seq == 0
+                        and entry.closing not in ("", STOPPED)
+                        and entry.state == room.OPEN
+                    )
+                )
+                if not logical and entry.closing != STOPPED and entry.lane not in ("", r.lane):
                     if not r.continuation and not r.force_share:
                         # A first message: the ID reused on another lane, while the old
                         # group's lane may still be behind. Wait for its release, at
@@ -146,6 +161,11 @@ class TableModel:
                     )
                     record(r, True)
                     continue
+                if logical and not room.goes_straight(entry, r):
+                    reopen(gid)
+                    decisions.append(room.readmit(self, gid, entry, r, batch, now_ms, lease_ms))
+                    record(r, True)
+                    continue
                 if gid in closed_here and entry.dest in taken:
                     # The ID reused after its final in this batch, whose destination
                     # another group took since: a new group, which waits for the release.
@@ -158,6 +178,8 @@ class TableModel:
                 entry.ttl_ms = r.ttl_ms
                 decisions.append(entry.dest)
                 record(r, True)
+                if entry.next >= 0:
+                    room.sequence(entry, r, True)
                 if r.final:
                     entry.closing = r.token
                     close(gid, entry.dest, r.lane)
@@ -169,7 +191,7 @@ class TableModel:
                 decisions.append(IGNORED)
                 record(r, False)
                 continue
-            if gid is not None and r.continuation:
+            if gid is not None and r.continuation and r.seq is None:
                 orphans += 1
                 decisions.append(ORPHAN)
                 record(r, False)
@@ -178,6 +200,18 @@ class TableModel:
                 self.entries[gid] = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, STOPPED, r.lane)
                 stopped += 1
                 decisions.append(PARKED)
+                record(r, False)
+                continue
+            if gid is not None and r.seq and gid in self.done and r.seq < self.done[gid][0]:
+                decisions.append(DUPLICATE)  # a late copy (a retry, a member skipped past
+                record(r, False)  # a gap) of a group that finished
+                continue
+            if gid is not None and r.seq:  # logical order: its first members may follow
+                staged = r.complete and self.policy == "wait"
+                decisions.append(
+                    (room.stage if staged else room.wait)(self, gid, r, batch, now_ms, lease_ms)
+                )
+                room.sequence(self.entries[gid], r, False)
                 record(r, False)
                 continue
             ordinary = gid is None
@@ -192,6 +226,7 @@ class TableModel:
             if r.complete and self.policy == "wait":
                 assert gid is not None  # whole-group delivery: staged until its final
                 decisions.append(room.stage(self, gid, r, batch, now_ms, lease_ms))
+                room.sequence(self.entries[gid], r, False)
                 record(r, False)
                 continue
             if ordinary:
@@ -215,6 +250,7 @@ class TableModel:
                 else:
                     assert gid is not None
                     decisions.append(room.wait(self, gid, r, batch, now_ms, lease_ms))
+                    room.sequence(self.entries[gid], r, False)
                 record(r, False)
                 continue
             if busy and self.policy == "hold" and not r.force_share:
@@ -234,6 +270,7 @@ class TableModel:
             else:
                 token = r.token if r.final else ""
                 self.entries[gid] = Entry(dest, now_ms, now_ms, r.ttl_ms, token, r.lane)
+                room.sequence(self.entries[gid], r, True)
                 self.load[dest] = self.load.get(dest, 0) + 1
                 created += 1
                 if freed[dest]:
@@ -248,7 +285,7 @@ class TableModel:
         batch: str,
         dests: Iterable[str],
         finals: Iterable[tuple[str, str]],
-        drains: Iterable[tuple[str, int]] = (),
+        drains: Iterable[tuple[str, int] | tuple[str, int, int]] = (),
     ) -> int:
         """After a batch's commit: end its in-flight and park leases, release its finals,
         free the destinations of the groups it stopped (token STOPPED), open (or release)
@@ -258,9 +295,11 @@ class TableModel:
             self.inflight.pop((d, batch), None)
         for key in [k for k in self.park_leases if k[1] == batch]:
             del self.park_leases[key]
-        released = self.release(finals)
-        for gid, parks_seen in drains:
-            room.drained(self, gid, parks_seen)
+        drains = list(drains)
+        reached = {gid: n[0] for gid, _, *n in drains if n}
+        released = self.release(finals, reached)
+        for gid, parks_seen, *next_seq in drains:
+            room.drained(self, gid, parks_seen, *next_seq)
         room.admit(self)
         return released
 
@@ -270,8 +309,12 @@ class TableModel:
             if self.load[dest] == 0:
                 del self.load[dest]
 
-    def release(self, finals: Iterable[tuple[str, str]]) -> int:
-        """Remove entries whose routed final (gid, token) is now committed in Kafka.
+    def release(
+        self, finals: Iterable[tuple[str, str]], reached: dict[str, int] | None = None
+    ) -> int:
+        """Remove entries whose routed final (gid, token) is now committed in Kafka; a
+        group in logical order is remembered as finished (`done`) with its next number, or
+        the one its drain `reached`, until its deadline.
 
         The token "*" (an operator's manual release) matches any entry. The token STOPPED
         frees a stopped group's destination and keeps its entry (not counted)."""
@@ -288,6 +331,10 @@ class TableModel:
                 self.unload(self.entries.pop(gid).dest)
                 room.forget(self, gid)
                 released += 1
+                if entry.next >= 0:  # an earlier group of the ID: the larger of each
+                    n, x = self.done.get(gid, (-1, 0))
+                    n = max(n, entry.next, (reached or {}).get(gid, -1))
+                    self.done[gid] = (n, max(x, entry.deadline_ms))
         room.admit(self)
         return released
 
@@ -310,6 +357,9 @@ class TableModel:
             self.unload(entry.dest)
             room.forget(self, gid)
             out.append(Swept(gid, entry, now_ms))
+        gone = sorted((x, g) for g, (_, x) in self.done.items() if x < bound)  # finished
+        for _, gid in gone if limit is None else gone[:limit]:  # groups: the same bound
+            del self.done[gid]
         room.admit(self)
         return out
 

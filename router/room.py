@@ -72,7 +72,8 @@ def parked_message(
     """A message of a staged, waiting or admitted group: parked behind the group's earlier
     ones. A final marks the entry closing (released once the drain forwarded and committed
     it), and a staged group then waits for a destination, from now; a first message after
-    a final (the ID reused) clears the mark."""
+    a final (the ID reused) clears the mark, but for a group in logical order, whose
+    members come in any order."""
     entry.updated_ms = now_ms
     entry.ttl_ms = r.ttl_ms
     if r.final:
@@ -80,7 +81,7 @@ def parked_message(
         if entry.state == STAGED:
             entry.state = WAITING
             t.room[gid] = now_ms
-    elif entry.closing:
+    elif entry.closing and r.seq is None:  # in logical order, members follow any order
         entry.closing = ""
     decision = park(t, gid, entry, batch, now_ms, lease_ms)
     if entry.state == STAGED and entry.parks >= t.max_staged:
@@ -88,6 +89,46 @@ def parked_message(
         t.room[gid] = now_ms
         return UNSTAGED
     return decision
+
+
+def at_or_before(token: str, fence: str) -> bool:
+    """Whether source position `token` is on the same lane as `fence` and not after it."""
+    lane, _, offset = token.rpartition("/")
+    fence_lane, _, fence_offset = fence.rpartition("/")
+    return bool(fence) and lane == fence_lane and int(offset) <= int(fence_offset)
+
+
+def goes_straight(entry: Entry, r: RouteRequest) -> bool:
+    """Logical order: whether a member of an open group may go straight to its destination:
+    from the group's lane with the next sequence number, or a replay of one that did (at or
+    before the fence: its batch aborted, so it is routed again as before)."""
+    assert r.seq is not None
+    if r.lane != entry.lane or r.seq < 0:  # -1: no readable number, never straight
+        return False
+    return r.seq == entry.next or (r.seq < entry.next and at_or_before(r.token, entry.fence))
+
+
+def sequence(entry: Entry, r: RouteRequest, straight: bool) -> None:
+    """Logical order: what the entry remembers of a member routed straight (next number,
+    fence) or parked as the group's first (its members are forwarded from 0)."""
+    if r.seq is None:
+        return
+    if entry.next < 0 or (straight and entry.closing and r.seq < entry.next):
+        entry.origin = r.token  # this group under its ID starts here (drain markers name it)
+    if not straight:
+        entry.next = max(entry.next, 0)
+    elif r.seq >= entry.next or entry.closing:  # not a replay (or the ID reused)
+        entry.next, entry.fence = r.seq + 1, r.token
+
+
+def readmit(
+    t: TableModel, gid: str, entry: Entry, r: RouteRequest, batch: str, now_ms: int, lease_ms: int
+) -> str:
+    """Logical order: a member of an open group that may not go straight (out of sequence,
+    from another lane, a duplicate) puts its group back in the room, admitted to the
+    destination it holds; the drain forwards its parked members in sequence order."""
+    entry.state = ADMITTED
+    return parked_message(t, gid, entry, r, batch, now_ms, lease_ms)
 
 
 def clean_destinations(t: TableModel) -> list[str]:
@@ -118,14 +159,17 @@ def admit(t: TableModel) -> list[str]:
     return admitted
 
 
-def drained(t: TableModel, gid: str, parks_seen: int) -> str:
+def drained(t: TableModel, gid: str, parks_seen: int, next_seq: int = -1) -> str:
     """After a drain batch of the group committed (and the batch's park leases ended):
     the group's state afterwards. It opens (a pseudo-group is released) only if no park
     of it is in flight and none was routed since the drainer read the room's end offsets
-    (`parks_seen`); otherwise it stays admitted and the drain goes on."""
+    (`parks_seen`); otherwise it stays admitted and the drain goes on. A group in logical
+    order learns `next_seq`, the sequence number after the last one drained."""
     entry = t.entries.get(gid)
     if entry is None or entry.state != ADMITTED:
         return OPEN if entry is not None else "gone"
+    if entry.next >= 0 and next_seq > entry.next:
+        entry.next = next_seq  # what the drain reached, committed
     if entry.parks != parks_seen or any(g == gid for (g, _) in t.park_leases):
         return ADMITTED
     if is_pseudo(gid):

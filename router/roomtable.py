@@ -49,7 +49,9 @@ class RoomTable:
         for gid, raw in zip(gids, raws, strict=True):
             if raw is not None:
                 e = decode_entry(raw)
-                out[gid] = RoomState(e.state, e.dest, e.closing, e.parks, gid in leased)
+                out[gid] = RoomState(
+                    e.state, e.dest, e.closing, e.parks, gid in leased, e.next, e.fence, e.origin
+                )
         return out
 
     def admitted(self) -> dict[str, str]:

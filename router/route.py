@@ -24,11 +24,16 @@ from router.table import ManagementTable
 log = logging.getLogger("router.route")
 
 
-def request_for(item: Item, rules: RoutingSettings, lane: str, force_share: bool) -> RouteRequest:
+def request_for(
+    item: Item, rules: RoutingSettings, lane: str, force_share: bool, sequenced: bool = False
+) -> RouteRequest:
     """What the table needs to know about one item (call only for items with a group or
-    good routing headers)."""
+    good routing headers). `sequenced`: logical order applies (the send side's; the
+    receive side gets each group from one transfer partition, already in order)."""
     m, r, bad = item.m, item.routing, item.bad
     complete = r.complete if r is not None else bad is not None and bad.complete
+    asked_logical = r.logical if r is not None else bad is not None and bad.logical
+    logical = sequenced and asked_logical
     if r is not None:
         gid, final, ttl, seq = r.guarantee_id, r.final, r.ttl_ms, r.seq
     else:
@@ -42,13 +47,18 @@ def request_for(item: Item, rules: RoutingSettings, lane: str, force_share: bool
         gid,
         final,
         ttl,
-        f"{lane}/{m.offset()}" if final else "",
+        f"{lane}/{m.offset()}" if final or (logical and seq is not None) else "",
         lane,
         force_share=force_share,
         dead=bad is not None and not item.stop,
         poison_stop=bad is not None and item.stop,
-        continuation=gid is not None and bool(seq),
+        # On the receive side a logical group comes from one transfer partition, in order,
+        # from its first member on, or from past a gap the send side gave up on (gap policy
+        # deliver): not an orphan there.
+        continuation=gid is not None and bool(seq) and (logical or not asked_logical),
         complete=complete,
+        # an unreadable number (a bad member): -1, parked and dead-lettered by the drain
+        seq=(-1 if seq is None else seq) if logical else None,
     )
 
 
@@ -60,7 +70,9 @@ class TableRoute:
         metrics: Metrics,
         holds: Holds,
         faults: Faults,
+        sequenced: bool = False,
     ) -> None:
+        self.sequenced = sequenced  # logical order applies (send side)
         self.table = table
         self.rules = rules
         self.metrics = metrics
@@ -86,7 +98,8 @@ class TableRoute:
             force = bool(holds) and holds.timed_out((m.topic(), m.partition()), m.offset(), now)
             if force:
                 metrics.inc("hold_timeouts")
-            requests.append(request_for(item, rules, self.lane(m.topic(), m.partition()), force))
+            lane = self.lane(m.topic(), m.partition())
+            requests.append(request_for(item, rules, lane, force, self.sequenced))
             routed.append(item)
         table = self.table
         epoch, resets = table.epoch, table.resets

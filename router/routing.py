@@ -72,6 +72,15 @@ Rules, for each message of a batch, in order:
     forwarding its final, see `router.emit`) is a continuation and final of its group:
     a known group on its lane is closed like by a final, an unknown one answers IGNORED
     (the receive side never saw the group: nothing to close, no orphan counted).
+* Logical order (a request with `seq`, send side): a group's members may come from any
+  lane and in any order. A member goes straight to its group's destination only if the
+  group is open, the member comes from the group's lane and carries the next sequence
+  number (or a lower one from a position at or before the group's fence: a replay of an
+  aborted batch, routed as before). Any other member of an open group puts the group back
+  in the room as *admitted* (it keeps its destination) and is parked (WAIT); the drain
+  step forwards parked members in sequence order, once the fence's batch is settled in
+  Kafka. A member with a sequence number > 0 and no entry starts the group in the room
+  (waiting, or staged for whole-group delivery) instead of being an orphan.
 * `sweep(now, horizon)` removes entries idle past their TTL (update time + TTL before
   now), oldest deadline first, and only if their deadline is also before the side's
   horizon: never while the side's sources may still hold a record written before the
@@ -90,6 +99,7 @@ STOPPING = "!P"  # prefix: the message that stopped its group, then the group's 
 IGNORED = "!n"  # a close marker for a group the table does not know
 ORPHAN = "!o"  # a continuation of a group that has no entry
 SPANS = "!x"  # a message of an open group from another lane than the group's
+DUPLICATE = "!D"  # logical order: a member of a finished group (duplicate-seq)
 STOPPED = "!stop"  # Entry.closing of a stopped group
 NO_DEST = "!"  # Entry.dest of a group stopped before it had a destination
 
@@ -111,6 +121,11 @@ class RouteRequest:
     continuation: bool = False  # sequence number > 0: the group must already have an entry
     close: bool = False  # a close marker (with final and continuation): never an orphan
     complete: bool = False  # whole-group delivery: a new group is staged (policy wait)
+    # Logical order (send side, `guarantee-order: logical`): the member's sequence number;
+    # None: the group keeps the one-lane rule; -1: a bad member whose number cannot be read
+    # (never straight: parked, and dead-lettered by the drain). The token is then always
+    # its position.
+    seq: int | None = None
 
 
 @dataclass(slots=True)
@@ -125,6 +140,13 @@ class Entry:
     # waiting room (`router.room`)
     state: str = "open"
     parks: int = 0  # messages of the group parked in the room so far
+    # Logical order (`router.room`, "Logical order"): the sequence number the group's next
+    # message must carry to go straight to its destination (-1: not in logical order), and
+    # the source position of the last one that did (its batch may not be committed yet).
+    next: int = -1
+    fence: str = ""
+    # ... and the source position of the member that started this group under its ID
+    origin: str = ""
 
     @property
     def deadline_ms(self) -> int:
@@ -140,6 +162,9 @@ class RoomState:
     closing: str
     parks: int
     leased: bool  # a park lease of the group is in flight
+    next: int = -1  # logical order: the next sequence number to forward (-1: none)
+    fence: str = ""  # logical order: the last message routed straight to `dest`
+    origin: str = ""  # logical order: the member that started this group under its ID
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,10 +132,12 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
         s.routing.room_partitions,
         emitter,
         ctx.metrics,
+        s.routing.gap_timeout_ms,
+        s.routing.gap_policy,
     )
     return RoutingSteps(
         Classifier(s, ctx.spec.side, ctx.rejected),
-        TableRoute(table, s.routing, ctx.metrics, ctx.holds, ctx.faults),
+        TableRoute(table, s.routing, ctx.metrics, ctx.holds, ctx.faults, ctx.spec.side == "send"),
         emitter,
         table,
         ctx.metrics,

@@ -76,6 +76,7 @@ class ManagementTable(RoomTable):
             keys.parks,
             keys.admitted,
             keys.writers,
+            keys.done,
         ]
         # The table's epoch and write count as last seen: a different epoch, or fewer
         # writes, means the table was lost (wholly or partly).
@@ -94,6 +95,8 @@ class ManagementTable(RoomTable):
             keys.room,
             keys.parks,
             keys.admitted,
+            keys.done,
+            keys.done_at,
         ]
         self._dests: list[str | int] = [len(self.destinations), *self.destinations]
 
@@ -173,12 +176,13 @@ class ManagementTable(RoomTable):
         batch: str,
         dests: Iterable[str],
         finals: Iterable[tuple[str, str]] = (),
-        drains: Iterable[tuple[str, int]] = (),
+        drains: Iterable[tuple[str, int] | tuple[str, int, int]] = (),
     ) -> int:
         """After a batch's Kafka commit: end its in-flight leases on `dests` (where it sent
         ordinary messages) and its park leases, release the groups whose final (gid,
-        token) it committed, open the admitted groups it drained ((gid, parks seen):
-        `router.room.drained`) and admit waiting groups to destinations that became clean."""
+        token) it committed, open the admitted groups it drained ((gid, parks seen[,
+        next sequence number]): `router.room.drained`) and admit waiting groups to
+        destinations that became clean."""
         dest_list = list(dests)
         final_list = list(finals)
         drain_list = list(drains)
@@ -186,8 +190,8 @@ class ManagementTable(RoomTable):
         for gid, token in final_list:
             args += (gid, token)
         args.append(len(drain_list))
-        for gid, parks in drain_list:
-            args += (gid, parks)
+        for gid, parks, *next_seq in drain_list:
+            args += (gid, parks, next_seq[0] if next_seq else -1)
         args += self._dests
         return int(self._settle(keys=self._settle_keys, args=args))
 
@@ -224,6 +228,8 @@ class ManagementTable(RoomTable):
                 k.room,
                 k.parks,
                 k.admitted,
+                k.done,
+                k.done_at,
             ],
             args=[
                 "" if now_ms is None else now_ms,

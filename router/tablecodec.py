@@ -24,12 +24,17 @@ def script(name: str) -> str:
 
 def decode_entry(raw: bytes | str) -> Entry:
     """'dest|opened|updated|ttl|closing|lane', then '|state|parks' for a group in the
-    waiting room (`router.room`); entries written before lanes have 5 fields."""
+    waiting room (`router.room`), then '|next|fence|origin' for a group in logical order; entries
+    written before lanes have 5 fields."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    dest, opened, updated, ttl, closing, *rest = text.split("|", 7)
+    dest, opened, updated, ttl, closing, *rest = text.split("|", 10)
     entry = Entry(dest, int(opened), int(updated), int(ttl), closing, rest[0] if rest else "")
-    if len(rest) == 3:
+    if len(rest) >= 3:
         entry.state, entry.parks = rest[1], int(rest[2])
+    if len(rest) >= 5:
+        entry.next, entry.fence = int(rest[3]), rest[4]
+    if len(rest) >= 6:
+        entry.origin = rest[5]
     return entry
 
 
@@ -44,6 +49,7 @@ def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
         + ("c" if r.continuation else "")
         + ("k" if r.close else "")
         + ("g" if r.complete else "")
+        + (f"l{r.seq}" if r.seq is not None else "")
     )
     return (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
 
@@ -68,6 +74,10 @@ class TableKeys:
     parks: str  # zset: "batch|group" -> park lease expiry (ms)
     admitted: str  # hash: admitted group -> its reserved destination
     writers: str  # hash: caller -> the write count of its last route call
+    # logical order: a finished group -> "next|expiry ms" (a later member below `next` is a
+    # duplicate until then), and the same expiries as a zset for pruning
+    done: str
+    done_at: str
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:

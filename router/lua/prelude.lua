@@ -2,20 +2,45 @@
 -- waiting room's admission. router/room.py is the specification of the room.
 --
 -- An entry: "dest|opened|updated|ttl|closing|lane", then "|state|parks" for a group in
--- the waiting room (state 'waiting' or 'admitted'; parks: its messages parked so far).
+-- the waiting room (state 'waiting' or 'admitted'; parks: its messages parked so far), then
+-- "|next|fence|origin" for a group in logical order (the next sequence number to go
+-- straight to its destination, the source position of the last one that did, and of the
+-- member that started this group under its ID: drain markers name it).
 local function decode_entry(v)
   local d, o, u, t, c, rest = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
-  local l, s, p = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)$')
+  local l, s, p, n, f, g = string.match(rest,
+    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if not l then
+    l, s, p, n, f = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+    g = ''
+  end
+  if not l then
+    l, s, p = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)$')
+    n, f, g = '-1', '', ''
+  end
   if not l then l, s, p = rest, 'open', '0' end
   return { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c, lane = l,
-           state = s, parks = tonumber(p) }
+           state = s, parks = tonumber(p), next = tonumber(n), fence = f, origin = g }
 end
 
 local function encode_entry(e)
   local v = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|' .. e.closing
     .. '|' .. e.lane
-  if e.state and e.state ~= 'open' then v = v .. '|' .. e.state .. '|' .. e.parks end
+  if e.next >= 0 then
+    v = v .. '|' .. e.state .. '|' .. e.parks .. '|' .. e.next .. '|' .. e.fence .. '|'
+      .. (e.origin or '')
+  elseif e.state and e.state ~= 'open' then
+    v = v .. '|' .. e.state .. '|' .. e.parks
+  end
   return v
+end
+
+-- Logical order: whether source position `token` is on the lane of `fence` and not after.
+local function at_or_before(token, fence)
+  if fence == '' then return false end
+  local tl, to = string.match(token, '^(.*)/(%d+)$')
+  local fl, fo = string.match(fence, '^(.*)/(%d+)$')
+  return tl == fl and tonumber(to) <= tonumber(fo)
 end
 
 -- Park leases (zset "batch|gid" -> expiry): drop every one of a group.

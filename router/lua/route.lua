@@ -9,6 +9,8 @@
 --       10 room (zset gid -> wait start)  11 parks (zset "batch|gid" -> park lease expiry)
 --       12 admitted (hash gid -> reserved destination): the waiting room, router/room.py
 --       13 writers (hash caller -> the write count of its last call)
+--       14 done (hash gid -> 'next|deadline ms': logical order, a finished group; the
+--          sweeper forgets it)
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold' | 'wait'
 --       or 'wait:<max staged messages>' (a staged group over it streams: '!W')
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
@@ -18,22 +20,25 @@
 --       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
 --       its group, 'c' continuation: sequence number > 0, 'k' close marker: with 'f' and
 --       'c', never an orphan, 'g' whole-group delivery: a new group is staged in the room
---       until its final, policy 'wait'), TTL ms, token (source position), lane (source
---       partition)
+--       until its final, policy 'wait', 'l<n>' logical order with sequence number n (-1: unreadable): the
+--       token is then always the message's source position), TTL ms, token (source
+--       position), lane (source partition)
 -- Returns: {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
 --          ...}; a decision is a destination name, '!h' (held), '!s' (skipped: its lane
 --          is held), '!p' (parked: its group is stopped), '!P<dest>' (the message that
 --          stopped its group, which was on <dest>), '!o' (orphan: a continuation
 --          without an entry), '!n' (a close marker for an unknown group: ignored), '!x'
---          (its open group lives on another lane) or '!w' (parked in the waiting room:
+--          (its open group lives on another lane), '!D' (logical order: a member of a
+--          group that finished, below its final: a duplicate) or '!w' (parked in the waiting room:
 --          an ordinary one in its lane's pseudo-group '~<lane>'; '!W': parked, and its
 --          staged group went over the bound and now waits streamed). reset is 1
 --          if the table was lost, entirely (the caller's epoch is gone) or partly (fewer
 --          writes than the caller saw: a crash lost the last ones); a partial loss starts
 --          a new epoch, so that every caller learns it.
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, K_EPOCH,
-  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED, K_WRITERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
-  KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED, K_WRITERS, K_DONE = KEYS[1], KEYS[2], KEYS[3],
+  KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
+  KEYS[13], KEYS[14]
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -63,6 +68,14 @@ local function has(flags, c) return string.find(flags, c, 1, true) ~= nil end
 -- goes to the oldest waiting group first.
 redis.call('ZREMRANGEBYSCORE', K_INFLIGHT, '-inf', num(now))
 redis.call('ZREMRANGEBYSCORE', K_PARKS, '-inf', num(now))
+-- Logical order: a member (seq > 0, or -1) of a group that finished, below its final's
+-- number: a duplicate, until the sweeper forgets the group (like an entry: past its
+-- deadline and the side's horizon).
+local function finished(gid, seq)
+  local v = redis.call('HGET', K_DONE, gid)
+  if not v then return false end
+  return seq < tonumber(string.match(v, '^(%-?%d+)|'))
+end
 admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
 local room_n = redis.call('ZCARD', K_ROOM)
 
@@ -199,7 +212,7 @@ local function join(gid, flags, ttl, token, lane)
   local c = ''
   if has(flags, 'f') and string.sub(gid, 1, 1) ~= '~' then c = token end
   local e = { dest = '!', opened = now_s, updated = now_s, ttl = ttl, closing = c,
-              closing0 = '', lane = lane, state = 'waiting', parks = 0 }
+              closing0 = '', lane = lane, state = 'waiting', parks = 0, next = -1, fence = '', origin = '' }
   cache[gid] = e
   joined[gid] = true
   room_n = room_n + 1
@@ -212,7 +225,7 @@ local function stage(gid, flags, ttl, token, lane)
     return '!W'
   end
   local e = { dest = '!', opened = now_s, updated = now_s, ttl = ttl, closing = '',
-              closing0 = '', lane = lane, state = 'staged', parks = 0 }
+              closing0 = '', lane = lane, state = 'staged', parks = 0, next = -1, fence = '', origin = '' }
   cache[gid] = e
   return park(gid, e)
 end
@@ -226,8 +239,8 @@ local function parked_message(gid, e, flags, ttl, token)
       joined[gid] = true
       room_n = room_n + 1
     end
-  elseif e.closing ~= '' then
-    e.closing = ''
+  elseif e.closing ~= '' and not string.find(flags, 'l%-?%d') then
+    e.closing = ''  -- the ID reused (in logical order, members come in any order)
   end
   local decision = park(gid, e)
   if e.state == 'staged' and e.parks >= max_staged then
@@ -242,12 +255,17 @@ for m = 0, nmsg - 1 do
   local b = base + m * 5
   local gid, flags, ttl, token, lane = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local decision
+  local seq = tonumber(string.match(flags, 'l(%-?%d+)'))  -- logical order: its sequence number
   if held_lanes[lane] then
     decision = '!s'
   else
     local e = false
     if gid ~= '' then e = cache[gid] end
-    if e and e.closing ~= '!stop' and e.lane ~= '' and e.lane ~= lane then
+    -- Logical order: lanes do not matter (a first message after a final that went
+    -- straight, the ID reused, follows the lane rules).
+    local logical = seq ~= nil and e and e.next >= 0
+      and not (seq == 0 and e.closing ~= '' and e.closing ~= '!stop' and e.state == 'open')
+    if e and not logical and e.closing ~= '!stop' and e.lane ~= '' and e.lane ~= lane then
       if not has(flags, 'c') and not has(flags, 's') then
         -- a first message: the ID reused on another lane, whose old group's lane may be
         -- behind (its final not routed yet). Wait for the release, at most the hold
@@ -271,7 +289,7 @@ for m = 0, nmsg - 1 do
         e.closing = '!stop'
         if e.state ~= 'open' then  -- it leaves the room
           if e.state == 'waiting' then room_n = room_n - 1 end
-          e.state = 'open'
+          e.state, e.parks = 'open', 0
           joined[gid], parked[gid] = nil, nil
           redis.call('ZREM', K_ROOM, gid)
           redis.call('HDEL', K_ADMITTED, gid)
@@ -280,6 +298,14 @@ for m = 0, nmsg - 1 do
         out[4] = out[4] + 1
         decision = '!P' .. e.dest
       elseif e.state ~= 'open' then
+        decision = parked_message(gid, e, flags, ttl, token)
+      elseif logical and not (seq >= 0 and lane == e.lane and (seq == e.next
+          or (seq < e.next and at_or_before(token, e.fence)))) then
+        -- out of sequence, from another lane, or a duplicate: back to the room, admitted
+        -- to the destination it holds; the drain forwards in sequence order
+        reopen(gid)
+        e.state = 'admitted'
+        redis.call('HSET', K_ADMITTED, gid, e.dest)
         decision = parked_message(gid, e, flags, ttl, token)
       elseif closed_here[gid] and taken[e.dest] and (wait or not has(flags, 's')) then
         -- the ID reused after its final in this batch, whose destination another group
@@ -291,6 +317,10 @@ for m = 0, nmsg - 1 do
         if closed_here[gid] and taken[e.dest] then out[1] = out[1] + 1 end
         decision = e.dest
         e.ttl = ttl
+        if e.next >= 0 and seq and (seq >= e.next or e.closing ~= '') then
+          if e.closing ~= '' and seq < e.next then e.origin = token end  -- the ID reused
+          e.next, e.fence = seq + 1, token  -- not a replay (or the ID reused)
+        end
         if has(flags, 'f') then
           e.closing = token
           close(gid, e.dest, lane)
@@ -301,25 +331,37 @@ for m = 0, nmsg - 1 do
       end
     elseif gid ~= '' and has(flags, 'k') then
       decision = '!n'
-    elseif gid ~= '' and has(flags, 'c') then
+    elseif gid ~= '' and has(flags, 'c') and not seq then
       out[5] = out[5] + 1
       decision = '!o'
     elseif gid ~= '' and has(flags, 'p') then
       cache[gid] = { dest = '!', opened = now_s, updated = now_s, ttl = ttl,
-                     closing = '!stop', closing0 = '', lane = lane, state = 'open', parks = 0 }
+                     closing = '!stop', closing0 = '', lane = lane, state = 'open', parks = 0,
+                     next = -1, fence = '', origin = '' }
       touch(gid)
       out[4] = out[4] + 1
       decision = '!p'
+    elseif gid ~= '' and seq and seq ~= 0 and finished(gid, seq) then
+      decision = '!D'  -- logical order: a late copy (a retry, a member skipped past a gap)
+    elseif gid ~= '' and seq and seq ~= 0 then  -- logical order: its first may follow
+      if wait and has(flags, 'g') then
+        decision = stage(gid, flags, ttl, token, lane)
+      else
+        decision = join(gid, flags, ttl, token, lane)
+      end
+      cache[gid].next, cache[gid].origin = 0, token
     elseif gid == '' and batch_dest ~= nil and eff(batch_dest) == 0 then
       decision = batch_dest
     elseif wait and has(flags, 'g') then
       decision = stage(gid, flags, ttl, token, lane)  -- whole-group delivery
+      if seq then cache[gid].next, cache[gid].origin = 0, token end
     else
       local i, busy
       if gid ~= '' then i, busy = choose(lane) else i, busy = choose(nil) end
       if wait and (busy or (room_n > 0 and gid ~= '')) then  -- never shared, even forced
         if gid ~= '' then
           decision = join(gid, flags, ttl, token, lane)
+          if seq then cache[gid].next, cache[gid].origin = 0, token end
         else
           local pg = '~' .. lane
           local pe = cache[pg]
@@ -350,7 +392,10 @@ for m = 0, nmsg - 1 do
           if final then c = token end
           cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
                          closing = c, closing0 = '', lane = lane, state = 'open',
-                         parks = 0 }
+                         parks = 0, next = -1, fence = '', origin = '' }
+          if seq then
+            cache[gid].next, cache[gid].fence, cache[gid].origin = seq + 1, token, token
+          end
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
           if (freed[decision] or 0) > 0 then taken[decision] = true end
@@ -381,9 +426,9 @@ for gid in pairs(dirty) do
       and e.state == 'open' then
     cadd[#cadd + 1] = num(now)
     cadd[#cadd + 1] = gid
-  elseif (e.closing == '' or e.closing == '!stop') and e.closing0 ~= ''
+  elseif (e.closing == '' or e.closing == '!stop' or e.state ~= 'open') and e.closing0 ~= ''
       and e.closing0 ~= '!stop' then
-    crem[#crem + 1] = gid
+    crem[#crem + 1] = gid  -- no longer closing, or back in the room (logical order)
   end
   flush('HSET', K_ENTRIES, hset, false)
   flush('ZADD', K_DEADLINES, zadd, false)

@@ -2,11 +2,13 @@
 -- groups, open (or release) the admitted groups a drain forwarded, admit waiting groups.
 --
 -- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 stats  6 inflight  7 cursor  8 room
---       9 parks  10 admitted
+--       9 parks  10 admitted  11 done  12 done_at (route.lua: finished groups in logical
+--       order, whose later members below their next number are duplicates)
 -- ARGV: 1 batch ID ('' if none)  2 n destinations the batch sent ordinary messages to,
 --       then their names; then n finals, then pairs of guarantee ID, token (the source
 --       position the group's final was routed from); then n drains, then pairs of
---       guarantee ID, parks seen (router/room.py `drained`); then n, then every
+--       guarantee ID, parks seen, next sequence number or -1 (router/room.py `drained`);
+--       then n, then every
 --       destination name of the side (for admissions)
 -- An entry is removed only if it is still closing with that same token: a group whose ID
 -- was reused after its final (the mark cleared or replaced) is left alone. The token '*'
@@ -15,8 +17,8 @@
 -- entry, without a destination, so that its later messages are still parked.
 -- Returns: the number of entries released.
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_STATS, K_INFLIGHT, K_CURSOR, K_ROOM,
-  K_PARKS, K_ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  KEYS[8], KEYS[9], KEYS[10]
+  K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local batch = ARGV[1]
 local i = 2
 local function count()
@@ -34,6 +36,16 @@ end
 if batch ~= '' then
   for _, m in ipairs(redis.call('ZRANGE', K_PARKS, 0, -1)) do
     if string.match(m, '^([^|]*)|') == batch then redis.call('ZREM', K_PARKS, m) end
+  end
+end
+-- The drains' next numbers, read ahead: a group in logical order released by this batch
+-- is remembered as finished with the number its drain reached.
+local reached = {}
+do
+  local j = i + 1 + 2 * tonumber(ARGV[i])
+  for _ = 1, tonumber(ARGV[j]) do
+    reached[ARGV[j + 1]] = tonumber(ARGV[j + 3])
+    j = j + 3
   end
 end
 local released = 0
@@ -57,14 +69,25 @@ for _ = 1, count() do
       redis.call('HDEL', K_ADMITTED, gid)
       forget_parks(K_PARKS, gid)
       unload(e.dest)
+      if e.next >= 0 then
+        local n = math.max(e.next, reached[gid] or -1)
+        local x = tonumber(e.updated) + tonumber(e.ttl)
+        local old = redis.call('HGET', K_DONE, gid)  -- an earlier group of the ID: keep
+        if old then  -- the larger number and the later deadline
+          local on, ox = string.match(old, '^(%-?%d+)|(%-?%d+)$')
+          n, x = math.max(n, tonumber(on)), math.max(x, tonumber(ox))
+        end
+        redis.call('HSET', K_DONE, gid, n .. '|' .. string.format('%.0f', x))
+        redis.call('ZADD', K_DONE_AT, string.format('%.0f', x), gid)
+      end
       released = released + 1
     end
   end
 end
 local drains = {}
 for _ = 1, count() do
-  drains[#drains + 1] = { ARGV[i], tonumber(ARGV[i + 1]) }
-  i = i + 2
+  drains[#drains + 1] = { ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]) }
+  i = i + 3
 end
 local dests = {}
 for _ = 1, count() do
@@ -75,10 +98,14 @@ if #dests > 0 then
   admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
 end
 for _, drain in ipairs(drains) do
-  local gid, seen = drain[1], drain[2]
+  local gid, seen, nxt = drain[1], drain[2], drain[3]
   local v = redis.call('HGET', K_ENTRIES, gid)
   if v then
     local e = decode_entry(v)
+    if e.state == 'admitted' and e.next >= 0 and nxt > e.next then
+      e.next = nxt  -- what the drain reached, committed
+      redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
+    end
     if e.state == 'admitted' and e.parks == seen and not has_parks(K_PARKS, gid) then
       redis.call('HDEL', K_ADMITTED, gid)
       if string.sub(gid, 1, 1) == '~' then  -- a lane's ordinary messages: done
@@ -87,6 +114,7 @@ for _, drain in ipairs(drains) do
         unload(e.dest)
       else
         e.state = 'open'
+        e.parks = 0
         redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
         if e.closing ~= '' and e.closing ~= '!stop' then
           local t = redis.call('TIME')

@@ -1,7 +1,8 @@
 -- Remove entries idle past their entry deletion time (the patent's deletion process).
 --
 -- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 outbox (list)  6 stats  7 cursor
---       8 inflight  9 room  10 parks  11 admitted
+--       8 inflight  9 room  10 parks  11 admitted  12 done  13 done_at (finished groups in
+--       logical order, forgotten with the same bound as entries)
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 at most this many entries
 --       3 the side's horizon in ms, or '' (or absent) for none: the sweeper's proof that
 --         every record written before it has been consumed by the side's units
@@ -15,8 +16,8 @@
 -- after this.
 -- Returns: {now, gid_1, entry_1, gid_2, entry_2, ...}
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_OUTBOX, K_STATS, K_CURSOR, K_INFLIGHT,
-  K_ROOM, K_PARKS, K_ADMITTED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+  K_ROOM, K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -48,6 +49,11 @@ for _, gid in ipairs(ids) do
   end
 end
 if #ids > 0 then redis.call('HINCRBY', K_STATS, 'swept', (#out - 1) / 2) end
+for _, g in ipairs(redis.call('ZRANGEBYSCORE', K_DONE_AT, '-inf', '(' .. string.format('%.0f', bound),
+    'LIMIT', 0, tonumber(ARGV[2]))) do
+  redis.call('HDEL', K_DONE, g)
+  redis.call('ZREM', K_DONE_AT, g)
+end
 local dests = {}
 for i = 1, tonumber(ARGV[4] or '0') do dests[i] = ARGV[4 + i] end
 if #dests > 0 then

@@ -33,6 +33,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from router import room
 from router.model import TableModel
 from router.routing import (
+    DUPLICATE,
     HELD,
     IGNORED,
     NO_DEST,
@@ -55,7 +56,7 @@ UNITS = ["u1", "u2", "u3"]
 LEASE_MS = 3_000
 MAX_STAGED = 2
 
-Message = tuple[str | None, bool, int, str, bool, str, bool, bool]
+Message = tuple[str | None, bool, int, str, bool, str, bool, bool, int | None]
 message = st.tuples(
     st.one_of(st.none(), st.sampled_from(GIDS)),  # None: an ordinary message
     st.booleans(),  # final (only meaningful with a guarantee ID)
@@ -70,6 +71,10 @@ message = st.tuples(
     st.integers(0, 12).map(lambda n: n == 0),
     # whole-group delivery asked for (by the message's header or its type)
     st.integers(0, 3).map(lambda n: n == 0),
+    # logical order: the member's sequence number, None for the one-lane rule; small
+    # numbers give members in order, gaps, duplicates and IDs reused; -1: a bad member
+    # whose number cannot be read
+    st.one_of(st.none(), st.none(), st.integers(-1, 3)),
 )
 LANE_OF = {g: LANES[i % len(LANES)] for i, g in enumerate(GIDS)}
 
@@ -113,11 +118,17 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
 
         def _requests(self, batch: list[Message]) -> list[RouteRequest]:
             out = []
-            for gid, final, ttl, drawn_lane, force, kind, stray, complete in batch:
+            for gid, final, ttl, drawn_lane, force, drawn_kind, stray, complete, drawn in batch:
                 self.counter += 1
                 lane = LANE_OF[gid] if gid is not None and not stray else drawn_lane
-                token = f"{lane}/{self.counter}"
                 grouped = gid is not None
+                kind, seq = drawn_kind, None
+                if drawn is not None and grouped and kind != "k":
+                    # logical order: any lane, and the continuation flag is the seq's
+                    lane, seq = drawn_lane, drawn
+                    # -1: a bad member (dead-lettered, no continuation)
+                    kind = "d" if seq < 0 else "c" if seq else ("" if kind == "c" else kind)
+                token = f"{lane}/{self.counter}"
                 out.append(
                     RouteRequest(
                         gid,
@@ -131,6 +142,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                         continuation=kind in ("c", "k") and grouped,
                         close=kind == "k" and grouped,
                         complete=complete and grouped,
+                        seq=seq,
                     )
                 )
             return out
@@ -146,6 +158,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             stopped_before = {g for g, e in self.model.entries.items() if e.closing == STOPPED}
             # stopped while in the waiting room: parked behind its earlier parked messages
             in_room = {g for g, e in self.model.entries.items() if e.state != room.OPEN}
+            done_before = set(self.model.done)
             trace: list[TraceStep] = []
             expected = self.model.route(requests, self.now, batch_id, LEASE_MS, trace)
             actual = self.table.route(requests, now_ms=self.now, batch=batch_id)
@@ -176,9 +189,11 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                 if d == IGNORED:
                     assert r.close and not step.known
                 if d == ORPHAN:
-                    assert r.continuation and not step.known
+                    assert r.continuation and not step.known and r.seq is None
                 if d == SPANS:
                     assert step.known and r.guarantee_id is not None
+                if d == DUPLICATE:  # a late member of a finished group in logical order
+                    assert not step.known and r.seq and r.guarantee_id in done_before
             self.unsettled[batch_id] = {
                 d
                 for r, d in zip(requests, actual.decisions, strict=True)
@@ -196,6 +211,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                     room.WAIT,
                     room.UNSTAGED,
                     NO_DEST,
+                    DUPLICATE,
                 ):
                     continue
                 first = self.assigned.setdefault(r.guarantee_id, d)
@@ -264,11 +280,13 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             entry = self.model.entries[gid]
             seen = data.draw(st.sampled_from([entry.parks, entry.parks - 1]))
             finals = [(gid, entry.closing)] if entry.closing and seen == entry.parks else []
+            next_seq = data.draw(st.integers(-1, 5))  # logical order: the drained-to number
             self.counter += 1
             batch_id = f"drain:{self.counter}"
             released = self._released(finals)
-            assert self.table.settle(batch_id, (), finals, [(gid, seen)]) == self.model.settle(
-                batch_id, (), finals, [(gid, seen)]
+            drains = [(gid, seen, next_seq)]
+            assert self.table.settle(batch_id, (), finals, drains) == self.model.settle(
+                batch_id, (), finals, drains
             )
             for g in released:
                 self.assigned.pop(g, None)
@@ -317,6 +335,15 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             assert self.table.inflight() == self.model.inflight
             assert self.table.room() == self.model.room
             assert self.table.park_leases() == self.model.park_leases
+            # Finished groups in logical order (their late members are duplicates until
+            # the sweeper forgets them)
+            done = {
+                g.decode(): tuple(int(x) for x in v.decode().split("|"))
+                for g, v in client.hgetall(self.table.keys.done).items()
+            }
+            assert done == self.model.done
+            at = client.zrange(self.table.keys.done_at, 0, -1, withscores=True)
+            assert {g.decode(): int(x) for g, x in at} == {g: d[1] for g, d in done.items()}
             assert self.table.admitted() == {
                 g: e.dest for g, e in self.model.entries.items() if e.state == room.ADMITTED
             }

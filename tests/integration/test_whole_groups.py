@@ -28,8 +28,9 @@ def test_a_whole_group_is_staged_without_holding_a_destination_and_arrives_conti
     """One destination per side. W asks for whole-group delivery with its first message;
     while it is staged, an ordinary message and a streamed group S pass through the one
     destination (W holds nothing while incomplete). W's final completes it: W arrives
-    after S, all three members in a row."""
-    _, s, producer, queue = one_way(pipeline, "wait")
+    after S, all three members in a row; the send units count its 6 payload bytes as
+    staged."""
+    p, s, producer, queue = one_way(pipeline, "wait")
     a, _ = s.topology.send_queues
     whole = {"delivery": "complete"}
     producer.produce(a, b"W0", partition=0, headers=headers_for("W", seq=0, **whole))
@@ -52,6 +53,12 @@ def test_a_whole_group_is_staged_without_holding_a_destination_and_arrives_conti
         "every group released on both sides",
     )
     assert send_table.stats().get("shared", 0) == 0
+    wait_until(
+        lambda: p.unit_metrics().get("send-unit", {}).get("room_staged_bytes") == 6,
+        30,
+        "W's 6 bytes counted as staged",
+        report=lambda: str(p.unit_metrics()),
+    )
     queue.receiver.close()
 
 

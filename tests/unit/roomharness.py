@@ -44,7 +44,9 @@ class ModelTable:
     def room_state(self, gids: list[str]) -> dict[str, RoomState]:
         leased = {g for (g, _) in self.model.park_leases}
         return {
-            g: RoomState(e.state, e.dest, e.closing, e.parks, g in leased)
+            g: RoomState(
+                e.state, e.dest, e.closing, e.parks, g in leased, e.next, e.fence, e.origin
+            )
             for g in gids
             if (e := self.model.entries.get(g)) is not None
         }
@@ -56,6 +58,14 @@ class FakeRoomConsumer:
 
     def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition, self.side.ends[tp.partition]) for tp in tps]
+
+    def committed(self, tps: list[TopicPartition], *_: Any) -> list[TopicPartition]:
+        """The send side's committed offsets (logical order's fence check)."""
+        sources = self.side.committed
+        return [
+            TopicPartition(tp.topic, tp.partition, sources.get((tp.topic, tp.partition), -1001))
+            for tp in tps
+        ]
 
     def get_watermark_offsets(self, tp: TopicPartition, *_: Any) -> tuple[int, int]:
         return 0, self.side.ends[tp.partition]
@@ -88,6 +98,7 @@ class Side:
         self.dead: list[tuple[bytes | None, bytes]] = []
         self.events: list[tuple[str, dict[str, Any]]] = []  # committed events
         self.transactions: list[list[bytes | None]] = []  # delivered values per commit
+        self.committed: dict[tuple[str, int], int] = {}  # source partition -> next offset
 
     def route(self, now: int, *messages: FakeMessage, commit: bool = True) -> list[str]:
         self.n += 1
@@ -95,7 +106,8 @@ class Side:
         Classifier(self.s, "send", {}).classify(batch, list(messages))
         items = [i for i in batch.items if i.routing is not None or i.bad is not None]
         reqs = [
-            request_for(i, self.s.routing, f"{i.m.topic()}/{i.m.partition()}", False) for i in items
+            request_for(i, self.s.routing, f"{i.m.topic()}/{i.m.partition()}", False, True)
+            for i in items
         ]
         res = self.model.route(reqs, now, batch=batch.id, lease_ms=LEASE_MS)
         for item, d in zip(items, res.decisions, strict=True):
@@ -103,6 +115,9 @@ class Side:
         out = self.emitter.emit(batch, now)
         self._append(out, commit)
         if commit:
+            for m in messages:
+                tp = (m.topic(), m.partition())
+                self.committed[tp] = max(self.committed.get(tp, 0), m.offset() + 1)
             self.model.settle(batch.id, sorted(out.ordinary_dests), out.finals)
             for g in out.stopped:
                 self.model.release([(g, STOPPED)])
