@@ -22,7 +22,9 @@
   (`read_committed`, headers included, `earliest`, `failOnDataLoss`) can be overridden.
 * `complete_groups`: the checks of `groups.step` (one queue per group, in sequence from 0,
   completed by the final flag, copies recognised) over Spark's state, in event time (a
-  watermark on the messages' creation time); see `group_state`.
+  watermark on the messages' creation time); see `group_state`. A group sent with
+  whole-group delivery (`to_router_rows(..., delivery=F.lit("complete"))`) that a
+  micro-batch holds entirely is emitted at once, its payloads never in the state.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def to_router_rows(
     message_type: ColumnLike | None = None,
     ttl_ms: ColumnLike | int | None = None,
     on_poison: ColumnLike | None = None,
+    delivery: ColumnLike | None = None,
     headers: Mapping[str, ColumnLike] | None = None,
     partitions: int | None = None,
 ) -> Any:
@@ -85,6 +88,9 @@ def to_router_rows(
     `key` defaults to the group ID; `queues` picks a send queue by a stable hash of the
     group ID (else of the key, else of the payload); without it, give the sink a `topic`
     option. `headers` adds headers of your own (a null value is left out).
+    `delivery` (`stream` or `complete`, e.g. `F.lit("complete")`) sets the group's
+    `guarantee-delivery` header, on every member; without it the router's configuration
+    decides (`routing.delivery_by_type`, `routing.default_delivery`).
     `partitions` sets how many tasks write (default `spark.sql.shuffle.partitions`).
     """
     gid = _col(group_id).cast("string")
@@ -104,6 +110,7 @@ def to_router_rows(
         header(contract.MESSAGE_TYPE, _lit_or_col(message_type)),
         header(contract.TTL_MS, F.when(grouped, _lit_or_col(ttl_ms).cast("string"))),
         header(contract.ON_POISON, F.when(grouped, _lit_or_col(on_poison))),
+        header(contract.DELIVERY, F.when(grouped, _lit_or_col(delivery))),
     ]
     for name, column in (headers or {}).items():
         if name in contract.ROUTING_HEADERS or name == contract.CONTROL:
@@ -158,7 +165,7 @@ def with_routing(kafka: Any) -> Any:
     """Records of Spark's Kafka source (with headers) -> `queue`, `partition`, `offset`,
     `timestamp`, `key`, `value`, `headers` (all of them, raw), and the routing headers
     parsed: `guarantee_id`, `seq` (null if absent or not a number; `raw_seq` as sent),
-    `final`, `message_type`."""
+    `final`, `message_type`, `delivery` (the `guarantee-delivery` header as sent)."""
     raw_seq = header_value(contract.SEQ)
     final = header_value(contract.FINAL).isin("true", "1", "True", "TRUE")
     return kafka.select(
@@ -174,6 +181,7 @@ def with_routing(kafka: Any) -> Any:
         raw_seq.try_cast("bigint").alias("seq"),
         F.coalesce(final, F.lit(False)).alias("final"),
         header_value(contract.MESSAGE_TYPE).alias("message_type"),
+        header_value(contract.DELIVERY).alias("delivery"),
     )
 
 
@@ -197,6 +205,7 @@ def complete_groups(
     schema: ColumnLike | None = None,
     problem: ColumnLike | None = None,
     created_at: ColumnLike | None = None,
+    delivery: ColumnLike = "delivery",
     group_timeout_ms: int = 300_000,
     dedupe_horizon_ms: int = 600_000,
     lateness_ms: int = 60_000,
@@ -218,7 +227,14 @@ def complete_groups(
     is incomplete once the watermark has passed that; finished groups and ordinary
     records are remembered for `dedupe_horizon_ms` to recognise copies. A message older
     than the watermark when it is read is dropped by Spark, and counted in the query's
-    progress (`numRowsDroppedByWatermark`; `streaming.StreamJob.dropped_by_watermark`)."""
+    progress (`numRowsDroppedByWatermark`; `streaming.StreamJob.dropped_by_watermark`).
+
+    `delivery` (default the `delivery` column of `read_router_queues`) is `complete` on a
+    group's first message if it was sent with whole-group delivery: such a group, when one
+    micro-batch holds all of it (the router writes it in one transaction, and without
+    `maxOffsetsPerTrigger` a micro-batch ends between transactions), is emitted at once and
+    its payloads never enter the state; split across micro-batches, it is reassembled in
+    the state like any group, with the same outcome (`groups`, "Whole groups")."""
     gid = F.col("guarantee_id")
     rid = F.sha2(F.col("value"), 256) if record_id is None else _col(record_id)
     no_seq = F.when(
@@ -241,6 +257,7 @@ def complete_groups(
         "offset",
         F.coalesce(F.col("seq"), F.lit(0)).cast("bigint").alias("seq"),
         "final",
+        F.coalesce(_col(delivery) == F.lit("complete"), F.lit(False)).alias("complete"),
         F.unix_millis(created).alias("created_ms"),
         "value",
         created.alias("event_time"),

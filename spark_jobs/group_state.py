@@ -67,6 +67,7 @@ def _message(row: Any) -> groups.Message:
         bool(row.final),
         int(row.created_ms) if pd.notna(row.created_ms) else 0,
         b"" if row.value is None else bytes(row.value),
+        bool(row.complete),
     )
 
 

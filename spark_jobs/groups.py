@@ -17,6 +17,16 @@ with no gap; the message with the final flag completes the group. Outcomes:
   too, so every message is accounted for.
 
 A finished group (or ordinary record) is remembered for the dedupe horizon, then forgotten.
+
+Whole groups: a group sent with whole-group delivery (`guarantee-delivery: complete` on
+its first message) is written by the router to one queue in one Kafka transaction, so a
+`read_committed` reader usually gets all of it in one micro-batch. When a new group's
+messages in one call are exactly that (one queue, seq 0 to the final in offset order,
+nothing else), `step` emits it at once and keeps only the finished marker: its payloads
+never enter the state. Anything else (a part of the group, because `maxOffsetsPerTrigger`
+ended a micro-batch inside its transaction; a copy; a gap) goes through the state machine
+like any group, which reaches the same outcome: the verdicts never depend on where a
+micro-batch ends, only what the state holds meanwhile does.
 """
 
 from __future__ import annotations
@@ -45,6 +55,9 @@ class Message:
     final: bool
     created_ms: int
     value: bytes
+    # Sent with `guarantee-delivery: complete`. Only a new group's first call reads it, so
+    # it is not kept with the members a state holds (nor in their stored form).
+    complete: bool = False
 
     @property
     def where(self) -> str:
@@ -123,6 +136,8 @@ def step(
         return _ordinary(state, ordered)
     if not ordered:
         raise ValueError("step() needs at least one message")
+    if state is None and (whole := _whole(ordered)) is not None:
+        return whole
     if state is None:
         # A new group's queue is where its lowest seq is; with no order across queues,
         # a message on another queue in the same micro-batch is the split, not a reversal.
@@ -144,6 +159,25 @@ def step(
         else:
             out.append(Outcome(VIOLATION, m, f"in a broken group: {state.reason}"))
     return state, out
+
+
+def _whole(ordered: list[Message]) -> tuple[State, list[Outcome]] | None:
+    """A new group sent whole (its seq 0 asks for whole-group delivery) whose messages,
+    in offset order, are all of it: one queue, seq 0, 1, ... and the final last. Its
+    GROUP outcome, and the finished marker as its state (no payloads); else None."""
+    first = ordered[0]
+    if not first.complete:
+        return None
+    last = len(ordered) - 1
+    for i, m in enumerate(ordered):
+        if (m.queue, m.partition) != (first.queue, first.partition):
+            return None
+        if m.seq != i or m.final != (i == last):
+            return None
+    seen = [m.record_id for m in ordered]
+    return State("done", first.queue, first.partition, seen=seen), [
+        Outcome(GROUP, None, None, tuple(ordered))
+    ]
 
 
 def _ordinary(state: State | None, messages: list[Message]) -> tuple[State, list[Outcome]]:

@@ -17,7 +17,8 @@
   writes a whole group in order (with `spark.speculation` off, see `session`).
   Payloads are Avro (`to_avro` with the
   schemas in `schemas/demo/`), routing metadata is in headers (`router.contract`), plus
-  a `schema` header naming the payload's Avro schema.
+  a `schema` header naming the payload's Avro schema. `--delivery complete` asks for
+  whole-group delivery (`guarantee-delivery` on every group's messages).
 * Checkpointed: see `streaming` for what a restart guarantees.
 
 Run: `router spark sender --input DIR --checkpoint DIR --rejects DIR` (`--help`).
@@ -34,6 +35,7 @@ from typing import Any
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
+from router import contract
 from router.schemas import SCHEMA_HEADER
 from spark_jobs import api, domain
 from spark_jobs.session import (
@@ -59,6 +61,7 @@ class SenderConfig:
     segment_bytes: int = domain.DEFAULT_SEGMENT_BYTES
     max_guarantee_id_bytes: int = 256
     trigger_seconds: float = 1.0
+    delivery: str | None = None  # `guarantee-delivery` of every group; None: the router's
 
 
 # ---------------------------------------------------------------------- sources
@@ -286,10 +289,10 @@ def to_messages(records: Any, segment_bytes: int) -> Any:
     )
 
 
-def to_kafka_rows(messages: Any, send_queues: tuple[str, ...]) -> Any:
+def to_kafka_rows(messages: Any, send_queues: tuple[str, ...], delivery: str | None = None) -> Any:
     """The columns of Spark's Kafka sink (topic, key, value, headers) through
     `api.to_router_rows`: one task per group, in sequence; a `schema` header names the
-    payload's Avro schema."""
+    payload's Avro schema; `delivery` (`stream`, `complete`) every group's delivery."""
     return api.to_router_rows(
         messages,
         group_id="guarantee_id",
@@ -298,6 +301,7 @@ def to_kafka_rows(messages: Any, send_queues: tuple[str, ...]) -> Any:
         payload="value",
         key="key",
         queues=send_queues,
+        delivery=None if delivery is None else F.lit(delivery),
         headers={SCHEMA_HEADER: "schema"},
     )
 
@@ -350,7 +354,7 @@ class SendBatch:
             if n:
                 messages = df.where(df["reject_reason"].isNull()).select(*MESSAGE_COLUMNS)
                 (
-                    to_kafka_rows(messages, self.config.send_queues)
+                    to_kafka_rows(messages, self.config.send_queues, self.config.delivery)
                     .write.format("kafka")
                     .options(**self.config.kafka)
                     # Idempotent: a retried request never duplicates or reorders a group.
@@ -398,6 +402,12 @@ def parser() -> argparse.ArgumentParser:
         default=domain.DEFAULT_SEGMENT_BYTES,
         help="Largest document segment (default: %(default)s)",
     )
+    p.add_argument(
+        "--delivery",
+        choices=contract.DELIVERIES,
+        help="guarantee-delivery of every group (complete: whole-group delivery; default: "
+        "no header, the router's routing.default_delivery decides)",
+    )
     p.add_argument("--trigger-seconds", type=float, default=1.0)
     add_kafka_arguments(p)
     add_spark_arguments(p)
@@ -429,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         segment_bytes=args.segment_bytes,
         max_guarantee_id_bytes=settings.routing.max_guarantee_id_bytes,
         trigger_seconds=args.trigger_seconds,
+        delivery=args.delivery,
     )
     spark = build_session(spark_options(args, "router-spark-sender"))
     if args.source == "files":

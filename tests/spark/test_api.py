@@ -21,6 +21,7 @@ from tests.helpers import unique, wait_until
 pytestmark = pytest.mark.spark
 
 ROUTING = RoutingSettings(ttl_by_type={"order-line": 60_000})
+GROUP_HEADERS = {contract.SEQ, contract.FINAL, contract.TTL_MS, contract.DELIVERY}
 
 
 def _lines(orders: int, seed: int = 7) -> list[tuple[str, int, bool, int]]:
@@ -68,6 +69,7 @@ def test_rows_carry_the_header_contract_and_one_task_writes_each_group_in_order(
             queues=queues,
             message_type=F.lit("order-line"),
             ttl_ms=60_000,
+            delivery=F.lit("complete"),
             headers={"source": F.lit("erp")},
             partitions=3,
         )
@@ -88,11 +90,12 @@ def test_rows_carry_the_header_contract_and_one_task_writes_each_group_in_order(
         assert bytes(r.key).decode() == body["order_id"]
         if routing.guarantee_id is None:
             assert body["order_id"].startswith("NOTE")
-            assert not {contract.SEQ, contract.FINAL, contract.TTL_MS} & set(headers)
+            assert not GROUP_HEADERS & set(headers)
             continue
         assert routing.guarantee_id == f"order/{body['order_id']}"
         assert routing.seq == body["line_no"]
         assert routing.ttl_ms == 60_000
+        assert routing.complete  # whole-group delivery, on every member
         tasks[routing.guarantee_id].add(r.task)
         topics[routing.guarantee_id].add(r.topic)
         seqs[routing.guarantee_id].append(routing.seq)

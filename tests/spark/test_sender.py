@@ -80,7 +80,7 @@ def test_records_become_groups_with_headers_and_bad_records_are_rejected(
     assert rejects == bad
 
     good_messages = stream.where("reject_reason IS NULL").select(*sender.MESSAGE_COLUMNS)
-    messages = sender.to_kafka_rows(good_messages, queues).collect()
+    messages = sender.to_kafka_rows(good_messages, queues, "complete").collect()
     got = []
     for r in messages:
         headers = {h.key: bytes(h.value) for h in r.headers}
@@ -89,6 +89,7 @@ def test_records_become_groups_with_headers_and_bad_records_are_rejected(
         routing = contract.parse(list(headers.items()), RoutingSettings())
         assert r.topic in queues
         assert bytes(r.key).decode() == (routing.guarantee_id or payload["record_id"])
+        assert routing.complete == (routing.guarantee_id is not None)  # --delivery complete
         got.append((payload["record_id"], routing.guarantee_id, routing.seq or 0, routing.final))
         if routing.guarantee_id is not None:
             assert routing.seq == payload.get("line_no", payload.get("segment_no"))
