@@ -13,15 +13,14 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
-from router import contract, room
-from router.batch import TP, Batch, Item
+from router import drainwrite, room
+from router.batch import TP, Batch
 from router.clock import Every
-from router.contract import BadInput
 from router.drainorder import LogicalOrder
-from router.emit import Emitter, Output, Record, new_record
+from router.emit import Emitter, Output
 from router.metrics import Metrics
-from router.roomindex import Parked, RoomIndex, room_partition
-from router.routing import STOPPED, RoomState
+from router.roomindex import RoomIndex, room_partition
+from router.routing import STOPPED
 from router.side import SideSpec
 from router.table import ManagementTable
 
@@ -152,11 +151,11 @@ class Drain:
                     if gid not in self.opening:  # its first drain: how long it waited
                         ts_type, ts = parked[0].m.timestamp()
                         out.room_waits_ms.append(max(now_ms - ts, 0) if ts_type else 0)
-                    self.forward(tp, gid, parked, state.dest, out, batch, now_ms)
+                    drainwrite.forward(self, tp, gid, parked, state.dest, out, batch, now_ms)
                     drained.add(gid)
                     self.opening.add(gid)
                 elif state is None or state.state == room.OPEN or state.closing == STOPPED:
-                    self._dead_letter(tp, gid, parked, state, out, batch, now_ms)
+                    drainwrite.dead_letter_rest(self, tp, gid, parked, state, out, batch, now_ms)
                     if state is not None and state.state == room.ADMITTED:
                         drained.add(gid)  # stopped in the room: opens once nothing is left
                         self.opening.add(gid)
@@ -210,109 +209,6 @@ class Drain:
         for (tp, gid), (through, next_seq, origin) in batch.extra.get("drained", {}).items():
             self.index.mark(tp, gid, through, next_seq, origin)
         self.logical.settle(batch)
-
-    def forward(
-        self,
-        tp: TP,
-        gid: str,
-        parked: list[Parked],
-        dest: str,
-        out: Output,
-        batch: Batch,
-        now_ms: int,
-        marker: bool = True,
-    ) -> None:
-        """Forward the group's parked records, in order, to its destination; a bad one is
-        dead-lettered in its place, and a bad final still ends the group (released with
-        the batch's finals; closed downstream on the send side)."""
-        topic, partition = self.spec.target(dest)
-        emitter = self.emitter
-        for p in parked:
-            m = p.m
-            headers = p.headers()
-            if p.close:  # the send side ended the group here: release it, forward nothing
-                out.closes += 1
-                out.finals.append((gid, p.token))
-                continue
-            if p.bad is not None:
-                item = Item(m, headers, None, p.bad)
-                out.records.append(emitter.dead_letter(item, p.bad, now_ms, p.source()))
-                out.dead += 1
-                if p.final and not room.is_pseudo(gid):
-                    out.finals.append((gid, p.token))
-                    if self.spec.side == "send":
-                        out.records.append(emitter.close_marker(item, dest, out, p.token))
-                continue
-            ts_type, ts = m.timestamp()
-            out.records.append(
-                new_record(
-                    Record,
-                    (topic, partition, m.key(), m.value(), headers, ts if ts_type else 0, None),
-                )
-            )
-            out.forwarded += 1
-            if p.final and gid and not room.is_pseudo(gid):
-                out.finals.append((gid, p.token))
-            out.drained += 1
-        if marker:
-            self.marker(tp, gid, parked[-1].m.offset(), out, batch)
-
-    def _dead_letter(
-        self,
-        tp: TP,
-        gid: str,
-        parked: list[Parked],
-        state: RoomState | None,
-        out: Output,
-        batch: Batch,
-        now_ms: int,
-    ) -> None:
-        """Records of a group that is no longer in the room (swept, stopped, released by
-        an operator) are dead-lettered with the reason, never dropped."""
-        if state is None:
-            bad = BadInput(
-                "group-entry-missing",
-                f"group {gid!r} left the waiting room (swept or released) with parked messages",
-            )
-        elif state.closing == STOPPED:
-            bad = BadInput("group-stopped", f"group {gid!r} is stopped (policy stop-group)")
-        else:
-            bad = BadInput(
-                "room-late", f"group {gid!r} is open with parked messages left (would reorder)"
-            )
-        log.warning("dead-lettering %d parked records of group %r: %s", len(parked), gid, bad)
-        for p in parked:
-            if p.close:
-                continue  # a close marker: no message of the sender's to dead-letter
-            item = Item(p.m, p.headers(), None)
-            out.records.append(self.emitter.dead_letter(item, p.bad or bad, now_ms, p.source()))
-            out.dead += 1
-        self.marker(tp, gid, parked[-1].m.offset(), out, batch)
-
-    def marker(
-        self,
-        tp: TP,
-        gid: str,
-        through: int,
-        out: Output,
-        batch: Batch,
-        next_seq: int = -1,
-        origin: str = "",
-    ) -> None:
-        headers = [
-            (contract.CONTROL, contract.DRAINED),
-            (contract.ROOM, gid.encode()),
-            (contract.THROUGH, str(through).encode()),
-        ]
-        if next_seq >= 0:
-            headers.append((contract.NEXT_SEQ, str(next_seq).encode()))
-            headers.append((contract.ORIGIN, origin.encode()))
-        out.records.append(new_record(Record, (tp[0], tp[1], None, None, headers, 0, None)))
-        batch.extra.setdefault("drained", {})[(tp, gid)] = (
-            through,
-            next_seq if next_seq >= 0 else None,
-            origin,
-        )
 
 
 __all__ = ["Drain"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from router import events, sequence
+from router import drainwrite, events, sequence
 from router.batch import TP, Batch, Item
 from router.contract import BadInput
 from router.emit import Output, Record
@@ -96,7 +96,7 @@ class LogicalOrder:
                 ts_type, ts = plan.forward[0].m.timestamp()
                 out.room_waits_ms.append(max(now_ms - ts, 0) if ts_type else 0)
             before = len(out.finals)
-            d.forward(tp, gid, plan.forward, state.dest, out, batch, now_ms, marker=False)
+            drainwrite.forward(d, tp, gid, plan.forward, state.dest, out, batch, now_ms, False)
             if state.closing:  # released by the entry's token, whichever copy went out
                 out.finals[before:] = [(g, state.closing) for g, _ in out.finals[before:]]
                 if len(out.finals) > before:  # the table remembers the number reached
@@ -111,7 +111,7 @@ class LogicalOrder:
             if d.spec.side == "send":
                 item = Item(p.m, p.headers(), None, p.bad)
                 out.records.append(d.emitter.close_marker(item, state.dest, out, p.token))
-        d.marker(tp, gid, plan.through, out, batch, plan.next, state.origin)
+        drainwrite.marker(d, tp, gid, plan.through, out, batch, plan.next, state.origin)
         return True
 
     def _fence_settled(self, d: Drain, fence: str) -> bool:

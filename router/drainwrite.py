@@ -1,0 +1,126 @@
+"""The records a drain writes (`router.drain`): a group's parked records forwarded to its
+destination, the records of a group that left the room dead-lettered, and the drain
+markers that say how far a group was drained, in the batch's transaction."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from router import contract, room
+from router.batch import TP, Batch, Item
+from router.contract import BadInput
+from router.emit import Output, Record, new_record
+from router.roomindex import Parked
+from router.routing import STOPPED, RoomState
+
+if TYPE_CHECKING:
+    from router.drain import Drain
+
+log = logging.getLogger("router.drain")
+
+
+def forward(
+    d: Drain,
+    tp: TP,
+    gid: str,
+    parked: list[Parked],
+    dest: str,
+    out: Output,
+    batch: Batch,
+    now_ms: int,
+    with_marker: bool = True,
+) -> None:
+    """Forward the group's parked records, in order, to its destination; a bad one is
+    dead-lettered in its place, and a bad final still ends the group (released with
+    the batch's finals; closed downstream on the send side)."""
+    topic, partition = d.spec.target(dest)
+    emitter = d.emitter
+    for p in parked:
+        m = p.m
+        headers = p.headers()
+        if p.close:  # the send side ended the group here: release it, forward nothing
+            out.closes += 1
+            out.finals.append((gid, p.token))
+            continue
+        if p.bad is not None:
+            item = Item(m, headers, None, p.bad)
+            out.records.append(emitter.dead_letter(item, p.bad, now_ms, p.source()))
+            out.dead += 1
+            if p.final and not room.is_pseudo(gid):
+                out.finals.append((gid, p.token))
+                if d.spec.side == "send":
+                    out.records.append(emitter.close_marker(item, dest, out, p.token))
+            continue
+        ts_type, ts = m.timestamp()
+        out.records.append(
+            new_record(
+                Record,
+                (topic, partition, m.key(), m.value(), headers, ts if ts_type else 0, None),
+            )
+        )
+        out.forwarded += 1
+        if p.final and gid and not room.is_pseudo(gid):
+            out.finals.append((gid, p.token))
+        out.drained += 1
+    if with_marker:
+        marker(d, tp, gid, parked[-1].m.offset(), out, batch)
+
+
+def dead_letter_rest(
+    d: Drain,
+    tp: TP,
+    gid: str,
+    parked: list[Parked],
+    state: RoomState | None,
+    out: Output,
+    batch: Batch,
+    now_ms: int,
+) -> None:
+    """Records of a group that is no longer in the room (swept, stopped, released by
+    an operator) are dead-lettered with the reason, never dropped."""
+    if state is None:
+        bad = BadInput(
+            "group-entry-missing",
+            f"group {gid!r} left the waiting room (swept or released) with parked messages",
+        )
+    elif state.closing == STOPPED:
+        bad = BadInput("group-stopped", f"group {gid!r} is stopped (policy stop-group)")
+    else:
+        bad = BadInput(
+            "room-late", f"group {gid!r} is open with parked messages left (would reorder)"
+        )
+    log.warning("dead-lettering %d parked records of group %r: %s", len(parked), gid, bad)
+    for p in parked:
+        if p.close:
+            continue  # a close marker: no message of the sender's to dead-letter
+        item = Item(p.m, p.headers(), None)
+        out.records.append(d.emitter.dead_letter(item, p.bad or bad, now_ms, p.source()))
+        out.dead += 1
+    marker(d, tp, gid, parked[-1].m.offset(), out, batch)
+
+
+def marker(
+    d: Drain,
+    tp: TP,
+    gid: str,
+    through: int,
+    out: Output,
+    batch: Batch,
+    next_seq: int = -1,
+    origin: str = "",
+) -> None:
+    headers = [
+        (contract.CONTROL, contract.DRAINED),
+        (contract.ROOM, gid.encode()),
+        (contract.THROUGH, str(through).encode()),
+    ]
+    if next_seq >= 0:
+        headers.append((contract.NEXT_SEQ, str(next_seq).encode()))
+        headers.append((contract.ORIGIN, origin.encode()))
+    out.records.append(new_record(Record, (tp[0], tp[1], None, None, headers, 0, None)))
+    batch.extra.setdefault("drained", {})[(tp, gid)] = (
+        through,
+        next_seq if next_seq >= 0 else None,
+        origin,
+    )
