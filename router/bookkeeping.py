@@ -8,6 +8,7 @@ it commits."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,7 +50,14 @@ def forget_committed(rejected: dict[Position, str], batch: Batch) -> None:
 
 
 def count_committed(metrics: Metrics, out: Output) -> None:
-    """A committed batch's counts."""
+    """A committed batch's counts, and the hop latency of its first and last forwarded
+    records (timestamp to commit: two samples a batch, not one per message)."""
+    records = out.records
+    if metrics.sink is not None and records:
+        now_ms = time.time() * 1000
+        for r in (records[0], records[-1]) if len(records) > 1 else records:
+            if r.timestamp > 0:
+                metrics.observe("hop_latency_seconds", max(0.0, now_ms - r.timestamp) / 1000)
     counts: list[tuple[MetricName, int]] = [
         ("batches", 1),
         ("txn_commits", 1),

@@ -238,6 +238,16 @@ class SweeperSettings(_Section):
     closing_grace_ms: int = Field(5_000, ge=0)
 
 
+class MetricsSettings(_Section):
+    # Prometheus metrics, /healthz and /readyz over HTTP (`router.prom`); 0: not served.
+    # One port per process: give each process on a host its own.
+    port: int = Field(0, ge=0, le=65_535)
+    host: str = "127.0.0.1"
+    # /healthz fails once the loop has not come round for this long (a unit's commit may
+    # wait 75 s for a broker that does not answer; the sweeper adds its interval).
+    liveness_timeout_s: float = Field(90.0, gt=0)
+
+
 class RouterSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ROUTER_",
@@ -252,6 +262,7 @@ class RouterSettings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     unit: UnitSettings = Field(default_factory=UnitSettings)
     sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -1,8 +1,11 @@
 """Counters of one process, published to Redis once a second and logged periodically.
 
-Names are a typed registry (`MetricName`). Hot-loop code only increments integers in a
-dict; publishing happens at most once per interval. `router metrics` and the demo and
-benchmark drivers read the published hashes (`<prefix>:metrics:<topology>:<role>:<id>`).
+Names are a typed registry (`MetricName` for counters, `HistogramName` and `GaugeName`
+for what only Prometheus shows: `router.prom`, docs/metrics.md). Hot-loop code only
+increments integers in a dict (and observes a few timings per batch, a no-op unless the
+process serves Prometheus metrics); publishing happens at most once per interval.
+`router metrics` and the demo and benchmark drivers read the published hashes
+(`<prefix>:metrics:<topology>:<role>:<id>`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Literal
 
 import redis
@@ -65,6 +69,24 @@ MetricName = Literal[
     "wait_timeouts",  # sweeper: groups that waited past routing.max_wait_ms
 ]
 
+# Timings, as Prometheus histograms (seconds); labels in `router.prom`.
+HistogramName = Literal[
+    "batch_route_seconds",  # deciding a batch: classify, the table's round trip, the room
+    "hop_latency_seconds",  # a forwarded record's timestamp to its transaction's commit
+    "txn_commit_seconds",  # a batch's offsets into its transaction, and the commit
+    "redis_rtt_seconds",  # one round trip to the management table (route, settle)
+]
+
+# Levels, as Prometheus gauges; refreshed every unit.metrics_interval_ms or on scrape.
+GaugeName = Literal[
+    "open_groups",  # table entries in charge of each destination (the table's load hash)
+    "source_lag",  # records between a source partition's position and its high watermark
+    "inflight_batches",  # 0 or 1: a batch's transaction committing (the commit overlap)
+    "assigned_partitions",  # source partitions this unit holds
+]
+
+Observer = Callable[[HistogramName, float], None]
+
 log = logging.getLogger("router.metrics")
 
 WAIT_BUCKETS: tuple[tuple[int, MetricName], ...] = (
@@ -87,9 +109,15 @@ class Metrics:
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
         self.started = time.monotonic()
+        self.sink: Observer | None = None  # set by `router.prom` when it serves metrics
 
     def inc(self, name: MetricName, n: int = 1) -> None:
         self.counters[name] += n
+
+    def observe(self, name: HistogramName, seconds: float) -> None:
+        """A timing (any thread); dropped unless Prometheus metrics are served."""
+        if self.sink is not None:
+            self.sink(name, seconds)
 
     def get(self, name: MetricName) -> int:
         return self.counters[name]
@@ -117,21 +145,29 @@ class MetricsPublisher:
         self._every = Every(self.interval)
         self._published = 0
         self.failures = 0
+        self.beat: float | None = None  # time.monotonic() the loop last came by (liveness)
+        # Called after each publication with its outcome (Redis reachable): `router.prom`.
+        self.hooks: list[Callable[[bool], None]] = []
 
     def maybe_publish(self, force: bool = False) -> None:
-        now = time.monotonic()
+        """Called once per loop iteration: publishes once per interval."""
+        self.beat = now = time.monotonic()
         if not self._every.due(now) and not force:
             return
         snapshot = self.metrics.snapshot()
         snapshot["uptime_ms"] = int((now - self.metrics.started) * 1000)
+        ok = True
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.hset(self.key, mapping=snapshot)
             pipe.expire(self.key, max(30, int(self.interval * 10)))
             pipe.execute()
         except redis.RedisError as exc:
+            ok = False
             self.failures += 1
             log.warning("could not publish metrics to Redis (%s); will retry", exc)
+        for hook in self.hooks:
+            hook(ok)
         self._published += 1
         if force or self._published % self.log_every == 0:
             log.info(

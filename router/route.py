@@ -113,7 +113,9 @@ class TableRoute:
             return
         if requests:
             metrics.inc("redis_round_trips")
-            metrics.inc("route_us", (time.perf_counter_ns() - t0) // 1000)
+            rtt_ns = time.perf_counter_ns() - t0
+            metrics.inc("route_us", rtt_ns // 1000)
+            metrics.observe("redis_rtt_seconds", rtt_ns / 1e9)
         metrics.inc("busy_shared", result.shared)
         metrics.inc("busy_held", result.held)
         metrics.inc("orphans", result.orphans)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -218,6 +219,7 @@ class TransactionalSession:
         metadata: Any,
         append_by: float | None,
     ) -> None:
+        t0 = time.perf_counter()
         producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
         if self.faults.hit("after_produce"):
             producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
@@ -227,6 +229,7 @@ class TransactionalSession:
         for attempt in range(5):
             try:
                 producer.commit_transaction(TXN_TIMEOUT_S)
+                self.metrics.observe("txn_commit_seconds", time.perf_counter() - t0)
                 return
             except KafkaException as exc:
                 err = exc.args[0]

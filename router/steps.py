@@ -5,6 +5,7 @@ raw relay is the same loop with pass-through steps (`router.relay`)."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -60,11 +61,13 @@ class RoutingSteps:
         self.metrics = metrics
 
     def decide(self, batch: Batch, messages: list[Message]) -> None:
+        t0 = time.perf_counter()
         if self.room is not None:
             messages = self.room.take(messages)  # room records are drained, not routed
         self.classifier.classify(batch, messages)
         if batch.items:
             self.route.route(batch)
+        self.metrics.observe("batch_route_seconds", time.perf_counter() - t0)
 
     def emit(self, batch: Batch, now_ms: int) -> Output:
         out = self.emitter.emit(batch, now_ms)
@@ -90,10 +93,12 @@ class RoutingSteps:
         m = self.metrics
         releases = [*out.finals, *((gid, STOPPED) for gid in out.stopped)]
         try:
+            t0 = time.perf_counter()
             m.inc(
                 "released",
                 self.table.settle(batch.id, out.ordinary_dests, releases, out.drains),
             )
+            m.observe("redis_rtt_seconds", time.perf_counter() - t0)
             m.inc("redis_round_trips")
         except redis.RedisError as exc:
             m.inc("redis_errors")

@@ -31,6 +31,7 @@ from confluent_kafka import KafkaException, Producer
 
 from router import clients, events, schemas
 from router.config import RouterSettings
+from router.exporter import Exporter, open_groups
 from router.horizon import NEVER, HorizonReader, Horizons, HorizonUnknown
 from router.metrics import Metrics, MetricsPublisher, metrics_key
 from router.offsets import CommittedOffsets
@@ -85,6 +86,14 @@ class Sweeper:
         self._committed = CommittedOffsets(settings.kafka, self.instance)
         self.horizons = horizons or HorizonReader(settings, self.instance, timeout=BROKER_TIMEOUT_S)
         self._stop = threading.Event()
+        self.exporter = Exporter(
+            settings,
+            "sweeper",
+            self.metrics,
+            self._publisher,
+            refresh=open_groups(self.tables, self.metrics),
+            period_s=settings.sweeper.interval_ms / 1000,
+        )
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -94,10 +103,14 @@ class Sweeper:
         log.info("sweeper %s starting, every %.1fs", self.instance, interval)
         # What senders held back before this process started is unknown: as after an outage.
         self.horizons.after_outage()
+        self.exporter.start()
         while not self._stop.is_set():
             try:
                 self.run_once()
             except (redis.RedisError, KafkaException) as exc:
+                self.metrics.inc(
+                    "redis_errors" if isinstance(exc, redis.RedisError) else "kafka_errors"
+                )
                 log.warning("sweep round failed, retrying next round: %s", exc)
             self._publisher.maybe_publish()
             self._stop.wait(interval)  # a periodic job's timer, not synchronisation
@@ -105,6 +118,7 @@ class Sweeper:
         self._committed.close()
         self.horizons.close()
         self._publisher.maybe_publish(force=True)
+        self.exporter.stop()
         return 0
 
     def run_once(self) -> SweepReport:
@@ -168,6 +182,8 @@ class Sweeper:
             horizons = self.horizons.round(now, min(due.values()) if due else None)
         except HorizonUnknown as exc:
             self.metrics.inc("horizon_unknown")
+            if exc.__cause__ is not None:  # the broker did not answer (not a grace period)
+                self.metrics.inc("kafka_errors")
             if due:
                 horizon_log.warning(
                     "not sweeping this round, no horizon (%s table has entries past their "

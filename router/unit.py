@@ -20,6 +20,7 @@ from router.batch import TP, Batch
 from router.bookkeeping import count_committed, forget_committed, tracker
 from router.config import RouterSettings
 from router.emit import Output
+from router.exporter import unit_exporter
 from router.faults import Faults
 from router.holds import Backoff, Holds
 from router.leases import LeaseLost, Leases
@@ -88,6 +89,7 @@ class TransferUnit:
         self._rewound: dict[TP, int] = {}  # partitions rewound since the last failure
         self._rewind_to_committed = False
         self._batches = 0
+        self.exporter = unit_exporter(self)  # Prometheus metrics, /healthz, /readyz
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -114,6 +116,7 @@ class TransferUnit:
             room.consumer = self.source.consumer
             topics.append(room.topic)
         self.source.subscribe(topics, self._on_assign, self._on_revoke)
+        self.exporter.start()
         try:
             while not self._stop.is_set():
                 self.step()
@@ -123,6 +126,7 @@ class TransferUnit:
                 self._complete()
             self.session.abort()
             self.publisher.maybe_publish(force=True)
+            self.exporter.stop()
             self.source.close()
         return 0
 

@@ -1,13 +1,15 @@
 """Router roles as separate OS processes: start, stop gracefully (SIGTERM), kill (SIGKILL).
 
 Each process runs `python -m router --config <file> <role>` with its own log file, so a
-driver can run many copies of each role as an operator would.
+driver can run many copies of each role as an operator would. With `metrics=True` each
+process serves Prometheus metrics on a free port of its own (`Proc.metrics_port`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +37,7 @@ class Proc:
     log_file: IO[bytes]
     started: float = field(default_factory=time.monotonic)
     signalled: bool = False
+    metrics_port: int | None = None  # where it serves /metrics, /healthz, /readyz
 
     @property
     def name(self) -> str:
@@ -77,10 +80,23 @@ class Proc:
             return ""
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 class Fleet:
     def __init__(
-        self, config_file: Path, log_dir: Path, env: Mapping[str, str] | None = None
+        self,
+        config_file: Path,
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+        metrics: bool = False,
     ) -> None:
+        self.metrics = metrics
         self.config_file = config_file
         self.log_dir = log_dir
         self.env = {**os.environ, **(env or {})}
@@ -97,14 +113,19 @@ class Fleet:
             self._counter[role] = index
             log_path = self.log_dir / f"{role}-{index}.log"
             log_file = log_path.open("ab")
+            port = free_port() if self.metrics else None
             popen = subprocess.Popen(
                 [sys.executable, "-m", "router", "--config", str(self.config_file), *ROLES[role]],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**self.env, **(env or {})},
+                env={
+                    **self.env,
+                    **({"ROUTER_METRICS__PORT": str(port)} if port else {}),
+                    **(env or {}),
+                },
             )
-            proc = Proc(role, index, popen, log_path, log_file)
+            proc = Proc(role, index, popen, log_path, log_file, metrics_port=port)
             self.procs.append(proc)
             started.append(proc)
         return started

@@ -60,6 +60,7 @@ class PipelineSpec:
     busy_policy: Literal["share", "hold", "wait"] = "share"
     default_ttl_ms: int = 300_000
     extra_env: dict[str, str] = field(default_factory=dict)
+    metrics: bool = False  # each process serves Prometheus metrics on a free port
 
 
 class Pipeline:
@@ -97,7 +98,7 @@ class Pipeline:
             self.env.setdefault("ROUTER_REDIS__URL", base.redis.url)
             self.env.setdefault("ROUTER_REDIS__KEY_PREFIX", base.redis.key_prefix)
         self.settings = self._settings(config_file)
-        self.fleet = Fleet(config_file, run_dir / "logs", self.env)
+        self.fleet = Fleet(config_file, run_dir / "logs", self.env, metrics=spec.metrics)
         self.exit_codes: dict[str, int] = {}
         self.stopped_at: float | None = None  # time.monotonic() when the last one was gone
         self._admin = AdminClient(clients.admin_config(self.settings.kafka))

@@ -7,9 +7,10 @@ import re
 import typing
 from pathlib import Path
 
-from router import metrics
+from router import metrics, prom
 from router.config import (
     KafkaSettings,
+    MetricsSettings,
     RedisSettings,
     RoutingSettings,
     SweeperSettings,
@@ -28,6 +29,18 @@ def test_every_metric_is_documented_in_operations() -> None:
     names = typing.get_args(metrics.MetricName)
     missing = [n for n in names if f"`{n}`" not in docs]
     assert not missing, f"metrics not in docs/operations.md: {missing}"
+
+
+def test_docs_metrics_lists_every_prometheus_series_with_its_type_and_labels() -> None:
+    docs = text("docs/metrics.md")
+    rows = re.findall(r"^\| `(router_[a-z0-9_]+)` \| (\w+) \| ([^|]+) \|", docs, re.M)
+    documented = {(name, kind, labels.strip()) for name, kind, labels in rows}
+    assert len(rows) == len(documented), "a series listed twice in docs/metrics.md"
+    code = {(s.name, s.kind, ", ".join(f"`{x}`" for x in s.labels)) for s in prom.series()}
+    assert documented == code, (
+        f"not in docs/metrics.md: {sorted(code - documented)}; "
+        f"not in the registry: {sorted(documented - code)}"
+    )
 
 
 def test_every_dead_letter_reason_is_documented_in_events() -> None:
@@ -56,6 +69,7 @@ def test_every_setting_is_documented_in_configuration() -> None:
         "sweeper": SweeperSettings,
         "kafka": KafkaSettings,
         "redis": RedisSettings,
+        "metrics": MetricsSettings,
     }
     missing = [
         f"{section}.{key}"
