@@ -9,6 +9,33 @@ STAMP := $(VENV)/.installed
 # Router processes started through make record themselves here; stack-down stops them.
 export ROUTER_PID_DIR := $(CURDIR)/.stack/run/units
 
+# Where Kafka and Redis come from (as for the tests, tests/conftest.py):
+#   local     (default) the project's own stack, ops/stack.sh: Java, Maven, Debian's Redis
+#   docker    the kafka and redis services of docker-compose.yml: no Java, Maven or jars
+#   external  servers of your own, at ROUTER_KAFKA__BOOTSTRAP_SERVERS and ROUTER_REDIS__URL
+# Only `local` fetches jars with Maven: with docker or external, the Spark tests are skipped
+# unless Java and the connector jars (`make jars`) are there.
+STACK := $(or $(ROUTER_STACK),local)
+DOCKER_COMPOSE ?= docker compose
+ifeq ($(STACK),local)
+JARS := jars
+STACK_UP := ops/stack.sh up
+STACK_DOWN := ops/stack.sh down
+STACK_STATUS := ops/stack.sh status
+else ifeq ($(STACK),docker)
+JARS :=
+STACK_UP := $(DOCKER_COMPOSE) up -d --wait kafka redis
+STACK_DOWN := $(DOCKER_COMPOSE) down
+STACK_STATUS := $(DOCKER_COMPOSE) ps
+else ifeq ($(STACK),external)
+JARS :=
+STACK_STATUS := echo "ROUTER_STACK=external: Kafka at $${ROUTER_KAFKA__BOOTSTRAP_SERVERS:?not set}, Redis at $${ROUTER_REDIS__URL:?not set}"
+STACK_UP := @$(STACK_STATUS)
+STACK_DOWN := @echo "ROUTER_STACK=external: nothing of ours to stop"
+else
+$(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
+endif
+
 .PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
 
 help: ## List the targets
@@ -27,13 +54,13 @@ jars: venv ## Fetch the Kafka broker and Spark connector jars from Maven Central
 	ops/stack.sh fetch-jars
 
 stack-up: venv ## Start the local stack: Apache Kafka (KRaft) on 127.0.0.1:9092 and Redis on :6379
-	ops/stack.sh up
+	$(STACK_UP)
 
 stack-down: ## Stop the local stack; leaves no process of ours running
-	ops/stack.sh down
+	$(STACK_DOWN)
 
 stack-status: ## Show what the local stack is running
-	@ops/stack.sh status
+	@$(STACK_STATUS)
 
 lint: venv ## ruff (lint + format check) and mypy --strict on router/ and ops/
 	$(BIN)/ruff check .
@@ -44,16 +71,16 @@ fmt: venv ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv jars lint ## Everything from a fresh clone: venv, jars, lint, stack, the whole suite
+test: venv $(JARS) lint ## Everything from a fresh clone: venv, jars, lint, stack, the whole suite
 	$(BIN)/pytest
 
-demo: venv jars stack-up ## Run the whole system end to end and check every guarantee
+demo: venv $(JARS) stack-up ## Run the whole system end to end and check every guarantee
 	$(BIN)/python -m ops.demo $(ARGS)
 
 chaos: venv jars stack-up ## Chaos run: 100k messages, 20+ SIGKILLs, a broker and a Redis restart
 	$(BIN)/python -m ops.chaos $(ARGS)
 
-bench: venv jars stack-up ## Benchmark: raw relay vs units and whole path; table and plots in .results/bench
+bench: venv $(JARS) stack-up ## Benchmark: raw relay vs units and whole path; table and plots in .results/bench
 	$(BIN)/python -m ops.bench $(ARGS)
 
 test-fast: venv ## Unit tests only (no servers)

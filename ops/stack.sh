@@ -41,7 +41,7 @@ REDIS_PID="$RUN_DIR/redis.pid"
 KAFKA_LOG="$LOG_DIR/kafka.log"
 REDIS_LOG="$LOG_DIR/redis.log"
 
-DOCKER_HINT="Alternatively, with Docker: docker compose up -d (see docker-compose.yml)."
+DOCKER_HINT="Alternatively, with Docker and no Java or Maven: ROUTER_STACK=docker make stack-up (or make test, make demo): Kafka and Redis from docker-compose.yml."
 
 say() { printf '[stack] %s\n' "$*"; }
 die() {

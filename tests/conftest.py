@@ -3,7 +3,8 @@
 `ROUTER_STACK` chooses the servers:
   local     (default) the project's own stack (ops/stack.sh: Kafka from Maven Central jars,
             Redis from Debian), started once per session, reused if it already answers;
-  docker    docker-compose.yml through pytest-docker;
+  docker    the kafka and redis services of docker-compose.yml (reused if they already
+            answer on the Docker host's 9092 and 6379, else started through pytest-docker);
   external  addresses from ROUTER_KAFKA__BOOTSTRAP_SERVERS and ROUTER_REDIS__URL.
 
 Every test isolates itself: topics get unique names, Redis keys a unique prefix, consumer
@@ -117,9 +118,20 @@ def docker_compose_file() -> str:
     return str(ROOT / "docker-compose.yml")
 
 
+@pytest.fixture(scope="session")
+def docker_setup() -> list[str]:
+    """Only the servers: the router services of docker-compose.yml are not the tests'."""
+    return ["up -d --wait kafka redis"]
+
+
 def _docker_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    services = request.getfixturevalue("docker_services")
     host = request.getfixturevalue("docker_ip")
+    running = Stack(f"{host}:9092", f"redis://{host}:6379/0")
+    if kafka_answers(running.kafka_bootstrap) and redis_answers(running.redis_url):
+        # `make stack-up` or `docker compose up -d` already runs them: use them, leave them be.
+        yield running
+        return
+    services = request.getfixturevalue("docker_services")
     stack = Stack(
         f"{host}:{services.port_for('kafka', 9092)}",
         f"redis://{host}:{services.port_for('redis', 6379)}/0",
