@@ -20,12 +20,10 @@ from router.config import RouterSettings, load_settings
 from router.faults import Faults
 from router.metrics import read_all
 from router.relay import RelaySteps, relay_spec
-from router.room import STAGED, is_pseudo
-from router.routing import Entry
-from router.side import side_spec, table_for
+from router.side import side_spec
 from router.spark_cli import spark as spark_commands
 from router.sweeper import Sweeper
-from router.table import ManagementTable
+from router.table_cli import table as table_commands
 from router.topics import ensure_topics, plan
 from router.unit import FatalUnitError, TransferUnit
 
@@ -189,91 +187,6 @@ def topics_plan(ctx: click.Context) -> None:
         click.echo(f"{spec.name:40} {spec.partitions:4} partitions  {spec.role}")
 
 
-# ---------------------------------------------------------------------- tables
-
-
-@cli.group()
-def table() -> None:
-    """Inspect and steer the management tables in Redis."""
-
-
-_SIDE = click.option(
-    "--side", type=click.Choice(["send", "receive"]), required=True, help="Which table."
-)
-
-
-@table.command("show")
-@_SIDE
-@click.option("--limit", default=50, show_default=True, help="At most this many entries.")
-@click.pass_context
-def table_show(ctx: click.Context, side: str, limit: int) -> None:
-    """Entries (guarantee ID -> destination, update time, TTL), loads and counters."""
-
-    settings = _settings(ctx)
-    t = table_for(settings, side, redis_client(settings.redis))  # type: ignore[arg-type]
-    now = t.now_ms()
-    entries = t.entries()
-    click.echo(f"{side} table of topology {settings.topology.name!r}: {len(entries)} open groups")
-    click.echo(f"{'guarantee ID':32} {'destination':24} {'idle s':>8} {'ttl s':>8}  state")
-    for gid, e in sorted(entries.items(), key=lambda kv: kv[1].updated_ms)[:limit]:
-        state = e.state if e.state != "open" else "closing" if e.closing else "open"
-        click.echo(
-            f"{gid[:32]:32} {e.dest[:24]:24} {(now - e.updated_ms) / 1000:8.1f} "
-            f"{e.ttl_ms / 1000:8.1f}  {state}"
-        )
-    click.echo("load (open groups per destination): " + json.dumps(t.loads(), sort_keys=True))
-    inflight = sorted({dest for dest, _ in t.inflight()})
-    click.echo("ordinary messages in flight to: " + (", ".join(inflight) or "-"))
-    click.echo("counters: " + json.dumps(t.stats(), sort_keys=True))
-    _show_room(t, entries, now, limit)
-
-
-def _show_room(t: ManagementTable, entries: dict[str, Entry], now: int, limit: int) -> None:
-    """The waiting room (busy policy `wait`): waiting groups oldest first, then the
-    admitted ones whose parked messages are being drained, then the staged ones (whole-group
-    delivery, until their final)."""
-    room, admitted = t.room(), t.admitted()
-    staged = sorted((e.opened_ms, g) for g, e in entries.items() if e.state == STAGED)
-    click.echo(
-        f"waiting room: {len(room)} waiting, {len(admitted)} admitted (draining), "
-        f"{len(staged)} staged (whole groups until their final)"
-    )
-    if not room and not admitted and not staged:
-        return
-    shown = [*list(room)[:limit], *list(admitted)[:limit], *(g for _, g in staged[:limit])]
-    states = t.room_state(shown)
-    click.echo(f"{'guarantee ID':32} {'waiting s':>9} {'parked':>7}  destination")
-    for gid in shown:
-        st = states.get(gid)
-        name = f"(ordinary of {gid[1:]})" if is_pseudo(gid) else gid
-        since = room.get(gid, entries[gid].opened_ms if gid in entries else None)
-        age = f"{(now - since) / 1000:9.1f}" if since is not None else f"{'-':>9}"
-        staging = st is not None and st.state == STAGED
-        dest = admitted.get(
-            gid, "(staged until its final)" if staging else "(waits for a free one)"
-        )
-        click.echo(f"{name:32} {age} {st.parks if st else 0:7}  {dest}")
-
-
-@table.command("release")
-@_SIDE
-@click.argument("guarantee_id")
-@click.option("--yes", is_flag=True, help="Really remove the entry.")
-@click.pass_context
-def table_release(ctx: click.Context, side: str, guarantee_id: str, yes: bool) -> None:
-    """Remove one entry by hand (its destination becomes free; later messages of the
-    group start a new assignment)."""
-
-    settings = _settings(ctx)
-    t = table_for(settings, side, redis_client(settings.redis))  # type: ignore[arg-type]
-    entry = t.entry(guarantee_id)
-    if entry is None:
-        raise click.ClickException(f"no entry for {guarantee_id!r} in the {side} table")
-    if not yes:
-        raise click.ClickException(f"{guarantee_id!r} -> {entry.dest}; add --yes to remove it")
-    click.echo(f"released: {t.release([(guarantee_id, '*')])}")
-
-
 # ---------------------------------------------------------------------- observing
 
 
@@ -299,6 +212,7 @@ def config_show(ctx: click.Context) -> None:
     click.echo(_settings(ctx).model_dump_json(indent=2))
 
 
+cli.add_command(table_commands)
 cli.add_command(spark_commands)
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from router import room
+from router import placement, room
 from router.routing import (
     DUPLICATE,
     HELD,
@@ -49,14 +49,20 @@ class TableModel:
     # logical order: finished group -> (next number, expiry): a later member below the
     # number is a duplicate (DUPLICATE) until then
     done: dict[str, tuple[int, int]] = field(default_factory=dict)
+    draining: set[str] = field(default_factory=set)  # `router.placement`
+
+    def excluded(self) -> set[str]:
+        """Draining destinations nothing new is placed on (`router.placement.excluded`)."""
+        return placement.excluded(self.destinations, self.draining)
 
     def _choose(self, cost: list[tuple[int, bool]]) -> tuple[int, bool]:
-        """(index of the cheapest destination at or after the cursor, whether it is busy)."""
-        n = len(self.destinations)
-        best = min(cost)
+        """(index of the cheapest destination at or after the cursor, whether it is busy),
+        draining destinations skipped."""
+        n, skip = len(self.destinations), self.excluded()
+        best = min(c for d, c in zip(self.destinations, cost, strict=True) if d not in skip)
         for k in range(n):
             i = (self.cursor + k) % n
-            if cost[i] == best:
+            if cost[i] == best and self.destinations[i] not in skip:
                 return i, best != (0, False)
         raise AssertionError("unreachable: some destination has the minimum cost")
 
@@ -72,6 +78,7 @@ class TableModel:
         self.park_leases = {k: exp for k, exp in self.park_leases.items() if exp > now_ms}
         room.admit(self)  # a lease that ended may have made a destination clean
         fenced = {d for (d, b) in self.inflight if b != batch}
+        skip = self.excluded()  # draining: neither free nor clean for anything new
         decisions: list[str] = []
         # Groups per destination whose final was routed earlier in this batch, in all and
         # per (destination, lane) of the final.
@@ -94,13 +101,18 @@ class TableModel:
 
         def record(r: RouteRequest, known: bool) -> None:
             if trace is not None:
-                load = self.load
-                free = frozenset(d for d in self.destinations if load.get(d, 0) == freed[d])
-                lane_free = {
-                    d for d in self.destinations if load.get(d, 0) == freed_lane[(d, r.lane)]
-                }
+                load, ds = self.load, [d for d in self.destinations if d not in skip]
+                free = frozenset(d for d in ds if load.get(d, 0) == freed[d])
+                lane_free = {d for d in ds if load.get(d, 0) == freed_lane[(d, r.lane)]}
                 trace.append(
-                    TraceStep(r, decisions[-1], known, free, frozenset(lane_free - fenced))
+                    TraceStep(
+                        r,
+                        decisions[-1],
+                        known,
+                        free,
+                        frozenset(lane_free - fenced),
+                        frozenset(skip),
+                    )
                 )
 
         held_lanes: set[str] = set()
@@ -112,6 +124,8 @@ class TableModel:
                 continue
             gid = r.guarantee_id
             entry = self.entries.get(gid) if gid is not None else None
+            if entry is not None and entry.state == placement.PINNED:
+                placement.first_message(entry, r)  # from now an ordinary open entry
             if entry is not None:
                 assert gid is not None
                 # Logical order: lanes do not matter (a first message after a final that
@@ -316,7 +330,8 @@ class TableModel:
         group in logical order is remembered as finished (`done`) with its next number, or
         the one its drain `reached`, until its deadline.
 
-        The token "*" (an operator's manual release) matches any entry. The token STOPPED
+        The token "*" (an operator's manual release) matches any entry, "@<destination>"
+        (an operator's eviction) any entry on that destination. The token STOPPED
         frees a stopped group's destination and keeps its entry (not counted)."""
         released = 0
         for gid, token in finals:
@@ -327,7 +342,7 @@ class TableModel:
                 if entry.closing == STOPPED:
                     self.unload(entry.dest)
                     entry.dest = NO_DEST
-            elif token in (entry.closing, "*"):
+            elif token in (entry.closing, "*", "@" + entry.dest):
                 self.unload(self.entries.pop(gid).dest)
                 room.forget(self, gid)
                 released += 1

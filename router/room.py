@@ -132,9 +132,9 @@ def readmit(
 
 
 def clean_destinations(t: TableModel) -> list[str]:
-    """Destinations a waiting group may be admitted to: in charge of no group, and no
-    ordinary message of any batch in flight to them."""
-    leased = {d for (d, _) in t.inflight}
+    """Destinations a waiting group may be admitted to: in charge of no group, no
+    ordinary message of any batch in flight to them, and not draining."""
+    leased = {d for (d, _) in t.inflight} | t.excluded()
     return [d for d in t.destinations if t.load.get(d, 0) == 0 and d not in leased]
 
 
@@ -184,20 +184,21 @@ def time_out(t: TableModel, now_ms: int, max_wait_ms: int, policy: str) -> list[
     policy "share" admits each to the least-loaded destination even if busy (the first at
     or after the cursor), "dead-letter" stops it (its parked and later messages are
     dead-lettered); a lane's ordinary messages are always shared. Returns (gid, destination
-    or STOPPED)."""
+    or STOPPED). Draining destinations are skipped."""
     out = []
-    n = len(t.destinations)
+    n, skip = len(t.destinations), t.excluded()
     for gid in sorted(
         (g for g, s in t.room.items() if s <= now_ms - max_wait_ms), key=lambda g: (t.room[g], g)
     ):
         entry = t.entries[gid]
         del t.room[gid]
         if policy == "share" or is_pseudo(gid):  # ordinary messages are shared, never lost
-            best = min(t.load.get(d, 0) for d in t.destinations)
+            best = min(t.load.get(d, 0) for d in t.destinations if d not in skip)
             index = next(
                 i
                 for k in range(n)
-                if t.load.get(t.destinations[i := (t.cursor + k) % n], 0) == best
+                if t.load.get(d := t.destinations[i := (t.cursor + k) % n], 0) == best
+                and d not in skip
             )
             dest = t.destinations[index]
             t.cursor = (index + 1) % n

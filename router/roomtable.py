@@ -30,7 +30,10 @@ class RoomTable:
             )
         k = self.keys
         out = timeout(
-            keys=[k.entries, k.load, k.cursor, k.room, k.parks, k.admitted, k.stats, k.deadlines],
+            keys=[
+                *(k.entries, k.load, k.cursor, k.room, k.parks, k.admitted, k.stats),
+                *(k.deadlines, k.draining),
+            ],
             args=["" if now_ms is None else now_ms, max_wait_ms, policy, *self._dests],
         )
         return int(out[0]), [(_text(out[i]), _text(out[i + 1])) for i in range(1, len(out), 2)]

@@ -81,6 +81,13 @@ Rules, for each message of a batch, in order:
   step forwards parked members in sequence order, once the fence's batch is settled in
   Kafka. A member with a sequence number > 0 and no entry starts the group in the room
   (waiting, or staged for whole-group delivery) instead of being an orphan.
+* Steering (`router.placement`): a *draining* destination takes no new group and no
+  ordinary message (choosing, admitting from the room and ending a wait skip it) unless
+  every destination is draining; groups open there continue. A *pinned* entry, created
+  by an operator for a group with no entry yet, holds its destination (its load counts
+  it) until the group's first message, which goes there and makes it an ordinary open
+  entry on its lane, whatever the busy policy: a known group, never held, shared or
+  waiting.
 * `sweep(now, horizon)` removes entries idle past their TTL (update time + TTL before
   now), oldest deadline first, and only if their deadline is also before the side's
   horizon: never while the side's sources may still hold a record written before the
@@ -188,6 +195,9 @@ class TraceStep:
     # free for a new group of this lane (finals of this batch count only from the same
     # lane), and no other batch's ordinary messages in flight
     clean: frozenset[str]
+    # draining destinations nothing new may be placed on (`router.placement`); `free` and
+    # `clean` leave them out
+    draining: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from router.routing import (
     RouteResult,
     Swept,
 )
+from router.steertable import SteerTable
 from router.tablecodec import Side, TableKeys, decode_entry, encode, outbox_item, script
 from router.tablecodec import text as _text
 
@@ -35,7 +36,7 @@ CALL_REQUESTS = 2_000
 CALL_WORK = 20_000  # requests x destinations
 
 
-class ManagementTable(RoomTable):
+class ManagementTable(RoomTable, SteerTable):
     """The Redis-backed table of one side. Every method is one round trip."""
 
     def __init__(
@@ -62,42 +63,20 @@ class ManagementTable(RoomTable):
         self._route = client.register_script(script("route"))
         self._settle = client.register_script(script("settle"))
         self._sweep = client.register_script(script("sweep"))
-        self._route_keys = [
-            keys.entries,
-            keys.deadlines,
-            keys.load,
-            keys.cursor,
-            keys.closing,
-            keys.stats,
-            keys.inflight,
-            keys.epoch,
-            keys.writes,
-            keys.room,
-            keys.parks,
-            keys.admitted,
-            keys.writers,
-            keys.done,
-        ]
+        self._route_keys = keys.named(
+            "entries deadlines load cursor closing stats inflight epoch writes room parks"
+            " admitted writers done draining"
+        )
         # The table's epoch and write count as last seen: a different epoch, or fewer
         # writes, means the table was lost (wholly or partly).
         self.epoch = ""
         self.writes: int | None = None
         self.writer = secrets.token_hex(6)  # this caller, in the table's writers hash
         self.resets = 0
-        self._settle_keys = [
-            keys.entries,
-            keys.deadlines,
-            keys.load,
-            keys.closing,
-            keys.stats,
-            keys.inflight,
-            keys.cursor,
-            keys.room,
-            keys.parks,
-            keys.admitted,
-            keys.done,
-            keys.done_at,
-        ]
+        self._settle_keys = keys.named(
+            "entries deadlines load closing stats inflight cursor room parks admitted done"
+            " done_at draining"
+        )
         self._dests: list[str | int] = [len(self.destinations), *self.destinations]
 
     # ------------------------------------------------------------------ routing
@@ -230,6 +209,7 @@ class ManagementTable(RoomTable):
                 k.admitted,
                 k.done,
                 k.done_at,
+                k.draining,
             ],
             args=[
                 "" if now_ms is None else now_ms,

@@ -78,6 +78,7 @@ class TableKeys:
     # duplicate until then), and the same expiries as a zset for pruning
     done: str
     done_at: str
+    draining: str  # set: destinations nothing new is placed on (`router.placement`)
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:
@@ -86,6 +87,10 @@ class TableKeys:
 
     def all(self) -> list[str]:
         return [getattr(self, name) for name in self.__dataclass_fields__]
+
+    def named(self, names: str) -> list[str]:
+        """The keys named (space-separated), in that order: a script's KEYS."""
+        return [getattr(self, name) for name in names.split()]
 
 
 def outbox_item(raw: bytes | str) -> Swept:

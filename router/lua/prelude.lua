@@ -2,7 +2,8 @@
 -- waiting room's admission. router/room.py is the specification of the room.
 --
 -- An entry: "dest|opened|updated|ttl|closing|lane", then "|state|parks" for a group in
--- the waiting room (state 'waiting' or 'admitted'; parks: its messages parked so far), then
+-- the waiting room (state 'waiting', 'staged' or 'admitted'; parks: its messages parked so
+-- far) or pinned before its first message (state 'pinned', router/placement.py), then
 -- "|next|fence|origin" for a group in logical order (the next sequence number to go
 -- straight to its destination, the source position of the last one that did, and of the
 -- member that started this group under its ID: drain markers name it).
@@ -57,17 +58,34 @@ local function has_parks(k_parks, gid)
   return false
 end
 
+-- Draining destinations (set k_draining, router/placement.py): nothing new is placed on
+-- them, unless every destination is draining (then none is). Returns dest -> true, and
+-- whether every destination was draining.
+local function draining_set(k_draining, dests)
+  local isdest, out, n = {}, {}, 0
+  for _, d in ipairs(dests) do isdest[d] = true end
+  for _, d in ipairs(redis.call('SMEMBERS', k_draining)) do
+    if isdest[d] and not out[d] then
+      out[d] = true
+      n = n + 1
+    end
+  end
+  if n > 0 and n == #dests then return {}, true end
+  return out, false
+end
+
 -- Admit the oldest waiting groups (by wait start, then ID) to clean destinations: in
--- charge of no group, and no ordinary message of any batch in flight to them. Each takes
--- the first clean one at or after the cursor, which moves past it. dests: the side's
--- destination names, in order. Returns the number admitted.
-local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted, dests)
+-- charge of no group, no ordinary message of any batch in flight to them, and not
+-- draining. Each takes the first clean one at or after the cursor, which moves past it.
+-- dests: the side's destination names, in order. Returns the number admitted.
+local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted, dests,
+                     k_draining)
   if redis.call('ZCARD', k_room) == 0 then return 0 end
   local n = #dests
   local load = {}
   local raw = redis.call('HGETALL', k_load)
   for i = 1, #raw, 2 do load[raw[i]] = tonumber(raw[i + 1]) end
-  local leased = {}
+  local leased = draining_set(k_draining, dests)
   for _, m in ipairs(redis.call('ZRANGE', k_inflight, 0, -1)) do
     leased[string.match(m, '^([^|]*)|')] = true
   end

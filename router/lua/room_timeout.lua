@@ -1,14 +1,15 @@
 -- End the wait of groups in the waiting room past max_wait_ms (router/room.py `time_out`).
 --
 -- KEYS: 1 entries  2 load  3 cursor  4 room  5 parks  6 admitted  7 stats  8 deadlines
+--       9 draining (skipped when sharing, router/placement.py)
 -- ARGV: 1 now in ms, or '' for the Redis server clock  2 max wait ms
 --       3 policy: 'share' (admit to the least-loaded destination, even busy: counted as
 --       shared) or 'dead-letter' (stop the group: its parked and later messages are
 --       dead-lettered; a lane's ordinary messages are always shared)  4 n, then every
 --       destination name of the side
 -- Returns: {now, gid_1, outcome_1, ...}; an outcome is a destination name or '!stop'.
-local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS, K_DRAINING =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9]
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -25,6 +26,7 @@ local load = {}
 local raw = redis.call('HGETALL', K_LOAD)
 for i = 1, #raw, 2 do load[raw[i]] = tonumber(raw[i + 1]) end
 local cursor = tonumber(redis.call('GET', K_CURSOR) or '0') % n
+local skip = draining_set(K_DRAINING, dests)
 local moved = false
 for _, gid in ipairs(due) do
   redis.call('ZREM', K_ROOM, gid)
@@ -33,12 +35,12 @@ for _, gid in ipairs(due) do
     local best = nil
     for i = 1, n do
       local l = load[dests[i]] or 0
-      if best == nil or l < best then best = l end
+      if not skip[dests[i]] and (best == nil or l < best) then best = l end
     end
     local pick = nil
     for k = 0, n - 1 do
       local i = (cursor + k) % n
-      if (load[dests[i + 1]] or 0) == best then pick = i break end
+      if not skip[dests[i + 1]] and (load[dests[i + 1]] or 0) == best then pick = i break end
     end
     local d = dests[pick + 1]
     cursor = (pick + 1) % n

@@ -11,6 +11,7 @@
 --       13 writers (hash caller -> the write count of its last call)
 --       14 done (hash gid -> 'next|deadline ms': logical order, a finished group; the
 --          sweeper forgets it)
+--       15 draining (set of destinations nothing new is placed on, router/placement.py)
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold' | 'wait'
 --       or 'wait:<max staged messages>' (a staged group over it streams: '!W')
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
@@ -35,10 +36,13 @@
 --          if the table was lost, entirely (the caller's epoch is gone) or partly (fewer
 --          writes than the caller saw: a crash lost the last ones); a partial loss starts
 --          a new epoch, so that every caller learns it.
+-- A pinned entry (state 'pinned', pin.lua) is a known group whose first message makes it an
+-- ordinary open entry on its lane; a draining destination takes no new group and no
+-- ordinary message, unless every destination drains (counted: stats 'drain_ignored').
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, K_EPOCH,
-  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED, K_WRITERS, K_DONE = KEYS[1], KEYS[2], KEYS[3],
-  KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
-  KEYS[13], KEYS[14]
+  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED, K_WRITERS, K_DONE, K_DRAINING = KEYS[1], KEYS[2],
+  KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
+  KEYS[13], KEYS[14], KEYS[15]
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -76,7 +80,8 @@ local function finished(gid, seq)
   if not v then return false end
   return seq < tonumber(string.match(v, '^(%-?%d+)|'))
 end
-admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
+admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests, K_DRAINING)
+local draining, all_draining = draining_set(K_DRAINING, dests)
 local room_n = redis.call('ZCARD', K_ROOM)
 
 local raw = redis.call('HGETALL', K_LOAD)
@@ -178,14 +183,16 @@ local function choose(lane)
   for i = 1, ndest do
     local d = dests[i]
     local c
-    if fl then
+    if draining[d] then
+      c = false  -- nothing new goes there
+    elseif fl then
       c = (load[d] - (fl[d] or 0)) * 2
       if fenced[d] then c = c + 1 end
     else
       c = eff(d) * 2
     end
     cost[i] = c
-    if best == nil or c < best then best = c end
+    if c and (best == nil or c < best) then best = c end
   end
   for k = 0, ndest - 1 do
     local i = (cursor + k) % ndest
@@ -261,6 +268,11 @@ for m = 0, nmsg - 1 do
   else
     local e = false
     if gid ~= '' then e = cache[gid] end
+    if e and e.state == 'pinned' then  -- its first message: an ordinary open entry now
+      e.state = 'open'
+      if seq then e.next, e.origin = 0, token end
+      touch(gid)
+    end
     -- Logical order: lanes do not matter (a first message after a final that went
     -- straight, the ID reused, follows the lane rules).
     local logical = seq ~= nil and e and e.next >= 0
@@ -448,6 +460,7 @@ if #marks > 0 then redis.call('ZADD', K_INFLIGHT, unpack(marks)) end
 for gid in pairs(joined) do redis.call('ZADD', K_ROOM, now_s, gid) end
 for gid in pairs(parked) do redis.call('ZADD', K_PARKS, lease_s, batch .. '|' .. gid) end
 redis.call('HINCRBY', K_STATS, 'messages', nmsg)
+if all_draining then redis.call('HINCRBY', K_STATS, 'drain_ignored', 1) end
 local counters = { 'shared', 'held', 'created', 'stopped', 'orphans' }
 for i = 1, 5 do
   if out[i] > 0 then redis.call('HINCRBY', K_STATS, counters[i], out[i]) end

@@ -3,7 +3,7 @@
 --
 -- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 stats  6 inflight  7 cursor  8 room
 --       9 parks  10 admitted  11 done  12 done_at (route.lua: finished groups in logical
---       order, whose later members below their next number are duplicates)
+--       order, whose later members below their next number are duplicates)  13 draining
 -- ARGV: 1 batch ID ('' if none)  2 n destinations the batch sent ordinary messages to,
 --       then their names; then n finals, then pairs of guarantee ID, token (the source
 --       position the group's final was routed from); then n drains, then pairs of
@@ -12,13 +12,14 @@
 --       destination name of the side (for admissions)
 -- An entry is removed only if it is still closing with that same token: a group whose ID
 -- was reused after its final (the mark cleared or replaced) is left alone. The token '*'
--- (an operator's `router table release`) removes the entry whatever its state. The token
+-- (an operator's `router table release`) removes the entry whatever its state, and
+-- '@<dest>' (an operator's `router table evict`) any entry on that destination. The token
 -- '!stop' (a group this batch stopped) frees a stopped group's destination and keeps its
 -- entry, without a destination, so that its later messages are still parked.
 -- Returns: the number of entries released.
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_STATS, K_INFLIGHT, K_CURSOR, K_ROOM,
-  K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
-  KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+  K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT, K_DRAINING = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+  KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local batch = ARGV[1]
 local i = 2
 local function count()
@@ -61,7 +62,7 @@ for _ = 1, count() do
         e.dest = '!'
         redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
       end
-    elseif e.closing == token or token == '*' then
+    elseif e.closing == token or token == '*' or token == '@' .. e.dest then
       redis.call('HDEL', K_ENTRIES, gid)
       redis.call('ZREM', K_DEADLINES, gid)
       redis.call('ZREM', K_CLOSING, gid)
@@ -95,7 +96,7 @@ for _ = 1, count() do
   i = i + 1
 end
 if #dests > 0 then
-  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
+  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests, K_DRAINING)
 end
 for _, drain in ipairs(drains) do
   local gid, seen, nxt = drain[1], drain[2], drain[3]
@@ -125,7 +126,7 @@ for _, drain in ipairs(drains) do
   end
 end
 if #dests > 0 then
-  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
+  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests, K_DRAINING)
 end
 if released > 0 then redis.call('HINCRBY', K_STATS, 'released', released) end
 return released

@@ -2,7 +2,7 @@
 --
 -- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 outbox (list)  6 stats  7 cursor
 --       8 inflight  9 room  10 parks  11 admitted  12 done  13 done_at (finished groups in
---       logical order, forgotten with the same bound as entries)
+--       logical order, forgotten with the same bound as entries)  14 draining
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 at most this many entries
 --       3 the side's horizon in ms, or '' (or absent) for none: the sweeper's proof that
 --         every record written before it has been consumed by the side's units
@@ -16,8 +16,9 @@
 -- after this.
 -- Returns: {now, gid_1, entry_1, gid_2, entry_2, ...}
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_OUTBOX, K_STATS, K_CURSOR, K_INFLIGHT,
-  K_ROOM, K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
-  KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+  K_ROOM, K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT, K_DRAINING = KEYS[1], KEYS[2], KEYS[3],
+  KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
+  KEYS[14]
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -57,6 +58,6 @@ end
 local dests = {}
 for i = 1, tonumber(ARGV[4] or '0') do dests[i] = ARGV[4 + i] end
 if #dests > 0 then
-  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests)
+  admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests, K_DRAINING)
 end
 return out

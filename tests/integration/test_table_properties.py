@@ -18,7 +18,11 @@ After every step the real table (real Redis) must equal the model, and:
 * under the `wait` policy (the waiting room), a new group or an ordinary message is
   either parked or placed on a destination that is clean (free, for an ordinary one),
   unless forced; the room, the park leases and the admitted groups equal the model's,
-  and drains open or release admitted groups exactly as the model says.
+  and drains open or release admitted groups exactly as the model says;
+* steering (`router.placement`): no new group and no ordinary message is placed on a
+  draining destination while a non-draining one exists (and the draining set equals the
+  model's); a pinned group's messages land on its pinned destination, whatever the
+  policy; an eviction ("@<destination>") removes exactly the entries on it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from router import room
+from router import placement, room
 from router.model import TableModel
 from router.routing import (
     DUPLICATE,
@@ -79,11 +83,13 @@ message = st.tuples(
 LANE_OF = {g: LANES[i % len(LANES)] for i, g in enumerate(GIDS)}
 
 
-def check_trace(trace: list[TraceStep]) -> None:
+def check_trace(trace: list[TraceStep], destinations: list[str]) -> None:
     for step in trace:
         d = step.decision
         if d[0] == "!" or step.known:  # held, skipped, parked, orphan; or a known group
             continue
+        if set(destinations) - step.draining:  # some destination is not draining
+            assert d not in step.draining, f"{step.request} placed on draining {d}"
         if step.request.guarantee_id is None:
             if step.free:
                 assert d in step.free, f"ordinary message on busy {d} while {step.free} free"
@@ -103,6 +109,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             self.model: TableModel | None = None
             self.assigned: dict[str, str] = {}  # gid -> dest while its entry lives
             self.unsettled: dict[str, set[str]] = {}  # batch -> its ordinary destinations
+            self.pinned: dict[str, str] = {}  # gid -> destination, pinned, no message yet
 
         @initialize(policy=st.sampled_from(["share", "hold", "wait"]), ndest=st.integers(1, 4))
         def setup(self, policy: str, ndest: int) -> None:
@@ -155,6 +162,12 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             self.counter += 1
             batch_id = f"{unit}:{self.counter}"
             before = set(self.model.entries)
+            # pins whose entry is still pinned (not released, evicted or swept since)
+            self.pinned = {
+                g: d
+                for g, d in self.pinned.items()
+                if g in self.model.entries and self.model.entries[g].state == placement.PINNED
+            }
             stopped_before = {g for g, e in self.model.entries.items() if e.closing == STOPPED}
             # stopped while in the waiting room: parked behind its earlier parked messages
             in_room = {g for g, e in self.model.entries.items() if e.state != room.OPEN}
@@ -163,12 +176,23 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             expected = self.model.route(requests, self.now, batch_id, LEASE_MS, trace)
             actual = self.table.route(requests, now_ms=self.now, batch=batch_id)
             assert actual == expected
-            check_trace(trace)
+            check_trace(trace, self.model.destinations)
+            for step in trace:  # a pinned group's first message: on its destination
+                gid, d = step.request.guarantee_id, step.decision
+                if gid in self.pinned and d != SKIPPED:
+                    pinned = self.pinned.pop(gid)
+                    assert step.known and d.removeprefix(STOPPING) in (pinned, room.WAIT), (
+                        f"pinned group {gid} ({pinned}) routed {d}"
+                    )
+                    if d == room.WAIT:  # logical order, out of sequence: admitted there
+                        assert gid is not None
+                        assert self.model.entries[gid].dest == pinned
             for step in trace:
                 r = step.request
                 if r.complete and not step.known and self.model.policy == "wait":
                     assert (
-                        step.decision in (room.WAIT, room.UNSTAGED, SKIPPED)
+                        # DUPLICATE: a late member of a finished group, not a new group
+                        step.decision in (room.WAIT, room.UNSTAGED, SKIPPED, DUPLICATE)
                         or r.continuation
                         or (r.close or r.poison_stop)
                     ), f"a new group asking for whole-group delivery was not staged: {step}"
@@ -224,16 +248,25 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             closing = [(g, e.closing) for g, e in self.model.entries.items() if e.closing]
             stale = [(g, "q9/0/999999") for g in GIDS]  # tokens no final was routed from
             manual = [(g, "*") for g in GIDS]  # an operator's release
-            return data.draw(st.lists(st.sampled_from(closing + stale + manual), max_size=4))
+            # an operator's eviction of a destination (`router table evict`)
+            evict = [(g, "@" + d) for g in GIDS for d in self.model.destinations]
+            return data.draw(
+                st.lists(st.sampled_from(closing + stale + manual + evict), max_size=4)
+            )
 
         def _released(self, finals: list[tuple[str, str]]) -> set[str]:
             assert self.model is not None
             entries = self.model.entries
-            return {
-                g
-                for g, t in finals
-                if g in entries and t != STOPPED and t in (entries[g].closing, "*")
-            }
+            dest = {g: e.dest for g, e in entries.items()}  # a STOPPED token frees it first
+            out = set()
+            for g, t in finals:
+                if g not in entries or g in out:
+                    continue
+                if t == STOPPED and entries[g].closing == STOPPED:
+                    dest[g] = NO_DEST
+                elif t != STOPPED and t in (entries[g].closing, "*", "@" + dest[g]):
+                    out.add(g)
+            return out
 
         @precondition(lambda self: self.table is not None and self.unsettled)
         @rule(data=st.data())
@@ -304,6 +337,32 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                     self.assigned.setdefault(gid, outcome)
 
         @precondition(lambda self: self.table is not None)
+        @rule(gid=st.sampled_from(GIDS), data=st.data(), ttl=st.sampled_from(TTLS))
+        def pin(self, gid: str, data: st.DataObject, ttl: int) -> None:
+            """An operator pins a group (`router table pin`): created only if it has no entry."""
+            assert self.table is not None and self.model is not None
+            dest = data.draw(st.sampled_from(self.model.destinations))
+            known = gid in self.model.entries
+            expected = placement.pin(self.model, gid, dest, ttl, self.now)
+            assert self.table.pin(gid, dest, ttl, now_ms=self.now) == expected == (not known)
+            if expected:
+                self.pinned[gid] = dest
+                self.assigned[gid] = dest
+
+        @precondition(lambda self: self.table is not None)
+        @rule(data=st.data(), on=st.booleans())
+        def drain_destination(self, data: st.DataObject, on: bool) -> None:
+            """An operator drains a destination, or ends its drain (`router table drain`)."""
+            assert self.table is not None and self.model is not None
+            dest = data.draw(st.sampled_from(self.model.destinations))
+            if on:
+                assert self.table.drain(dest) == (dest not in self.model.draining)
+                self.model.draining.add(dest)
+            else:
+                assert self.table.undrain(dest) == (dest in self.model.draining)
+                self.model.draining.discard(dest)
+
+        @precondition(lambda self: self.table is not None)
         @rule(ms=st.integers(1, 4_000))
         def advance(self, ms: int) -> None:
             self.now += ms
@@ -334,6 +393,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             assert self.table.cursor() == self.model.cursor
             assert self.table.inflight() == self.model.inflight
             assert self.table.room() == self.model.room
+            assert self.table.draining() == self.model.draining
             assert self.table.park_leases() == self.model.park_leases
             # Finished groups in logical order (their late members are duplicates until
             # the sweeper forgets them)

@@ -51,7 +51,7 @@ def test_a_group_waits_without_blocking_its_partition_and_arrives_whole_after(
     assert set(send_table.room()) == {"B", "~" + f"{b}/0"}
     # What an operator sees: both waiting, with their age and parked messages.
     shown = subprocess.run(
-        [sys.executable, "-m", "router", "table", "show", "--side", "send"],
+        [sys.executable, "-m", "router", "table", "list", "--side", "send"],
         env={**os.environ, **p.env, "ROUTER_CONFIG": str(p.fleet.config_file)},
         capture_output=True,
         text=True,
