@@ -8,6 +8,9 @@ import logging
 import os
 import signal
 import sys
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from router import __version__
 from router.clients import admin_config, redis_client
 from router.config import RouterSettings, load_settings
+from router.console import serve as serve_console
 from router.faults import Faults
 from router.metrics import read_all
 from router.relay import RelaySteps, relay_spec
@@ -198,6 +202,53 @@ def metrics(ctx: click.Context) -> None:
     settings = _settings(ctx)
     data = read_all(redis_client(settings.redis), settings.redis.key_prefix, settings.topology.name)
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+@cli.command()
+@click.option("--ready", is_flag=True, help="Ask /readyz instead of /healthz.")
+@click.option("--host", default=None, help="Default: metrics.host (0.0.0.0 means loopback).")
+@click.option("--port", type=int, default=None, help="Default: metrics.port.")
+@click.option("--timeout", default=5.0, show_default=True, help="Seconds to wait for an answer.")
+@click.pass_context
+def health(
+    ctx: click.Context, ready: bool, host: str | None, port: int | None, timeout: float
+) -> None:
+    """Ask this host's router process its /healthz (or /readyz): exit 0 if it answers 200,
+    1 otherwise (a container healthcheck, or an operator's probe)."""
+
+    m = _settings(ctx).metrics
+    port = m.port if port is None else port
+    if not port:
+        raise click.ClickException("no metrics port: set metrics.port (ROUTER_METRICS__PORT)")
+    host = host or ("127.0.0.1" if m.host in ("0.0.0.0", "::", "") else m.host)
+    url = f"http://{host}:{port}/{'readyz' if ready else 'healthz'}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            body = answer.read().decode("utf-8", "replace").strip()
+            status = answer.status
+    except urllib.error.HTTPError as exc:
+        body, status = exc.read().decode("utf-8", "replace").strip(), exc.code
+    except OSError as exc:
+        click.echo(f"{url}: no answer ({exc})", err=True)
+        sys.exit(1)
+    click.echo(f"{url}: {status} {body}")
+    sys.exit(0 if status == 200 else 1)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8400, show_default=True, help="0: any free port.")
+@click.pass_context
+def console(ctx: click.Context, host: str, port: int) -> None:
+    """Serve the live status page: per side, each destination's open groups, the waiting
+    room, stopped groups, dead letters, expiries and per-role throughput (reads only)."""
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    serve_console(
+        _settings(ctx), host, port, stop, lambda url: click.echo(f"serving {url}", nl=True)
+    )
 
 
 @cli.group("config")

@@ -14,10 +14,12 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from ops.harness.fleet import free_port
 from ops.harness.pipeline import Pipeline, PipelineSpec
+from router.cli import cli
 from router.contract import headers_for
 from tests.conftest import ROOT, PipelineFactory
 from tests.helpers import wait_until
@@ -153,6 +155,12 @@ def test_prometheus_sees_every_role_moving(prometheus: tuple[Prom, Pipeline]) ->
             ready, 30, f"{proc.name} ready", report=lambda url=url: repr(get(f"{url}/readyz"))
         )
         assert json.loads(body) == {"ready": True, "reasons": []}, body
+        # `router health`, what a container healthcheck runs, agrees
+        for args in ([], ["--ready"]):
+            done = CliRunner().invoke(cli, ["health", "--port", str(proc.metrics_port), *args])
+            assert done.exit_code == 0, done.output
+    done = CliRunner().invoke(cli, ["health", "--port", str(free_port())])
+    assert done.exit_code == 1 and "no answer" in done.output, done.output
     up = prom.until("up", lambda v: len(v) == 3 and all(x == 1 for x in v.values()), "3 up")
     assert len(up) == 3
     before = prom.until(

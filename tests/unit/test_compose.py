@@ -323,17 +323,28 @@ def dependency_problems(compose: Compose) -> list[str]:
     return problems
 
 
+LONG_RUNNING = ("send-unit", "receive-unit", "sweeper")
+
+
 def healthcheck_role_problems(compose: Compose) -> list[str]:
-    """A router process's healthcheck looks for its own metrics key, `<role>:<host>-<pid>`
-    (`router metrics`): the role is the command's name (send-unit, receive-unit, sweeper)."""
+    """A long-running router process (send unit, receive unit, sweeper) serves its metrics
+    port and is checked by `router health` (its own /healthz); Prometheus scrapes each of
+    them, by name, on that port (ops/prometheus/compose.yml)."""
     problems = []
+    scrape = yaml.safe_load((ROOT / "ops" / "prometheus" / "compose.yml").read_text())
+    (sd,) = [c for job in scrape["scrape_configs"] for c in job.get("dns_sd_configs", [])]
     for name, service in compose["services"].items():
-        test = (service.get("healthcheck") or {}).get("test") or []
         command = service.get("command") or []
-        if test[:1] == ["CMD-SHELL"] and "router metrics" in test[1]:
-            wanted = f"{command[0]}:$${{HOSTNAME}}-" if command else None
-            if wanted is None or wanted not in test[1]:
-                problems.append(f"{name}: its healthcheck does not look for {wanted!r}")
+        if "build" not in service or command[:1] != [name] or name not in LONG_RUNNING:
+            continue
+        test = (service.get("healthcheck") or {}).get("test") or []
+        if test != ["CMD", "router", "health"]:
+            problems.append(f"{name}: its healthcheck is {test}, not `router health`")
+        port = service_env(service).get("ROUTER_METRICS__PORT")
+        if port is None or int(port) != sd["port"]:
+            problems.append(f"{name}: metrics port {port}, Prometheus scrapes {sd['port']}")
+        if name not in sd["names"]:
+            problems.append(f"{name}: Prometheus does not scrape it")
     return problems
 
 
@@ -434,9 +445,16 @@ CHECKS: dict[str, Callable[[Compose, list[Stage]], list[str]]] = {
 
 def test_the_compose_file_runs_the_whole_system() -> None:
     services = load_compose()["services"]
-    assert {"kafka", "redis", "topics", "send-unit", "receive-unit", "sweeper", "demo"} <= set(
-        services
-    )
+    assert {
+        "kafka",
+        "redis",
+        "topics",
+        "send-unit",
+        "receive-unit",
+        "sweeper",
+        "prometheus",
+        "demo",
+    } <= set(services)
     assert services["kafka"]["image"].startswith("apache/kafka:")
     assert "--appendonly" in services["redis"]["command"]
     assert services["demo"]["profiles"] == ["demo"]
@@ -530,9 +548,13 @@ BROKEN = {
         "dependencies",
         _set("services.sweeper.healthcheck", None),
     ),
-    "a healthcheck for another process": (
+    "a unit checked by something else than its /healthz": (
         "healthcheck roles",
-        _set("services.receive-unit.command", ["sweeper"]),
+        _set("services.receive-unit.healthcheck.test", ["CMD", "router", "metrics"]),
+    ),
+    "a unit on another port than Prometheus scrapes": (
+        "healthcheck roles",
+        _set("services.sweeper.environment", {"ROUTER_METRICS__PORT": "9401"}),
     ),
     "a fixed container name": (
         "scaling",
