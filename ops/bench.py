@@ -24,8 +24,19 @@ import sys
 import time
 from pathlib import Path
 
-from ops.harness.bench import KEY, Bench, BenchSpec, report, summary
+from ops.harness.bench import (
+    KEY,
+    LATENCY_COLUMNS,
+    THROUGHPUT_COLUMNS,
+    Bench,
+    BenchSpec,
+    latency_rows,
+    report,
+    summary,
+    throughput_rows,
+)
 from ops.harness.burst import VARIANTS, BurstStats, burst_report, burst_spec, run_burst
+from ops.harness.console import Console
 from ops.harness.pipeline import Pipeline
 from router.config import RouterSettings, load_settings
 
@@ -70,31 +81,38 @@ def main() -> int:
             open_groups=(KEY.open_groups,),
         )
     settings = load_settings(args.config)
+    console = Console()
     started = time.monotonic()
     if args.burst_only:
-        return 0 if burst(settings, args.out, args.burst_rounds) else 1
-    bench = Bench(settings, spec, args.out / "runs")
+        return 0 if burst(settings, args.out, args.burst_rounds, console) else 1
+    bench = Bench(settings, spec, args.out / "runs", out=console)
     results = bench.run()
     md = report(results, args.out)
-    print()
-    print(md)
-    print()
-    print(f"results, plots: {args.out} ({time.monotonic() - started:.0f}s in all)")
+    if console.is_terminal:
+        console.table(THROUGHPUT_COLUMNS, throughput_rows(results), title="Throughput")
+        console.table(LATENCY_COLUMNS, latency_rows(results), title="Latency")
+    else:  # in logs, the Markdown that results.md holds
+        console.say(f"\n{md}\n")
+    console.say(f"results, plots: {args.out} ({time.monotonic() - started:.0f}s in all)")
     for line in summary(results):
-        print(line)
+        console.say(line)
     kept = True
     if args.burst if args.burst is not None else not args.quick:
-        kept = burst(settings, args.out, args.burst_rounds)  # a guarantee broken fails the run
-    print(f"ratio router/raw = {results.ratio:.2f}")
+        # a guarantee broken fails the run
+        kept = burst(settings, args.out, args.burst_rounds, console)
+    console.say(f"ratio router/raw = {results.ratio:.2f}")
     return 0 if kept else 1
 
 
-def burst(settings: RouterSettings, out: Path, rounds: int = 3) -> bool:
+def burst(
+    settings: RouterSettings, out: Path, rounds: int = 3, console: Console | None = None
+) -> bool:
     """The burst under each variant (share, wait, whole), side by side, `rounds` times (a
     new workload seed each round); a table appended to results.md. A burst lasts seconds,
     so one run is noisy: the ratios to `share` are taken per round and their median is
     reported. True if every run kept every guarantee (`share` may interleave)."""
-    print(
+    console = console or Console()
+    console.say(
         f"\nburst of open groups (about 300, 150 open per plain producer, 3 destinations), "
         f"{rounds} rounds of {', '.join(VARIANTS)}"
     )
@@ -102,17 +120,16 @@ def burst(settings: RouterSettings, out: Path, rounds: int = 3) -> bool:
     for n in range(rounds):
         stats: dict[str, BurstStats] = {}
         for name, (policy, env) in VARIANTS.items():
-            print(f"  round {n + 1}/{rounds}: {name}", flush=True)
+            console.say(f"  round {n + 1}/{rounds}: {name}")
             run = out / "runs" / f"burst-{n + 1}-{name}"
             with Pipeline(settings, burst_spec(policy, **env), run) as p:
-                _, stats[name] = run_burst(
-                    p, say=lambda line: print(line, flush=True), seed=7 + n, label=name
-                )
+                _, stats[name] = run_burst(p, say=console, seed=7 + n, label=name)
         runs.append(stats)
     lines = burst_report(runs)
     with (out / "results.md").open("a") as f:
         f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    for line in lines:
+        console.say(line)
     # The capacity rule allows `share` its interleavings when every destination is busy;
     # `wait` and whole groups promise none at all.
     return all(not st.violations for r in runs for st in r.values()) and all(

@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ops.harness.chaos import ChaosSpec, run_chaos, summary
+from ops.harness.chaos import SUMMARY_WIDTH, ChaosSpec, run_chaos, summary_rows
+from ops.harness.console import Console
 from ops.harness.localstack import LocalStack
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 
@@ -84,6 +85,7 @@ def main() -> int:
             else {}
         ),
     )
+    console = Console()
     script = ROOT / "ops" / "stack.sh"
     private_dir = None
     if args.private_stack:
@@ -98,12 +100,11 @@ def main() -> int:
             redis=RedisSettings(url=stack.redis_url, key_prefix="router-chaos"),
         )
         args.run_dir.mkdir(parents=True, exist_ok=True)
-        result = run_chaos(base, stack, spec, args.run_dir, say=lambda s: print(s, flush=True))
+        result = run_chaos(base, stack, spec, args.run_dir, say=console)
     finally:
         if private_dir is not None:
             stack.down()
-    for line in summary(result):
-        print(line)
+    console.summary(summary_rows(result), SUMMARY_WIDTH)
     return 0 if not result.violations() else 1
 
 

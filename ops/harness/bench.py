@@ -39,6 +39,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ops.harness.console import Column, Console, ProgressTask, markdown_table
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from router import clients, contract
 from router.config import RouterSettings
@@ -390,12 +391,13 @@ class Bench:
         base: RouterSettings,
         spec: BenchSpec,
         run_dir: Path,
-        out: Callable[[str], None] = print,
+        out: Console | Callable[[str], None] | None = None,
     ) -> None:
         self.base = base
         self.spec = spec
         self.run_dir = run_dir
-        self.out = out
+        self.console = Console() if out is None else Console.of(out)
+        self.out = self.console.say
         self.id = f"bench-{secrets.token_hex(3)}"
         self.admin = AdminClient(clients.admin_config(base.kafka))
         # Not `stable`: with transactions always pending, a stable read would wait for a
@@ -406,6 +408,7 @@ class Bench:
         self._steps = 0
         self._started = time.monotonic()
         self._total_steps = 0
+        self._bar: ProgressTask | None = None  # the steps' bar while `run` runs
 
     # -------------------------------------------------------------- progress
 
@@ -413,6 +416,8 @@ class Bench:
         self._steps += 1
         elapsed = time.monotonic() - self._started
         self.out(f"[{self._steps:>3}/{self._total_steps} {elapsed:6.0f}s] {text}")
+        if self._bar is not None:
+            self._bar.update(self._steps)
 
     # -------------------------------------------------------------- filling
 
@@ -672,38 +677,42 @@ class Bench:
             f"results in {self.run_dir}"
         )
         try:
-            self.fill_all()
-            # A first run warms the broker, the page cache and the JVM; it is not reported.
-            self.run_stage("raw relay (send side)", key)
-            self.run_stage("send unit", key)
-            del self.results.throughput[:]
-            for w in size_key:
-                self.run_stage("raw relay (send side)", w)
-                self.run_stage("raw relay (receive side)", w)
-            for w in workloads:
-                self.run_stage("send unit", w)
-                self.run_stage("receive unit", w)
-            raw, send = (
-                self.results.find("raw relay (send side)", key),
-                self.results.find("send unit", key),
-            )
-            assert raw and send
-            self.results.key_pairs.append((raw.msg_s, send.msg_s))
-            for _ in range(spec.repeats - 1):
-                raw = self.run_stage("raw relay (send side)", key)
-                send = self.run_stage("send unit", key)
+            with self.console.progress(
+                "bench steps", self._total_steps, unit="step", plain=False
+            ) as self._bar:
+                self.fill_all()
+                # A first run warms the broker, the page cache and the JVM; it is not reported.
+                self.run_stage("raw relay (send side)", key)
+                self.run_stage("send unit", key)
+                del self.results.throughput[:]
+                for w in size_key:
+                    self.run_stage("raw relay (send side)", w)
+                    self.run_stage("raw relay (receive side)", w)
+                for w in workloads:
+                    self.run_stage("send unit", w)
+                    self.run_stage("receive unit", w)
+                raw, send = (
+                    self.results.find("raw relay (send side)", key),
+                    self.results.find("send unit", key),
+                )
+                assert raw and send
                 self.results.key_pairs.append((raw.msg_s, send.msg_s))
-            for w in size_key:
-                self.run_stage("raw relays chained", w)
-                self.run_stage("whole path", w)
-            self.run_stage("raw relay (send side)", key, processes=2)
-            self.run_stage("send unit", key, processes=2)
-            path = self.results.find("whole path", key)
-            assert path is not None
-            rate = round(path.msg_s / 2, -1)
-            self.run_latency("raw relays chained", key, rate)
-            self.run_latency("whole path", key, rate)
+                for _ in range(spec.repeats - 1):
+                    raw = self.run_stage("raw relay (send side)", key)
+                    send = self.run_stage("send unit", key)
+                    self.results.key_pairs.append((raw.msg_s, send.msg_s))
+                for w in size_key:
+                    self.run_stage("raw relays chained", w)
+                    self.run_stage("whole path", w)
+                self.run_stage("raw relay (send side)", key, processes=2)
+                self.run_stage("send unit", key, processes=2)
+                path = self.results.find("whole path", key)
+                assert path is not None
+                rate = round(path.msg_s / 2, -1)
+                self.run_latency("raw relays chained", key, rate)
+                self.run_latency("whole path", key, rate)
         finally:
+            self._bar = None
             self.cleanup()
         return self.results
 
@@ -758,34 +767,67 @@ def offer_load(
 # -------------------------------------------------------------------------- reporting
 
 
-def table(results: Results) -> str:
-    lines = [
-        "| stage | processes | workload | msg/s | MB/s | CPU s per 1M msgs "
-        "| Redis round trips/msg | vs raw relay |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
-    ]
+THROUGHPUT_COLUMNS = (
+    Column("stage"),
+    Column("processes", "right"),
+    Column("workload"),
+    Column("msg/s", "right"),
+    Column("MB/s", "right"),
+    Column("CPU s per 1M msgs", "right"),
+    Column("Redis round trips/msg", "right"),
+    Column("vs raw relay", "right"),
+)
+LATENCY_COLUMNS = (
+    Column("path"),
+    Column("offered load (msg/s)", "right"),
+    Column("messages", "right"),
+    Column("p50 (ms)", "right"),
+    Column("p99 (ms)", "right"),
+    Column("p99.9 (ms)", "right"),
+)
+
+
+def throughput_rows(results: Results) -> list[list[str]]:
+    rows = []
     for t in results.throughput:
         ref = results.baseline(t)
         vs = f"{t.msg_s / ref:.2f}" if ref else ""
         rt = f"{t.round_trips_per_msg:.4f}" if t.messages_in else ""
-        lines.append(
-            f"| {t.stage} | {t.processes} | {t.workload.label} | {t.msg_s:,.0f} | "
-            f"{t.mb_s:.1f} | {t.cpu_s_per_million:.1f} | {rt} | {vs} |"
+        rows.append(
+            [
+                t.stage,
+                f"{t.processes}",
+                t.workload.label,
+                f"{t.msg_s:,.0f}",
+                f"{t.mb_s:.1f}",
+                f"{t.cpu_s_per_million:.1f}",
+                rt,
+                vs,
+            ]
         )
-    return "\n".join(lines)
+    return rows
+
+
+def latency_rows(results: Results) -> list[list[str]]:
+    return [
+        [
+            lat.path,
+            f"{lat.rate:,.0f}",
+            f"{lat.count:,}",
+            f"{lat.p50_ms:.1f}",
+            f"{lat.p99_ms:.1f}",
+            f"{lat.p999_ms:.1f}",
+        ]
+        for lat in results.latency
+    ]
+
+
+def table(results: Results) -> str:
+    return "\n".join(markdown_table(THROUGHPUT_COLUMNS, throughput_rows(results)))
 
 
 def latency_table(results: Results) -> str:
-    lines = [
-        "| path | offered load (msg/s) | messages | p50 (ms) | p99 (ms) | p99.9 (ms) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for lat in results.latency:
-        lines.append(
-            f"| {lat.path} | {lat.rate:,.0f} | {lat.count:,} | {lat.p50_ms:.1f} | "
-            f"{lat.p99_ms:.1f} | {lat.p999_ms:.1f} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(markdown_table(LATENCY_COLUMNS, latency_rows(results)))
 
 
 def summary(results: Results) -> list[str]:

@@ -20,6 +20,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ops.harness.console import Console
 from ops.harness.demo import DemoResult, percentile, run_pipeline_workload
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.workload import WorkloadSpec
@@ -135,7 +136,7 @@ def burst_stats(policy: str, result: DemoResult) -> BurstStats:
 
 def run_burst(
     pipeline: Pipeline,
-    say: Callable[[str], None],
+    say: Console | Callable[[str], None],
     seed: int = 7,
     timeout: float = 600,
     label: str = "",

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ops.harness.collect import Collector, read_sides, verdict
-from ops.harness.demo import interleaving_lines
+from ops.harness.console import Console, Row, SummaryItem, summary_lines
+from ops.harness.demo import interleaving_rows
 from ops.harness.fleet import Proc
 from ops.harness.localstack import LocalStack
 from ops.harness.pipeline import Pipeline, PipelineSpec
@@ -140,8 +141,11 @@ def run_chaos(
     stack: LocalStack,
     spec: ChaosSpec,
     run_dir: Path,
-    say: Callable[[str], None] = print,
+    say: Console | Callable[[str], None] | None = None,
 ) -> ChaosResult:
+    """`say`: a Console, or a callback taking each line (plain); default: stdout."""
+    console = Console() if say is None else Console.of(say)
+    say = console.say
     rng = random.Random(spec.seed)
     pspec = PipelineSpec(
         send_units=spec.send_units,
@@ -192,43 +196,46 @@ def run_chaos(
     if spec.restart_redis:
         events.append((duration * 0.65, "redis"))
     events.sort()
-    last_report = 0.0
     try:
-        while events or not senders.join(timeout=0):
-            now = time.monotonic() - t0
-            supervisor.check()
-            if events and now >= events[0][0]:
-                _, what = events.pop(0)
-                if what == "kill":
-                    victims = [p for p in pipeline.fleet.procs if p.role in UNIT_ROLES and p.alive]
-                    victim = rng.choice(victims)
-                    arm = rng.choice([None, *POINTS])
-                    say(
-                        f"   [{now:6.1f}s] SIGKILL {victim.name}"
-                        + (f", its replacement armed to die {arm}" if arm else "")
-                    )
-                    supervisor.kill(victim, arm)
-                elif what == "broker":
-                    say(f"   [{now:6.1f}s] restarting the Kafka broker")
-                    stack.restart_kafka()
-                    say(f"   [{time.monotonic() - t0:6.1f}s] broker back")
-                else:
-                    say(f"   [{now:6.1f}s] restarting Redis (append-only file kept)")
-                    stack.restart_redis()
-                    say(f"   [{time.monotonic() - t0:6.1f}s] Redis back")
-            if now - last_report >= 5:
-                last_report = now
-                say(
-                    f"   [{now:6.1f}s] sent {senders.attempted}/{spec.messages}, received "
-                    f"{collector.count()}, kills {sum(supervisor.deaths.values())}"
+        with console.progress("sent", spec.messages) as bar:
+            while events or not senders.join(timeout=0):
+                now = time.monotonic() - t0
+                supervisor.check()
+                if events and now >= events[0][0]:
+                    _, what = events.pop(0)
+                    if what == "kill":
+                        victims = [
+                            p for p in pipeline.fleet.procs if p.role in UNIT_ROLES and p.alive
+                        ]
+                        victim = rng.choice(victims)
+                        arm = rng.choice([None, *POINTS])
+                        say(
+                            f"   [{now:6.1f}s] SIGKILL {victim.name}"
+                            + (f", its replacement armed to die {arm}" if arm else "")
+                        )
+                        supervisor.kill(victim, arm)
+                    elif what == "broker":
+                        say(f"   [{now:6.1f}s] restarting the Kafka broker")
+                        stack.restart_kafka()
+                        say(f"   [{time.monotonic() - t0:6.1f}s] broker back")
+                    else:
+                        say(f"   [{now:6.1f}s] restarting Redis (append-only file kept)")
+                        stack.restart_redis()
+                        say(f"   [{time.monotonic() - t0:6.1f}s] Redis back")
+                bar.update(
+                    senders.attempted,
+                    f"received {collector.count()}, kills {sum(supervisor.deaths.values())}",
                 )
-            time.sleep(0.1)  # the driver's own pacing of events
+                time.sleep(0.1)  # the driver's own pacing of events
         say(f"   all sent ({len(senders.sent)} acknowledged); letting the units catch up")
         expected = len(senders.sent)
         deadline = time.monotonic() + 600
-        while collector.count() < expected and time.monotonic() < deadline:
-            supervisor.check()  # injected faults may still fire
-            time.sleep(0.2)
+        with console.progress("received", expected) as bar:
+            while collector.count() < expected and time.monotonic() < deadline:
+                supervisor.check()  # injected faults may still fire
+                bar.update(collector.count())
+                time.sleep(0.2)
+            bar.update(collector.count())
         # The fault points stay armed until a replacement dies: disarm by letting the
         # final stop take every process down gracefully.
         collector.stop()
@@ -266,30 +273,42 @@ def run_chaos(
         pipeline.cleanup()
 
 
+SUMMARY_WIDTH = 21  # the label column of the chaos summary
+
+
 def summary(result: ChaosResult) -> list[str]:
+    """The summary as plain lines (what CI logs and the tests read)."""
+    return summary_lines(summary_rows(result), SUMMARY_WIDTH)
+
+
+def summary_rows(result: ChaosResult) -> list[SummaryItem]:
     r = result.report
-    lines = [
+    items: list[SummaryItem] = [
         "Chaos summary",
-        f"  sent                 {r.sent:>9}   (acknowledged by Kafka)",
-        f"  received             {r.received:>9}   (read_committed, read again from the start)",
-        f"  groups               {r.groups_sent:>9}   complete, in order, on one queue: "
-        f"{r.groups_complete}",
-        f"  lost                 {r.lost:>9}",
-        f"  duplicated           {r.duplicated:>9}",
-        f"  reordered            {r.reordered:>9}",
-        f"  split groups         {r.split_groups:>9}",
-        *interleaving_lines(r, result.shared),
-        f"  unit deaths          {result.kills:>9}   "
-        + ", ".join(f"{k}: {v}" for k, v in sorted(result.deaths.items())),
-        f"  server restarts      broker {result.restarts.get('kafka', 0)}, "
-        f"Redis {result.restarts.get('redis', 0)}",
-        f"  duration             {result.seconds:>9.1f} s",
+        Row("sent", f"{r.sent}", "(acknowledged by Kafka)"),
+        Row("received", f"{r.received}", "(read_committed, read again from the start)"),
+        Row("groups", f"{r.groups_sent}", f"complete, in order, on one queue: {r.groups_complete}"),
+        Row("lost", f"{r.lost}"),
+        Row("duplicated", f"{r.duplicated}"),
+        Row("reordered", f"{r.reordered}"),
+        Row("split groups", f"{r.split_groups}"),
+        *interleaving_rows(r, result.shared),
+        Row(
+            "unit deaths",
+            f"{result.kills}",
+            ", ".join(f"{k}: {v}" for k, v in sorted(result.deaths.items())),
+        ),
+        Row(
+            "server restarts",
+            f"broker {result.restarts.get('kafka', 0)}, Redis {result.restarts.get('redis', 0)}",
+        ),
+        Row("duration", f"{result.seconds:>9.1f} s"),
     ]
     if result.crashes:
-        lines.append(f"  unexpected exits     {len(result.crashes)} (see below)")
-        lines.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])
+        items.append(Row("unexpected exits", f"{len(result.crashes)} (see below)"))
+        items.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])
     v = result.violations()
-    lines.append(
+    items.append(
         "RESULT: "
         + (
             "PASS - nothing lost, duplicated, reordered or split; no disallowed interleaving"
@@ -297,4 +316,4 @@ def summary(result: ChaosResult) -> list[str]:
             else "FAIL - " + "; ".join(v)
         )
     )
-    return lines
+    return items

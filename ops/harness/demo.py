@@ -11,9 +11,7 @@ never to excuse one.
 
 from __future__ import annotations
 
-import math
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ops.harness.collect import Collector, SideRead, read_sides, verdict
+from ops.harness.console import Console, Row, SummaryItem, summary_lines
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.verify import Report
 from ops.harness.workload import Senders, WorkloadSpec
@@ -70,29 +69,24 @@ def percentile(values: list[float], q: float) -> float:
 def run_pipeline_workload(
     pipeline: Pipeline,
     workload: WorkloadSpec,
-    say: Callable[[str], None],
+    say: Console | Callable[[str], None],
     timeout: float = 600.0,
 ) -> DemoResult:
     """Send the workload through a started pipeline, collect, stop it, and verify."""
+    console = Console.of(say)
     collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.checker")
     collector.start()
     senders = Senders(pipeline.settings, workload)
     t0 = time.monotonic()
     senders.start()
-    last = -math.inf  # the first progress line at once (monotonic may start near 0)
-    while not senders.join(timeout=0.5):
-        now = time.monotonic()
-        if now - last >= 2:
-            last = now
-            rate = collector.count() / max(now - t0, 1e-9)
-            say(
-                f"   sent {senders.attempted:>7}/{workload.messages}   received "
-                f"{collector.count():>7}   ({rate:,.0f} msg/s)"
-            )
-        if now - t0 > timeout:
-            break
+    with console.progress("sent", workload.messages) as bar:
+        while not senders.join(timeout=0.5):
+            bar.update(senders.attempted, f"received {collector.count():>7}")
+            if time.monotonic() - t0 > timeout:
+                break
+        bar.update(senders.attempted, f"received {collector.count():>7}")
     expected = len(senders.sent)
-    say(f"   all sent ({expected} acknowledged); waiting for the receive queues ...")
+    console.say(f"   all sent ({expected} acknowledged); waiting for the receive queues ...")
     collector.wait_for(expected, timeout=max(timeout - (time.monotonic() - t0), 30))
     seconds = time.monotonic() - t0
     collector.stop()
@@ -101,7 +95,7 @@ def run_pipeline_workload(
     shared = pipeline.shared()
     metrics = pipeline.unit_metrics()  # published by each unit as it exits
     settings = pipeline.settings
-    say(
+    console.say(
         "   units stopped; reading both sides to their end once the transaction timeout "
         f"({settings.kafka.transaction_timeout_ms} ms) has passed"
     )
@@ -126,31 +120,55 @@ def run_pipeline_workload(
     )
 
 
+SUMMARY_WIDTH = 22  # the label column of the demo's summary
+
+
 def summary(result: DemoResult) -> list[str]:
+    """The summary as plain lines (what CI logs and the tests read)."""
+    return summary_lines(summary_rows(result), SUMMARY_WIDTH)
+
+
+def summary_rows(result: DemoResult) -> list[SummaryItem]:
     r = result.report
     lat = result.latencies_ms
     rt = result.round_trips_per_message
     rt_all = statistics.fmean(rt.values()) if rt else 0.0
-    lines = [
+    items: list[SummaryItem] = [
         "Summary",
-        f"  messages sent         {r.sent:>9}   (acknowledged by Kafka, {result.senders})",
-        f"  messages received     {r.received:>9}   (read_committed, "
-        f"{r.queues_used} receive queues)",
-        f"  groups sent           {r.groups_sent:>9}   complete, in order, on one queue: "
-        f"{r.groups_complete}",
-        f"  ordinary messages     {r.ordinary_sent:>9}",
-        f"  lost                  {r.lost:>9}",
-        f"  duplicated            {r.duplicated:>9}",
-        f"  order violations      {r.reordered:>9}",
-        f"  split groups          {r.split_groups:>9}",
-        *interleaving_lines(r, result.shared),
-        f"  throughput            {r.received / max(result.seconds, 1e-9):>9,.0f}   msg/s end to "
-        f"end over {result.seconds:.1f} s",
-        f"  latency p50 / p99     {percentile(lat, 0.5):>9,.0f}   / {percentile(lat, 0.99):,.0f}"
-        " ms (sender create time -> checker)",
-        f"  Redis round trips     {rt_all:>9.4f}   per message per unit ("
-        + ", ".join(f"{k} {v:.4f}" for k, v in sorted(rt.items()))
-        + ")",
+        Row("messages sent", f"{r.sent}", f"(acknowledged by Kafka, {result.senders})"),
+        Row(
+            "messages received",
+            f"{r.received}",
+            f"(read_committed, {r.queues_used} receive queues)",
+        ),
+        Row(
+            "groups sent",
+            f"{r.groups_sent}",
+            f"complete, in order, on one queue: {r.groups_complete}",
+        ),
+        Row("ordinary messages", f"{r.ordinary_sent}"),
+        Row("lost", f"{r.lost}"),
+        Row("duplicated", f"{r.duplicated}"),
+        Row("order violations", f"{r.reordered}"),
+        Row("split groups", f"{r.split_groups}"),
+        *interleaving_rows(r, result.shared),
+        Row(
+            "throughput",
+            f"{r.received / max(result.seconds, 1e-9):,.0f}",
+            f"msg/s end to end over {result.seconds:.1f} s",
+        ),
+        Row(
+            "latency p50 / p99",
+            f"{percentile(lat, 0.5):,.0f}",
+            f"/ {percentile(lat, 0.99):,.0f} ms (sender create time -> checker)",
+        ),
+        Row(
+            "Redis round trips",
+            f"{rt_all:.4f}",
+            "per message per unit ("
+            + ", ".join(f"{k} {v:.4f}" for k, v in sorted(rt.items()))
+            + ")",
+        ),
     ]
     for name, examples in (
         ("lost", r.lost_examples),
@@ -158,43 +176,56 @@ def summary(result: DemoResult) -> list[str]:
         ("reordered", r.reorder_examples),
     ):
         if examples:
-            lines.append(f"  e.g. {name}: {'; '.join(examples)}")
+            items.append(f"  e.g. {name}: {'; '.join(examples)}")
     interleaved = sum(s.interleaved for s in r.sides) if r.sides else r.interleaved
     if result.ok and interleaved == 0:
-        lines.append(
+        items.append(
             "RESULT: PASS - every group reached one receive queue, in order, uninterleaved; "
             "nothing lost or duplicated."
         )
     elif result.ok:
-        lines.append(
+        items.append(
             "RESULT: PASS - every group reached one receive queue, in order; nothing lost or "
             f"duplicated; {interleaved} messages interleaved, each while every other "
             "destination of its side was busy (capacity rule; add destinations, or use "
             "busy policy 'wait' for none at all)."
         )
     else:
-        lines.append("RESULT: FAIL - " + "; ".join(result.violations))
-    return lines
+        items.append("RESULT: FAIL - " + "; ".join(result.violations))
+    return items
 
 
 def interleaving_lines(r: Report, shared: dict[str, int]) -> list[str]:
+    return summary_lines(interleaving_rows(r, shared), SUMMARY_WIDTH)
+
+
+def interleaving_rows(r: Report, shared: dict[str, int]) -> list[SummaryItem]:
     """The capacity rule's verdict per side, with the router's own share counters beside
-    it as an explanation (they never excuse anything)."""
-    lines = []
+    it as an explanation (they never excuse anything). Each row names its label width:
+    the demo's and chaos's summaries share them."""
+    items: list[SummaryItem] = []
     for side in r.sides:
-        lines.append(
-            f"  interleaved, {side.side:<7} {side.interleaved:>9}   allowed {side.allowed}, "
-            f"disallowed {side.disallowed} (capacity rule over {side.destinations} "
-            f"destinations, release slack {side.release_slack_ms} ms)"
+        items.append(
+            Row(
+                f"interleaved, {side.side}",
+                f"{side.interleaved}",
+                f"allowed {side.allowed}, disallowed {side.disallowed} (capacity rule over "
+                f"{side.destinations} destinations, release slack {side.release_slack_ms} ms)",
+                width=21,
+            )
         )
-        lines.extend(f"    disallowed: {e}" for e in side.examples)
+        items.extend(f"    disallowed: {e}" for e in side.examples)
     if not r.sides:
-        lines.append(f"  interleaved           {r.interleaved:>9}   (not judged: no append times)")
-    lines.append(
-        f"  busy shares (router)  send {shared.get('send', 0)}, receive "
-        f"{shared.get('receive', 0)}   (the router's own counters, never part of the verdict)"
+        items.append(Row("interleaved", f"{r.interleaved}", "(not judged: no append times)", 22))
+    items.append(
+        Row(
+            "busy shares (router)",
+            f"send {shared.get('send', 0)}, receive {shared.get('receive', 0)}",
+            "(the router's own counters, never part of the verdict)",
+            width=22,
+        )
     )
-    return lines
+    return items
 
 
 def run_demo(
@@ -205,11 +236,11 @@ def run_demo(
     *,
     config_file: Path | None = None,
     keep: bool = False,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> DemoResult:
-    def say(line: str) -> None:
-        print(line, file=out, flush=True)
-
+    """`out`: where to write (default: stdout); rich on a terminal, plain text else."""
+    console = Console(out)
+    say = console.say
     pipeline = Pipeline(
         base, spec, run_dir, config_file=config_file, name=workload.run_id, keep=keep
     )
@@ -234,7 +265,7 @@ def run_demo(
             f"[2/4] sending {workload.messages} messages: {workload.senders} senders, "
             f"{workload.grouped_fraction:.0%} in orders of 1..{workload.max_group} lines"
         )
-        result = run_pipeline_workload(pipeline, workload, say)
+        result = run_pipeline_workload(pipeline, workload, console)
         say(
             "[3/4] units stopped with SIGTERM: "
             + ", ".join(f"{n}={c}" for n, c in sorted(result.exit_codes.items()))
@@ -243,8 +274,7 @@ def run_demo(
             "[4/4] verified what the destinations hold (transfer topic and receive queues, "
             "read_committed) against what was sent"
         )
-        for line in summary(result):
-            say(line)
+        console.summary(summary_rows(result), SUMMARY_WIDTH)
         return result
     finally:
         pipeline.stop()

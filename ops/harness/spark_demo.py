@@ -30,7 +30,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import functions as F
 
 from ops.harness.collect import read_sides
-from ops.harness.demo import DemoResult, summary
+from ops.harness.console import Console
+from ops.harness.demo import SUMMARY_WIDTH, DemoResult, summary_rows
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.verify import CapacitySpec, Seen, Sent, judge_sides, verify
 from router import clients, schemas
@@ -188,10 +189,12 @@ def run_spark_demo(
     run_dir: Path,
     *,
     keep: bool = False,
-    out: TextIO = sys.stdout,
+    out: TextIO | Console | None = None,
 ) -> DemoResult:
-    def say(line: str) -> None:
-        print(line, file=out, flush=True)
+    """`out`: a Console, or where to write (default: stdout); rich on a terminal, plain
+    text else."""
+    console = out if isinstance(out, Console) else Console(out)
+    say = console.say
 
     biz = spec.business
     input_dir, output_dir = run_dir / "input", run_dir / "output"
@@ -262,32 +265,30 @@ def run_spark_demo(
         t0 = time.monotonic()
         next_drop = t0
         chunks = workload.split(items, spec.files)
-        last_report = 0.0
-        while True:
-            now = time.monotonic()
-            if chunks and now >= next_drop:
-                workload.drop(
-                    input_dir, f"records-{spec.files - len(chunks):04d}.json", chunks.pop(0)
+        with console.progress("accounted for by the receiver", wanted) as bar:
+            while True:
+                now = time.monotonic()
+                if chunks and now >= next_drop:
+                    workload.drop(
+                        input_dir, f"records-{spec.files - len(chunks):04d}.json", chunks.pop(0)
+                    )
+                    next_drop += spec.file_interval_s
+                failed = [j for j in jobs if not j.active]
+                if failed:
+                    raise RuntimeError(f"{failed[0].name} stopped: {failed[0].failure()}")
+                bar.update(
+                    recv.metric("messages"),
+                    f"files {spec.files - len(chunks):>3}/{spec.files}   sent "
+                    f"{send.writer.messages:>6}/{wanted}",
                 )
-                next_drop += spec.file_interval_s
-            failed = [j for j in jobs if not j.active]
-            if failed:
-                raise RuntimeError(f"{failed[0].name} stopped: {failed[0].failure()}")
-            # A row the receiver's watermark dropped is counted, not written: it is lost
-            # to the checks, and fails the run below.
-            if not chunks and recv.metric("messages") + recv.dropped_by_watermark >= wanted:
-                break
-            if now - last_report >= 3:
-                last_report = now
-                say(
-                    f"   files {spec.files - len(chunks):>3}/{spec.files}   sent "
-                    f"{send.writer.messages:>6}/{wanted}   accounted for by the receiver "
-                    f"{recv.metric('messages'):>6}"
-                )
-            if now - t0 > spec.timeout_s:
-                say(f"   timed out after {spec.timeout_s:.0f} s")
-                break
-            time.sleep(0.1)  # pacing the file drops and polling the jobs' counters
+                # A row the receiver's watermark dropped is counted, not written: it is
+                # lost to the checks, and fails the run below.
+                if not chunks and recv.metric("messages") + recv.dropped_by_watermark >= wanted:
+                    break
+                if now - t0 > spec.timeout_s:
+                    say(f"   timed out after {spec.timeout_s:.0f} s")
+                    break
+                time.sleep(0.1)  # pacing the file drops and polling the jobs' counters
         seconds = time.monotonic() - t0
         say(
             f"[4/5] stopping the Spark jobs, then the units (SIGTERM); "
@@ -346,8 +347,7 @@ def run_spark_demo(
             result.extra_violations.append(
                 f"receiver violations: {got.rows['violations']} (e.g. {'; '.join(got.reasons)})"
             )
-        for line in summary(result):
-            say(line)
+        console.summary(summary_rows(result), SUMMARY_WIDTH)
         return result
     finally:
         for job in jobs:
@@ -397,10 +397,11 @@ def main(argv: list[str] | None = None, settings: RouterSettings | None = None) 
     )
     base = settings or load_settings(args.config)
     run_id = f"spark-demo-{secrets.token_hex(3)}"
-    print(f"spark demo {run_id}: checking the stack", flush=True)
-    ensure_stack(base, lambda line: print(line, flush=True))
+    console = Console()
+    console.say(f"spark demo {run_id}: checking the stack")
+    ensure_stack(base, console.say)
     if launched_by_spark_submit():
-        print("   (under spark-submit: --master and the jars come from spark-submit)")
+        console.say("   (under spark-submit: --master and the jars come from spark-submit)")
     spark = build_session(
         SparkOptions(
             master=args.master,
@@ -433,7 +434,7 @@ def main(argv: list[str] | None = None, settings: RouterSettings | None = None) 
     )
     try:
         result = run_spark_demo(
-            spark, base, spec, pipeline_spec, args.run_dir / run_id, keep=args.keep
+            spark, base, spec, pipeline_spec, args.run_dir / run_id, keep=args.keep, out=console
         )
     finally:
         spark.stop()
