@@ -86,8 +86,12 @@ class Drain:
         may be forwarded or opened, and the last drain did something (its settle frees
         and admits) or ran at least IDLE_S ago (a group waiting for the room's end
         offsets must not spin empty transactions)."""
-        busy = self.index.groups or self.checks or self.opening
-        return bool(busy) and (self.eager or self._idle.due())
+        return self.busy() and (self.eager or self._idle.due())
+
+    def busy(self) -> bool:
+        """Parked groups or checks in hand: another unit's settle may admit one at any
+        time, so the unit polls no longer than IDLE_S between drains."""
+        return bool(self.index.groups or self.checks or self.opening)
 
     def assign(self, tps: list[TP]) -> None:
         for tp in tps:

@@ -19,6 +19,7 @@ from router import clients
 from router.batch import TP, Batch
 from router.bookkeeping import count_committed, forget_committed, tracker
 from router.config import RouterSettings
+from router.drain import IDLE_S
 from router.emit import Output
 from router.exporter import unit_exporter
 from router.faults import Faults
@@ -153,7 +154,10 @@ class TransferUnit:
         generation = self.session.generation
         room = self.steps.room
         eager = self._inflight is not None or (room is not None and room.eager)
-        messages = self.source.poll(0.0 if eager else self.settings.unit.poll_timeout_ms / 1000)
+        wait_s = self.settings.unit.poll_timeout_ms / 1000
+        if room is not None and room.busy():
+            wait_s = min(wait_s, IDLE_S)
+        messages = self.source.poll(0.0 if eager else wait_s)
         batch = None
         if messages or (room is not None and room.due() and self.backoff.until is None):
             self._batches += 1
