@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -69,3 +71,14 @@ def read_records(s: RouterSettings, topic: str, schema: str, want: int) -> list[
     wait_until(enough, 60, f"{want} {schema} records on {topic}")
     consumer.close()
     return records
+
+
+def http_get(url: str) -> tuple[int, bytes]:
+    """(status, body) of a GET; (0, b"") if nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlencode
@@ -22,20 +20,11 @@ from ops.harness.pipeline import Pipeline, PipelineSpec
 from router.cli import cli
 from router.contract import headers_for
 from tests.conftest import ROOT, PipelineFactory
+from tests.helpers import http_get as get
 from tests.helpers import wait_until
 from tests.unit.test_dashboard import expressions
 
 ROLES = ("send-unit", "receive-unit", "sweeper")
-
-
-def get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except OSError:
-        return 0, b""
 
 
 @pytest.fixture(scope="module")

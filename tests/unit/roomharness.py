@@ -123,7 +123,9 @@ class Side:
                 self.model.release([(g, STOPPED)])
         return res.decisions
 
-    def run_drain(self, now: int) -> Output:
+    def drain_batch(self, now: int, commit: bool = True) -> tuple[Batch, Output]:
+        """The drain reads what is new in the room and writes one batch (committed or
+        aborted); nothing is settled."""
         for p, records in self.log.items():
             for m in records:
                 if self.drain.index.seen.get((self.topic, p), -1) < m.offset():
@@ -132,7 +134,11 @@ class Side:
         batch = Batch(f"d{self.n}", 0)
         out = Output()
         self.drain.emit(batch, out, now)
-        self._append(out, True)
+        self._append(out, commit)
+        return batch, out
+
+    def run_drain(self, now: int) -> Output:
+        batch, out = self.drain_batch(now)
         self.drain.settle(batch)
         self.model.settle(batch.id, [], out.finals, out.drains)
         return out

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import typing
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +18,7 @@ from router import prom
 from router.config import RouterSettings
 from router.exporter import Exporter
 from router.metrics import GaugeName, HistogramName, MetricName, Metrics, MetricsPublisher
+from tests.helpers import http_get as get
 
 
 def scrape(registry: CollectorRegistry) -> str:
@@ -145,14 +144,6 @@ def test_the_wsgi_app_serves_metrics_and_both_checks() -> None:
     status, body = call(app, "/readyz")
     assert status.startswith("503") and json.loads(body)["reasons"] == ["no partitions assigned"]
     assert call(app, "/nothing")[0].startswith("404")
-
-
-def get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 def test_the_exporter_serves_on_its_port_and_is_inert_on_port_0() -> None:

@@ -119,16 +119,7 @@ def aborted_drain(side: Side, now: int) -> Output:
 
 
 def _drain_unsettled(side: Side, now: int, commit: bool) -> Output:
-    for p, records in side.log.items():
-        for m in records:
-            if side.drain.index.seen.get((side.topic, p), -1) < m.offset():
-                side.drain.take([m])
-    side.n += 1
-    batch = Batch(f"d{side.n}", 0)
-    out = Output()
-    side.drain.emit(batch, out, now)
-    side._append(out, commit)
-    return out
+    return side.drain_batch(now, commit)[1]
 
 
 def unsettled_drain(side: Review, now: int) -> Output:
