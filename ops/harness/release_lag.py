@@ -85,7 +85,11 @@ def needed_slack(result: DemoResult, limit_ms: int = 60_000) -> int | None:
     of the run (None: none up to `limit_ms` does): compared with the measured lags, it
     shows whether the run's disallowed interleavings are all release lag."""
     assert result.reads is not None
-    send, receive = result.reads
+    return needed_slack_of(*result.reads, limit_ms=limit_ms)
+
+
+def needed_slack_of(send: SideRead, receive: SideRead, limit_ms: int = 60_000) -> int | None:
+    """`needed_slack` for two sides' final reads."""
 
     def disallowed(slack: int) -> int:
         return sum(s.disallowed for s in verdict([], send, receive, slack).sides)

@@ -10,9 +10,11 @@ from dataclasses import replace
 
 import pytest
 
+from ops.harness.capacity import LOADED_RELEASE_SLACK_MS
 from ops.harness.collect import Collector, read_sides, verdict
 from ops.harness.demo import interleaving_lines, run_pipeline_workload, summary
 from ops.harness.pipeline import PipelineSpec
+from ops.harness.release_lag import needed_slack_of
 from ops.harness.workload import Senders, WorkloadSpec
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
@@ -77,8 +79,12 @@ def test_groups_survive_units_joining_and_leaving(pipeline: PipelineFactory) -> 
     assert all(code == 0 for code in codes.values()), codes
     assert p.stopped_at is not None
     send, receive = read_sides(p.settings, p.stopped_at)
-    r = verdict(senders.sent, send, receive)
+    # Units join and leave: releases lag more than at the demo's steady load (see the
+    # constant's comment); the rule still disallows a share beside a destination free longer.
+    r = verdict(senders.sent, send, receive, LOADED_RELEASE_SLACK_MS)
     text = "\n".join(interleaving_lines(r, p.shared()))
+    if r.violations():
+        text += f"\n  a release slack of {needed_slack_of(send, receive)} ms would allow every one"
     assert senders.failures == []
     assert send.undecodable == receive.undecodable == 0
     assert r.sent == workload.messages and r.received == r.sent
