@@ -15,6 +15,7 @@ was neither our kill nor an armed fault injection fails the run too.
 from __future__ import annotations
 
 import random
+import secrets
 import threading
 import time
 from collections import Counter
@@ -158,9 +159,9 @@ def run_chaos(
             "ROUTER_ROUTING__DEFAULT_DELIVERY": spec.delivery,
         },
     )
-    pipeline = Pipeline(
-        base, pspec, run_dir, name=f"chaos-{spec.seed}-{rng.randrange(1 << 24):06x}"
-    )
+    # The seed fixes the workload and the kills; the name is new each run, so a run
+    # killed before its cleanup never leaves topics that the next one would read.
+    pipeline = Pipeline(base, pspec, run_dir, name=f"chaos-{spec.seed}-{secrets.token_hex(3)}")
     t = pipeline.settings.topology
     say(
         f"chaos: {spec.messages} messages from {spec.senders} senders at {spec.rate:.0f}/s "

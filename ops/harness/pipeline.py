@@ -102,6 +102,7 @@ class Pipeline:
         self.exit_codes: dict[str, int] = {}
         self.stopped_at: float | None = None  # time.monotonic() when the last one was gone
         self._admin = AdminClient(clients.admin_config(self.settings.kafka))
+        self._started = False
 
     def _settings(self, config_file: Path) -> RouterSettings:
         def nested(env: dict[str, str]) -> dict[str, Any]:
@@ -130,6 +131,9 @@ class Pipeline:
             self.cleanup()
 
     def start(self, ready_timeout: float = 90.0) -> None:
+        if not self._started:
+            self.refuse_leftovers()
+            self._started = True
         ensure_topics(self.settings, self._admin)
         self.use_append_time()
         self.fleet.start("send-unit", self.spec.send_units)
@@ -137,6 +141,21 @@ class Pipeline:
         if self.spec.sweepers:
             self.fleet.start("sweeper", self.spec.sweepers)
         self.wait_ready(ready_timeout)
+
+    def refuse_leftovers(self, timeout: float = 30.0) -> None:
+        """A run's verdict reads its topics from the beginning: topics of the same name
+        left by an earlier run (one killed before its cleanup) would be judged with it.
+        Topics named by the run (its name's prefix) only: one passed in by name (the
+        bench's filled topic) exists on purpose."""
+        existing = self._admin.list_topics(timeout=timeout).topics
+        mine = [s.name for s in plan(self.settings) if s.name.startswith(f"{self.name}.")]
+        left = sorted(n for n in mine if n in existing)
+        if left:
+            raise RuntimeError(
+                f"run {self.name}: its topics already exist ({', '.join(left)}), left by an "
+                "earlier run of the same name: delete them (Pipeline(...).cleanup()) or "
+                "choose another name"
+            )
 
     def use_append_time(self, timeout: float = 30.0) -> None:
         """LogAppendTime on the transfer topic and the receive queues (see the module's
