@@ -12,7 +12,8 @@ so it never joins the group it reads; with `read_committed` it asks for stable o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -25,11 +26,20 @@ TP = tuple[str, int]
 class CommittedOffsets:
     """Reads committed offsets of any number of groups (one idle consumer per group)."""
 
-    def __init__(self, kafka: KafkaSettings, client_id: str, *, stable: bool = True) -> None:
-        """`stable`: wait while a transaction that commits offsets is pending (KIP-447),
+    def __init__(
+        self,
+        kafka: KafkaSettings | Mapping[str, Any],
+        client_id: str,
+        *,
+        stable: bool = True,
+    ) -> None:
+        """`kafka`: the settings, or a librdkafka dict of connection properties.
+        `stable`: wait while a transaction that commits offsets is pending (KIP-447),
         so the answer says whether those offsets committed (the sweeper needs that). Off,
         the last committed offsets come back at once (estimates: backlog, benchmarks)."""
-        self._kafka = kafka
+        self._base = (
+            clients.admin_config(kafka) if isinstance(kafka, KafkaSettings) else dict(kafka)
+        )
         self._client_id = client_id
         self._isolation = "read_committed" if stable else "read_uncommitted"
         self._consumers: dict[str, Consumer] = {}
@@ -43,7 +53,7 @@ class CommittedOffsets:
         if consumer is None:
             consumer = self._consumers[group] = Consumer(
                 {
-                    **clients.admin_config(self._kafka),
+                    **self._base,
                     "client.id": self._client_id,
                     "group.id": group,
                     "enable.auto.commit": False,

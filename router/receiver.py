@@ -1,27 +1,29 @@
 """The receiver library: read receive queues with `read_committed`, commit after processing.
 
-`receive(timeout)` returns the next message or raises `ReceiveTimeout`; `done(message)`
-marks it processed. `receive_group(timeout)` returns a whole group at once (or an
-ordinary message on its own), for groups sent with whole-group delivery; `done(group)`
-marks all of it processed. Only processed messages' offsets are committed (stored
-offsets, committed every second and on close), and never past a message received but not
-yet done (`OffsetTracker`), so a receiver that crashes reprocesses what it had not
-finished, never skips it. `process(handler)` is the loop: receive, handle, done.
+Built like a confluent-kafka `Consumer`, from a librdkafka dict (with `group.id`) and the
+topology's name or its queues (`router.clientconfig`). `poll`, `consume` (a batch),
+`receive` and `receive_group` (a whole group at once) hand over messages; `done` marks
+them processed. Only processed messages' offsets are committed (every second, before
+partitions are revoked, and on close), never past a message received but not yet done
+(`OffsetTracker`): a receiver that crashes reprocesses what it had not finished, never
+skips it. `process(handler)` is the loop: receive, handle, done.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from router import clients, contract
+from router import clientconfig, clients
 from router.config import RouterSettings
+from router.received import Gatherer, OffsetTracker, Received, ReceivedGroup, from_message
+
+__all__ = ["Hook", "OffsetTracker", "ReceiveTimeout", "Received", "ReceivedGroup", "Receiver"]
 
 log = logging.getLogger("router.receiver")
 
@@ -30,132 +32,154 @@ class ReceiveTimeout(TimeoutError):
     """No message arrived within the wait time."""
 
 
-@dataclass(frozen=True, slots=True)
-class Received:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    timestamp_ms: int | None
-    guarantee_id: str | None
-    final: bool
-    seq: int | None
-
-    @property
-    def grouped(self) -> bool:
-        return self.guarantee_id is not None
-
-
-@dataclass(frozen=True, slots=True)
-class ReceivedGroup:
-    """A group's messages in order (one ordinary message: `guarantee_id` None). `complete`:
-    its final is among them; an incomplete one was returned after `incomplete_after`
-    seconds without a new member (its final never came: see docs/routing.md)."""
-
-    guarantee_id: str | None
-    messages: tuple[Received, ...]
-    complete: bool
-
-    @property
-    def values(self) -> list[bytes | None]:
-        return [m.value for m in self.messages]
-
-
-class OffsetTracker:
-    """Per partition, the offsets received and not yet done (pure). The offset to commit
-    is the lowest of them, or one past the highest received: never past a message the
-    application has not finished, whatever order it finishes them in."""
-
-    def __init__(self) -> None:
-        self._open: dict[tuple[str, int], dict[int, None]] = {}  # ascending (insertion)
-        self._next: dict[tuple[str, int], int] = {}
-
-    def received(self, tp: tuple[str, int], offset: int) -> None:
-        self._open.setdefault(tp, {})[offset] = None
-        self._next[tp] = max(self._next.get(tp, 0), offset + 1)
-
-    def done(self, tp: tuple[str, int], offset: int) -> int | None:
-        """Mark one offset done; the partition's commit offset if it moved, else None."""
-        pending = self._open.get(tp)
-        if pending is None or offset not in pending:
-            return None
-        was_lowest = next(iter(pending)) == offset
-        del pending[offset]
-        if not was_lowest:
-            return None
-        return next(iter(pending)) if pending else self._next[tp]
-
-    def forget(self, tp: tuple[str, int]) -> None:
-        """The partition was revoked: another receiver takes it from the commit offset."""
-        self._open.pop(tp, None)
-        self._next.pop(tp, None)
-
-
-def _routing(headers: list[tuple[str, bytes | None]]) -> tuple[str | None, bool, int | None]:
-    """The routing headers, read leniently (the router validated them already)."""
-    gid: str | None = None
-    final = False
-    seq: int | None = None
-    for k, v in headers:
-        if v is None:
-            continue
-        if k == contract.GUARANTEE_ID:
-            gid = v.decode("utf-8", "replace")
-        elif k == contract.FINAL:
-            final = v in (b"true", b"1", b"True", b"TRUE")
-        elif k == contract.SEQ and v.isdigit():
-            seq = int(v)
-    return gid, final, seq
+Hook = Callable[["Receiver", list[TopicPartition]], None]
 
 
 class Receiver:
+    """Reads a topology's receive queues as a consumer group, `read_committed`; commits
+    only what the application marked done::
+
+        with Receiver({"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"},
+                      "shop") as receiver:
+            for message in receiver.consume(100, timeout=1.0):
+                handle(message.value)
+                receiver.done(message)
+
+    Leaving the `with` block commits what was done and leaves the group.
+    `Receiver.from_settings` builds one from the router's settings instead."""
+
     def __init__(
         self,
+        config: Mapping[str, Any],
+        topology: str | None = None,
+        *,
+        queues: Sequence[str] | None = None,
+        assign: bool = False,
+        on_assign: Hook | None = None,
+        on_revoke: Hook | None = None,
+    ) -> None:
+        """`config`: librdkafka properties, as for `confluent_kafka.Consumer`, with the
+        `group.id` whose committed offsets record what was processed (see
+        `router.clientconfig` for what is fixed). `topology`: the topology's name, whose
+        receive queues `<name>.recv.<n>` are read; or name them with `queues`.
+
+        `assign=True` reads every partition from the committed offset without joining
+        the group (a checker reading all queues). `on_assign(receiver, partitions)` is
+        called when partitions are assigned; `on_revoke(receiver, partitions)` before they
+        are taken away (revoked, or lost), while `done()` still counts for them: what is
+        done by then is committed before they move (unless lost)."""
+        if queues is None and topology is None:
+            raise ValueError("give the topology's name, or its queues")
+        cid = str(config.get("client.id") or f"receiver-{clients.instance_id()}")
+        settings = {"logger": clients.LIBRDKAFKA_LOGGER, **config}
+        self._consumer = Consumer(clientconfig.consumer_config(settings, cid))
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self.received = 0
+        self._offsets = OffsetTracker()
+        self._gather = Gatherer()
+        self._closed = False
+        meta = self._consumer.list_topics(timeout=30).topics
+        self.queues = list(queues or clientconfig.topology_queues(str(topology), "receive", meta))
+        missing = [q for q in self.queues if q not in meta]
+        if missing or not self.queues:
+            self._consumer.close()
+            what = missing or f"{topology}.recv.<n>"
+            raise RuntimeError(f"no receive queues {what} (run `router topics create` first)")
+        if assign:
+            parts = [TopicPartition(q, p) for q in self.queues for p in meta[q].partitions]
+            self._consumer.assign(parts)
+            self._assigned(self._consumer, parts)
+        else:
+            self._consumer.subscribe(
+                self.queues, on_assign=self._assigned, on_revoke=self._revoke, on_lost=self._lost
+            )
+
+    @classmethod
+    def from_settings(
+        cls,
         settings: RouterSettings,
         queues: Sequence[str] | None = None,
         *,
         group_id: str,
         client_id: str | None = None,
         assign: bool = False,
-    ) -> None:
-        """Read `queues` (default: every receive queue of the topology) as consumer group
-        `group_id`. `assign=True` reads every partition from the committed offset without
-        joining a group (a checker reading all queues)."""
-        self.queues = list(queues or settings.topology.receive_queues)
-        config: dict[str, Any] = {
-            **settings.kafka.common(),
-            "group.id": group_id,
-            "client.id": client_id or f"receiver-{clients.instance_id()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": True,
-            "enable.auto.offset.store": False,
-            "auto.commit.interval.ms": 1000,
-            "auto.offset.reset": "earliest",
-            "logger": clients.LIBRDKAFKA_LOGGER,
-        }
-        self._consumer = Consumer(config)
-        if assign:
-            meta = self._consumer.list_topics(timeout=30).topics
-            self._consumer.assign(
-                [TopicPartition(q, p) for q in self.queues for p in meta[q].partitions]
-            )
-        else:
-            self._consumer.subscribe(self.queues, on_revoke=self._revoked, on_lost=self._revoked)
-        self.received = 0
-        self._offsets = OffsetTracker()
-        self._open: dict[tuple[str, int, str], tuple[list[Received], float]] = {}
-        self._ready: deque[ReceivedGroup] = deque()
+        on_assign: Hook | None = None,
+        on_revoke: Hook | None = None,
+    ) -> Receiver:
+        """A receiver of `queues` (default: every receive queue of the topology) as
+        consumer group `group_id`, with the Kafka settings of the router's settings."""
+        config: dict[str, Any] = {**settings.kafka.common(), "group.id": group_id}
+        if client_id is not None:
+            config["client.id"] = client_id
+        return cls(
+            config,
+            queues=list(queues or settings.topology.receive_queues),
+            assign=assign,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
+        )
 
-    def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Commit what was done and close."""
+        self.close()
+
+    # ------------------------------------------------------------------ rebalancing
+
+    def _assigned(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self._on_assign is not None:
+            self._on_assign(self, partitions)
+
+    def _revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        """Before the partitions move: the application's hook (it may still mark messages
+        done), then commit what is done, then forget them."""
+        try:
+            if self._on_revoke is not None:
+                self._on_revoke(self, partitions)
+            self.commit()
+        except KafkaException as exc:  # the next owner reprocesses from the last commit
+            log.warning("could not commit before partitions were revoked: %s", exc)
+        finally:
+            self._forget(partitions)
+
+    def _lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        """Lost (the group moved on without us): no commit is possible, only the hook."""
+        try:
+            if self._on_revoke is not None:
+                self._on_revoke(self, partitions)
+        finally:
+            self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             key = (tp.topic, tp.partition)
             self._offsets.forget(key)
-            for k in [k for k in self._open if k[:2] == key]:
-                del self._open[k]  # another receiver reads them again from the commit
-            kept = [g for g in self._ready if (g.messages[0].topic, g.messages[0].partition) != key]
-            self._ready = deque(kept)
+            self._gather.forget(key)
+
+    # ------------------------------------------------------------------ reading
+
+    def _usable(self, m: Message) -> bool:
+        err = m.error()
+        if err is None:
+            return True
+        if err.fatal():
+            raise KafkaException(err)
+        if err.code() != KafkaError._PARTITION_EOF:
+            log.warning("consumer error: %s", err)
+        return False
+
+    def _received(self, m: Message) -> Received:
+        message = from_message(m)
+        self.received += 1
+        self._offsets.received((message.topic, message.partition), message.offset)
+        return message
 
     def poll(self, timeout: float) -> Received | None:
         """The next message, or None after `timeout` seconds."""
@@ -164,42 +188,25 @@ class Receiver:
             m = self._consumer.poll(max(deadline - time.monotonic(), 0))
             if m is None:
                 return None
-            err = m.error()
-            if err is None:
-                break
-            if err.fatal():
-                raise KafkaException(err)
-            if err.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error: %s", err)
+            if self._usable(m):
+                return self._received(m)
             if time.monotonic() >= deadline:
                 return None
-        try:
-            headers = contract.read_headers(m) or []
-        except contract.BadInput as bad:
-            log.warning(
-                "%s[%d]@%d: %s; delivered without headers",
-                m.topic(),
-                m.partition(),
-                m.offset(),
-                bad,
-            )
-            headers = []
-        gid, final, seq = _routing(headers)
-        ts_type, ts = m.timestamp()
-        self.received += 1
-        self._offsets.received((m.topic(), m.partition()), m.offset())
-        return Received(
-            m.topic(),
-            m.partition(),
-            m.offset(),
-            m.key(),
-            m.value(),
-            headers,
-            ts if ts_type else None,
-            gid,
-            final,
-            seq,
-        )
+
+    def consume(self, num_messages: int = 500, timeout: float = 1.0) -> list[Received]:
+        """Up to `num_messages` messages, in each partition's order: waits at most
+        `timeout` seconds for the first, then takes what has already been fetched (an
+        empty list if nothing came)."""
+        if num_messages < 1:
+            raise ValueError("num_messages must be at least 1")
+        first = self.poll(timeout)
+        if first is None:
+            return []
+        batch = [first]
+        if num_messages > 1:
+            more = self._consumer.consume(num_messages - 1, 0)
+            batch += [self._received(m) for m in more if self._usable(m)]
+        return batch
 
     def receive(self, timeout: float) -> Received:
         """The next message; raises ReceiveTimeout if none arrives within `timeout` s."""
@@ -221,33 +228,20 @@ class Receiver:
         deadline = time.monotonic() + timeout
         while True:
             now = time.monotonic()
-            if self._ready:
-                return self._ready.popleft()
-            for key, (members, last) in list(self._open.items()):
-                if now - last >= incomplete_after:
-                    del self._open[key]
-                    log.warning(
-                        "group %r incomplete after %.0f s: returned as it is", key[2], now - last
-                    )
-                    return ReceivedGroup(key[2], tuple(members), False)
+            ready = self._gather.next_ready(now, incomplete_after)
+            if ready is not None:
+                return ready
             m = self.poll(max(min(deadline - now, 0.2), 0.0))  # at least once, even for 0
             if m is None:
                 if time.monotonic() >= deadline:
                     queues = ", ".join(self.queues)
                     raise ReceiveTimeout(f"no whole group on {queues} within {timeout}s")
                 continue
-            if m.guarantee_id is None:
-                return ReceivedGroup(None, (m,), True)
-            key = (m.topic, m.partition, m.guarantee_id)
-            members, _ = self._open.get(key, ([], now))
-            members.append(m)
-            if m.final:
-                self._open.pop(key, None)
-                # a tail whose head was returned incomplete is not a whole group either
-                whole = members[0].seq in (None, 0)
-                self._ready.append(ReceivedGroup(m.guarantee_id, tuple(members), whole))
-            else:
-                self._open[key] = (members, time.monotonic())
+            single = self._gather.add(m, time.monotonic())
+            if single is not None:
+                return single
+
+    # ------------------------------------------------------------------ committing
 
     def done(self, message: Received | ReceivedGroup) -> None:
         """Mark a message, or all of a group, processed: committed once every message
@@ -294,5 +288,11 @@ class Receiver:
         return handled
 
     def close(self) -> None:
-        self.commit()
-        self._consumer.close()
+        """Commit what was done and leave the group (once; later calls do nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.commit()
+        finally:
+            self._consumer.close()

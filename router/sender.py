@@ -1,18 +1,12 @@
 """The sender library: put messages on the send queues, groups on one partition in order.
 
 As the patent's sender does, a new group or an ordinary message goes to the send-queue
-partition with the least backlog (messages not yet consumed by the send units); every
-later message of the group goes to the same partition, so the group keeps its order.
-Backlogs within `sticky_slack` messages of the least count as equal, and among equals a
-new group goes where this sender's previous group went: one sender's consecutive groups
-then sit in one partition and are consumed in the order sent, instead of being opened
-at once from several partitions consumed at different paces (which would make them hold
-several destinations at the same time). The producer is idempotent (no duplicates or
-reordering on retries). Delivery failures are never silent: `flush()` raises
-`DeliveryFailed` listing them.
-
-Backlog = high watermark - the send units' committed offset, read with one admin request
-per refresh (every `backlog_refresh_s`), plus what this sender produced since.
+partition with the least backlog (messages not yet consumed by the send units, see
+`router.backlog`); every later message of the group goes to the same partition, numbered
+(`guarantee-seq`), so the group keeps its order. The producer is idempotent (no
+duplicates or reordering on retries). Delivery failures are never silent: `flush()`
+raises `DeliveryFailed` listing them. Configuration: `router.clientconfig`; what a
+caller's own routing headers may say: `router.sendgroups`.
 """
 
 from __future__ import annotations
@@ -20,21 +14,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Literal
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
-from router import clients, contract
-from router.clock import Every
-from router.config import RouterSettings
+from router import clientconfig, clients, sendgroups
+from router.backlog import Backlog
+from router.config import RouterSettings, RoutingSettings
 from router.offsets import CommittedOffsets
 
 log = logging.getLogger("router.sender")
 
 TP = tuple[str, int]
+OnDelivery = Callable[[Any, Any], None]
 
 
 class DeliveryFailed(Exception):
@@ -45,87 +41,157 @@ class DeliveryFailed(Exception):
         self.failures = list(failures)
 
 
-@dataclass
-class _OpenGroup:
-    tp: TP
-    next_seq: int
-    last_used: float
-
-
 @dataclass(frozen=True, slots=True)
 class SendReceipt:
+    """Where `Sender.send` put a message: its send-queue partition and its number in its
+    group (None for an ordinary message)."""
+
     topic: str
     partition: int
-    seq: int | None  # the message's sequence number in its group
+    seq: int | None
 
 
 class Sender:
+    """Sends to a topology's send queues: each new group (or ordinary message) to the
+    least-backlog partition, every later message of a group to the same one, numbered.
+
+    Built like a confluent-kafka `Producer`, from a librdkafka dict and the topology::
+
+        with Sender({"bootstrap.servers": "127.0.0.1:9092"}, "shop") as sender:
+            sender.send(b"line 1", guarantee_id="order-42")
+            sender.send(b"line 2", guarantee_id="order-42", final=True)
+
+    Leaving the `with` block flushes (raising DeliveryFailed for messages Kafka refused)
+    and closes. `Sender.from_settings` builds one from the router's settings instead.
+    """
+
     def __init__(
         self,
+        config: Mapping[str, Any],
+        topology: str | None = None,
+        *,
+        send_queues: Sequence[str] | None = None,
+        units_group: str | None = None,
+        group_idle_s: float = RoutingSettings().default_ttl_ms / 1000,
+        default_order: Literal["lane", "logical"] = "lane",
+        backlog_refresh_s: float = 1.0,
+        sticky_slack: int = 100,
+    ) -> None:
+        """`config`: librdkafka properties, as for `confluent_kafka.Producer`
+        (`bootstrap.servers`, security, `linger.ms`, ...; idempotence and `acks=all` are
+        required, see `router.clientconfig`). `topology`: the topology's name, whose send
+        queues `<name>.send.<n>` and send units' group `<name>.send-units` are used; or
+        name them with `send_queues` and `units_group` (the backlog of each partition is
+        measured against that group's committed offsets).
+
+        `group_idle_s`: a group with no message for this long is forgotten (give the
+        router's longest TTL). `default_order`: the router's `routing.default_order`,
+        which says how a caller's own `guarantee-seq` header is checked. Backlogs are
+        measured every `backlog_refresh_s`; within `sticky_slack` messages of the least,
+        a new group goes where this sender's previous group went."""
+        if send_queues is None and topology is None:
+            raise ValueError("give the topology's name, or its send_queues")
+        group = units_group or (clientconfig.units_group(topology) if topology else None)
+        if group is None:
+            raise ValueError("with send_queues, give units_group: the send units' consumer group")
+        cid = str(config.get("client.id") or f"sender-{clients.instance_id()}")
+        settings = {"logger": clients.LIBRDKAFKA_LOGGER, **config}
+        self._producer = Producer(clientconfig.producer_config(settings, cid))
+        connection = clientconfig.connection_config(settings)
+        self._admin = AdminClient(connection)
+        # An estimate that must never block a send on a pending transaction.
+        self._committed = CommittedOffsets(connection, cid, stable=False)
+        queues, partitions = self._discover(send_queues, topology)
+        self._queues = queues
+        self._backlog = Backlog(
+            self._admin,
+            self._committed,
+            group,
+            partitions,
+            refresh_s=backlog_refresh_s,
+            slack=sticky_slack,
+        )
+        self._groups = sendgroups.OpenGroups(group_idle_s)
+        self._default_order = default_order
+        self._failures: list[str] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.sent = 0
+        self.delivered = 0
+
+    @classmethod
+    def from_settings(
+        cls,
         settings: RouterSettings,
         *,
         client_id: str | None = None,
         backlog_refresh_s: float = 1.0,
         sticky_slack: int = 100,
-        producer_overrides: dict[str, Any] | None = None,
-    ) -> None:
-        self.settings = settings
+        producer_overrides: Mapping[str, Any] | None = None,
+    ) -> Sender:
+        """A sender for the topology, Kafka settings and TTLs of the router's settings
+        (`producer_overrides`: librdkafka properties on top of `kafka.client_config`)."""
         cid = client_id or f"sender-{clients.instance_id()}"
         config = clients.idempotent_producer_config(settings.kafka, cid)
         config.update(producer_overrides or {})
-        self._producer = Producer(config)
-        self._admin = AdminClient(clients.admin_config(settings.kafka))
-        # An estimate that must never block a send on a pending transaction.
-        self._committed = CommittedOffsets(settings.kafka, cid, stable=False)
-        self._queues = list(settings.topology.send_queues)
-        self._partitions = self._discover()
-        self._backlog: dict[TP, int] = dict.fromkeys(self._partitions, 0)
-        self._refresh = Every(backlog_refresh_s)
-        self._slack = sticky_slack
-        self._last_group_tp: TP | None = None
-        self._open: dict[str, _OpenGroup] = {}
-        self._max_idle = (
-            max([settings.routing.default_ttl_ms, *settings.routing.ttl_by_type.values()]) / 1000
+        routing = settings.routing
+        return cls(
+            config,
+            send_queues=settings.topology.send_queues,
+            units_group=settings.topology.send_group,
+            group_idle_s=max([routing.default_ttl_ms, *routing.ttl_by_type.values()]) / 1000,
+            default_order=routing.default_order,
+            backlog_refresh_s=backlog_refresh_s,
+            sticky_slack=sticky_slack,
         )
-        self._failures: list[str] = []
-        self._lock = threading.Lock()
-        self.sent = 0
-        self.delivered = 0
 
-    def _discover(self) -> list[TP]:
+    @property
+    def send_queues(self) -> list[str]:
+        """The send queues this sender spreads groups over."""
+        return list(self._queues)
+
+    def __enter__(self) -> Sender:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Flush and close; DeliveryFailed if Kafka refused messages (only logged when the
+        block is already raising, so that its own exception is the one you see)."""
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except DeliveryFailed as failed:
+            log.error("while the sender's block raised %s: %s", exc_type.__name__, failed)
+
+    def _discover(
+        self, queues: Sequence[str] | None, topology: str | None
+    ) -> tuple[list[str], list[TP]]:
         meta = self._admin.list_topics(timeout=30).topics
-        missing = [q for q in self._queues if q not in meta]
+        if not queues:
+            queues = clientconfig.topology_queues(str(topology), "send", meta)
+            if not queues:
+                raise RuntimeError(
+                    f"topology {topology!r} has no send queues {topology}.send.<n> "
+                    "(run `router topics create` first, or give send_queues)"
+                )
+        missing = [q for q in queues if q not in meta]
         if missing:
             raise RuntimeError(
                 f"send queues {missing} do not exist (run `router topics create` first)"
             )
-        return [(q, p) for q in self._queues for p in sorted(meta[q].partitions)]
+        return list(queues), [(q, p) for q in queues for p in sorted(meta[q].partitions)]
 
     # ------------------------------------------------------------------ backlog
 
     def backlog(self) -> dict[TP, int]:
         """Estimated unconsumed messages per send-queue partition."""
-        if self._refresh.due():
-            try:
-                self._backlog = self._measure()
-            except (KafkaException, TimeoutError) as exc:
-                log.warning("could not refresh send-queue backlog, keeping estimates: %s", exc)
-        return self._backlog
-
-    def _measure(self) -> dict[TP, int]:
-        tps = [TopicPartition(t, p) for t, p in self._partitions]
-        latest = self._admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})
-        ends = {(tp.topic, tp.partition): f.result(timeout=10).offset for tp, f in latest.items()}
-        done = self._committed.read(self.settings.topology.send_group, tps, timeout=10)
-        return {tp: max(ends[tp] - done.get(tp, 0), 0) for tp in self._partitions}
-
-    def _least_backlog(self, sticky: bool = False) -> TP:
-        backlog = self.backlog()
-        best = min(self._partitions, key=lambda tp: (backlog.get(tp, 0), tp))
-        last = self._last_group_tp
-        if sticky and last is not None and backlog.get(last, 0) <= backlog[best] + self._slack:
-            return last
-        return best
+        return self._backlog.current()
 
     # ------------------------------------------------------------------ sending
 
@@ -138,42 +204,39 @@ class Sender:
         key: bytes | None = None,
         message_type: str | None = None,
         ttl_ms: int | None = None,
-        headers: Sequence[tuple[str, bytes]] = (),
-        on_delivery: Callable[[Any, Any], None] | None = None,
+        headers: Sequence[tuple[str, str | bytes | None]] = (),
+        on_delivery: OnDelivery | None = None,
         delivery: Literal["stream", "complete"] | None = None,
     ) -> SendReceipt:
-        """Send one message; a group's messages go to one partition in the order sent.
+        """Send one message; a group's messages go to one partition, numbered, in the
+        order sent. Asynchronous, like `Producer.produce`: `flush()` (or leaving the
+        `with` block) waits for Kafka's acknowledgements; `on_delivery(err, msg)` is
+        called with each.
+
+        `guarantee_id` makes it a member of that group, `final` its last message.
         `delivery="complete"` on a group's first message asks for whole-group delivery
-        (docs/routing.md); None leaves it to the router's configuration."""
-        now = time.monotonic()
-        seq: int | None = None
-        if guarantee_id is None:
-            if final:
-                raise ValueError("an ordinary message (no guarantee ID) cannot be final")
-            tp = self._least_backlog()
-        else:
-            group = self._open.get(guarantee_id)
-            if group is None:
-                tp = self._least_backlog(sticky=True)
-                self._last_group_tp = tp
-                group = self._open[guarantee_id] = _OpenGroup(tp, 0, now)
-            tp, seq = group.tp, group.next_seq
-            group.next_seq += 1
-            group.last_used = now
-            if final:
-                del self._open[guarantee_id]
-        routing = contract.headers_for(
-            guarantee_id,
+        (docs/routing.md); None leaves it to the router's configuration. `headers` may
+        carry routing headers too (`guarantee-id`, `guarantee-seq`, ...: see
+        `router.sendgroups`); they are checked, and ValueError says what is wrong with one
+        (a `guarantee-seq` that is not the group's next number, a header given twice)
+        before anything is sent."""
+        r = sendgroups.request(
+            headers,
+            guarantee_id=guarantee_id,
             final=final,
-            seq=seq,
             message_type=message_type,
             ttl_ms=ttl_ms,
-            delivery=delivery if guarantee_id is not None else None,
+            delivery=delivery,
+            default_order=self._default_order,
         )
-        self._produce(tp, key, value, [*routing, *headers], on_delivery)
-        self._backlog[tp] = self._backlog.get(tp, 0) + 1
-        if len(self._open) > 10_000:
-            self._forget_idle(now)
+        seq: int | None = None
+        if r.guarantee_id is None:
+            tp = self._backlog.least()
+        else:
+            tp, seq = self._groups.place(r, time.monotonic(), self._backlog.new_group)
+        routing = sendgroups.routing_headers(r, seq)
+        self._produce(tp, key, value, [*routing, *r.others], on_delivery)
+        self._backlog.sent(tp)
         return SendReceipt(tp[0], tp[1], seq)
 
     def _produce(
@@ -181,8 +244,8 @@ class Sender:
         tp: TP,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, bytes]],
-        on_delivery: Callable[[Any, Any], None] | None,
+        headers: list[tuple[str, str | bytes | None]],
+        on_delivery: OnDelivery | None,
     ) -> None:
         def delivered(err: Any, msg: Any) -> None:
             with self._lock:
@@ -204,14 +267,9 @@ class Sender:
         self.sent += 1
         self._producer.poll(0)
 
-    def _forget_idle(self, now: float) -> None:
-        """Groups a sender never finished stop pinning a partition after the longest TTL."""
-        idle = [g for g, o in self._open.items() if now - o.last_used > self._max_idle]
-        for g in idle:
-            del self._open[g]
-
     def open_groups(self) -> dict[str, TP]:
-        return {g: o.tp for g, o in self._open.items()}
+        """Each group this sender has open (no final sent yet) and its partition."""
+        return self._groups.lanes()
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every message to be acknowledged; raise DeliveryFailed if any was not."""
@@ -224,9 +282,13 @@ class Sender:
             raise DeliveryFailed(failures)
 
     def close(self, timeout: float = 30.0) -> None:
+        """Flush (DeliveryFailed if Kafka refused messages) and release the clients."""
+        if self._closed:
+            return
         try:
             self.flush(timeout)
         finally:
+            self._closed = True
             self._committed.close()
 
     def __del__(self) -> None:

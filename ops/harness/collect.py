@@ -83,7 +83,7 @@ class Collector:
             return len(self.seen)
 
     def _run(self) -> None:
-        receiver = Receiver(self.settings, group_id=self.group_id, assign=True)
+        receiver = Receiver.from_settings(self.settings, group_id=self.group_id, assign=True)
         try:
             while not self._stop.is_set():
                 m = receiver.poll(0.2)

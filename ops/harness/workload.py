@@ -168,7 +168,7 @@ class Senders:
         if self.spec.plain:
             sender = PlainSender(self.settings, f"{self.spec.run_id}-s{index}", index)
         else:
-            sender = Sender(self.settings, client_id=f"{self.spec.run_id}-s{index}")
+            sender = Sender.from_settings(self.settings, client_id=f"{self.spec.run_id}-s{index}")
         interval = 1 / self.spec.rate if self.spec.rate else 0.0
         next_at = time.monotonic()
         try:

@@ -53,7 +53,7 @@ def one_way(
     p = pipeline(PipelineSpec(busy_policy=policy, **ONE_WAY, extra_env=env))  # type: ignore[arg-type]
     s = p.settings
     producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    return p, s, producer, Queue(Receiver(s, group_id=unique("check"), assign=True))
+    return p, s, producer, Queue(Receiver.from_settings(s, group_id=unique("check"), assign=True))
 
 
 def test_hold_keeps_an_ordinary_message_out_of_an_open_group(pipeline: PipelineFactory) -> None:

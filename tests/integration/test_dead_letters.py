@@ -33,7 +33,7 @@ def test_bad_final_flag_is_dead_lettered_and_the_unit_keeps_going(
     producer.produce(queue, b"good", partition=0, headers=[("guarantee-id", b"g")])
     producer.flush(10)
 
-    receiver = Receiver(s, group_id=unique("check"), assign=True)
+    receiver = Receiver.from_settings(s, group_id=unique("check"), assign=True)
     assert receiver.receive(60).value == b"good"
     receiver.close()
 

@@ -40,7 +40,7 @@ def test_patent_figures_17_to_25(pipeline: PipelineFactory) -> None:
     topo = p.settings.topology
     a1, a2 = topo.send_queues
     producer = Producer({"bootstrap.servers": p.settings.kafka.bootstrap_servers})
-    receiver = Receiver(p.settings, group_id=unique("patent-check"), assign=True)
+    receiver = Receiver.from_settings(p.settings, group_id=unique("patent-check"), assign=True)
     arrived: dict[bytes, tuple[str, int]] = {}
 
     def send(queue: str, value: bytes, gid: str | None, final: bool = False) -> None:

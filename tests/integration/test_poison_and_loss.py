@@ -66,7 +66,7 @@ def records(bootstrap: str, topic: str, expected: int) -> list[Any]:
 
 def arrived(settings: RouterSettings, expected: int) -> list[tuple[str, bytes]]:
     """Until at least `expected` messages are on the receive queues (bounded); what came."""
-    receiver = Receiver(settings, group_id=unique("check"), assign=True)
+    receiver = Receiver.from_settings(settings, group_id=unique("check"), assign=True)
     got: list[tuple[str, bytes]] = []
 
     def enough() -> bool:

@@ -156,7 +156,7 @@ def test_a_group_that_waits_too_long_is_dead_lettered_with_an_event(
     )
     s = p.settings
     producer = Producer({"bootstrap.servers": s.kafka.bootstrap_servers})
-    queue = Queue(Receiver(s, group_id=unique("check"), assign=True))
+    queue = Queue(Receiver.from_settings(s, group_id=unique("check"), assign=True))
     a, b = s.topology.send_queues
     producer.produce(a, b"A0", partition=0, headers=headers_for("A", seq=0))  # never ends
     producer.flush(10)

@@ -94,7 +94,7 @@ def test_receive_group_hands_the_application_each_whole_group_and_commits_after_
     is `done`, the consumer group's committed offsets are one past the last message."""
     p = pipeline(PipelineSpec(busy_policy="wait", **ONE_WAY))  # type: ignore[arg-type]
     s = p.settings
-    sender = Sender(s)
+    sender = Sender.from_settings(s)
     for i in range(3):
         for g in "XYZ":  # the client library asks for whole-group delivery
             sender.send(f"{g}{i}".encode(), guarantee_id=g, final=i == 2, delivery="complete")
@@ -102,7 +102,7 @@ def test_receive_group_hands_the_application_each_whole_group_and_commits_after_
             sender.send(b"o")
     sender.close()
     group_id = unique("app")
-    receiver = Receiver(s, group_id=group_id)
+    receiver = Receiver.from_settings(s, group_id=group_id)
     got: dict[str | None, list[bytes | None]] = {}
     last: dict[tuple[str, int], int] = {}
     while len(got) < 4:

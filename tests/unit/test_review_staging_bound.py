@@ -22,6 +22,7 @@ from router.batch import Batch
 from router.classify import Classifier
 from router.emit import Emitter
 from router.model import TableModel
+from router.received import Gatherer
 from router.receiver import OffsetTracker, Receiver, ReceiveTimeout
 from router.routing import NO_DEST, STOPPING, RouteRequest
 from router.side import side_spec
@@ -354,8 +355,7 @@ def fake_receiver(feed: list[FakeMessage | None]) -> Receiver:
     r._consumer = FeedConsumer(feed)  # type: ignore[assignment]
     r.received = 0
     r._offsets = OffsetTracker()
-    r._open = {}
-    r._ready = deque()
+    r._gather = Gatherer()
     return r
 
 
@@ -418,7 +418,7 @@ def test_done_twice_and_done_after_revoke_commit_nothing_more() -> None:
     stored = list(r._consumer.stored)  # type: ignore[attr-defined]
     r.done(w)
     assert r._consumer.stored == stored and stored[-1] == ("q", 0, 2)  # type: ignore[attr-defined]
-    r._revoked(None, [TopicPartition("q", 1)])
+    r._forget([TopicPartition("q", 1)])
     r.done(v)
     assert r._consumer.stored == stored  # type: ignore[attr-defined]
 
@@ -484,7 +484,7 @@ def test_commits_never_pass_a_message_not_done_in_any_interleaving() -> None:
                     assert all(off <= o for o in not_done), (seed, p, off, not_done)
             elif act >= 0.95:
                 p = rng.choice([0, 1])
-                r._revoked(None, [TopicPartition("q", p)])
+                r._forget([TopicPartition("q", p)])
                 held = [h for h in held if h.messages[0].partition != p]
                 last.pop(p, None)
 

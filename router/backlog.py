@@ -1,0 +1,83 @@
+"""The sender's view of the send queues' backlog, and its choice of partition for a new
+group or an ordinary message.
+
+Backlog = high watermark - the send units' committed offset, read with one admin request
+per refresh (every `refresh_s`), plus what this sender produced since. Backlogs within
+`slack` messages of the least count as equal, and among equals a new group goes where
+this sender's previous group went: one sender's consecutive groups then sit in one
+partition and are consumed in the order sent, instead of being opened at once from
+several partitions consumed at different paces (which would make them hold several
+destinations at the same time).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from router.clock import Every
+from router.offsets import CommittedOffsets
+
+log = logging.getLogger("router.sender")
+
+TP = tuple[str, int]
+
+
+class Backlog:
+    """Estimated unconsumed messages per send-queue partition, and the least of them."""
+
+    def __init__(
+        self,
+        admin: AdminClient,
+        committed: CommittedOffsets,
+        units_group: str,
+        partitions: list[TP],
+        *,
+        refresh_s: float,
+        slack: int,
+    ) -> None:
+        self._admin = admin
+        self._committed = committed
+        self._units_group = units_group
+        self.partitions = partitions
+        self._estimate: dict[TP, int] = dict.fromkeys(partitions, 0)
+        self._refresh = Every(refresh_s)
+        self._slack = slack
+        self._last_group_tp: TP | None = None
+
+    def current(self) -> dict[TP, int]:
+        """The estimate, measured again if `refresh_s` has passed."""
+        if self._refresh.due():
+            try:
+                self._estimate = self._measure()
+            except (KafkaException, TimeoutError) as exc:
+                log.warning("could not refresh send-queue backlog, keeping estimates: %s", exc)
+        return self._estimate
+
+    def _measure(self) -> dict[TP, int]:
+        tps = [TopicPartition(t, p) for t, p in self.partitions]
+        latest = self._admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})
+        ends = {(tp.topic, tp.partition): f.result(timeout=10).offset for tp, f in latest.items()}
+        done = self._committed.read(self._units_group, tps, timeout=10)
+        return {tp: max(ends[tp] - done.get(tp, 0), 0) for tp in self.partitions}
+
+    def least(self) -> TP:
+        """The partition with the least backlog (an ordinary message's)."""
+        backlog = self.current()
+        return min(self.partitions, key=lambda tp: (backlog.get(tp, 0), tp))
+
+    def new_group(self) -> TP:
+        """A new group's partition: the least backlog, or within `slack` of it the
+        previous group's."""
+        best = self.least()
+        last = self._last_group_tp
+        backlog = self._estimate
+        if last is None or backlog.get(last, 0) > backlog[best] + self._slack:
+            last = self._last_group_tp = best
+        return last
+
+    def sent(self, tp: TP) -> None:
+        """One more message on `tp`."""
+        self._estimate[tp] = self._estimate.get(tp, 0) + 1

@@ -1,0 +1,177 @@
+"""What the receiver library hands the application, and its bookkeeping (pure).
+
+`Received` is one message with its routing headers read; `ReceivedGroup` a group's
+messages (or one ordinary message). `OffsetTracker` knows, per partition, the offset the
+receiver may commit: never past a message received and not yet done. `Gatherer` puts
+groups together for `Receiver.receive_group`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from router import contract
+
+log = logging.getLogger("router.receiver")
+
+TP = tuple[str, int]
+Headers = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One message of a receive queue, with its routing headers read: `guarantee_id`
+    (None: an ordinary message), `final`, and `seq` (its number in the group, if sent)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int | None
+    guarantee_id: str | None
+    final: bool
+    seq: int | None
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the message belongs to a group."""
+        return self.guarantee_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedGroup:
+    """A group's messages in order (one ordinary message: `guarantee_id` None). `complete`:
+    its final is among them; an incomplete one was returned after `incomplete_after`
+    seconds without a new member (its final never came: see docs/routing.md)."""
+
+    guarantee_id: str | None
+    messages: tuple[Received, ...]
+    complete: bool
+
+    @property
+    def values(self) -> list[bytes | None]:
+        """The members' payloads, in order."""
+        return [m.value for m in self.messages]
+
+
+class OffsetTracker:
+    """Per partition, the offsets received and not yet done (pure). The offset to commit
+    is the lowest of them, or one past the highest received: never past a message the
+    application has not finished, whatever order it finishes them in."""
+
+    def __init__(self) -> None:
+        self._open: dict[TP, dict[int, None]] = {}  # ascending (insertion)
+        self._next: dict[TP, int] = {}
+
+    def received(self, tp: TP, offset: int) -> None:
+        """A message was handed to the application."""
+        self._open.setdefault(tp, {})[offset] = None
+        self._next[tp] = max(self._next.get(tp, 0), offset + 1)
+
+    def done(self, tp: TP, offset: int) -> int | None:
+        """Mark one offset done; the partition's commit offset if it moved, else None."""
+        pending = self._open.get(tp)
+        if pending is None or offset not in pending:
+            return None
+        was_lowest = next(iter(pending)) == offset
+        del pending[offset]
+        if not was_lowest:
+            return None
+        return next(iter(pending)) if pending else self._next[tp]
+
+    def forget(self, tp: TP) -> None:
+        """The partition was revoked: another receiver takes it from the commit offset."""
+        self._open.pop(tp, None)
+        self._next.pop(tp, None)
+
+
+def routing_of(headers: Headers) -> tuple[str | None, bool, int | None]:
+    """The routing headers (guarantee ID, final, seq), read leniently (the router
+    validated them already)."""
+    gid: str | None = None
+    final = False
+    seq: int | None = None
+    for k, v in headers:
+        if v is None:
+            continue
+        if k == contract.GUARANTEE_ID:
+            gid = v.decode("utf-8", "replace")
+        elif k == contract.FINAL:
+            final = v in (b"true", b"1", b"True", b"TRUE")
+        elif k == contract.SEQ and v.isdigit():
+            seq = int(v)
+    return gid, final, seq
+
+
+def from_message(m: Any) -> Received:
+    """A consumed confluent-kafka message, its routing headers read (unreadable headers
+    are logged and dropped: the message is still delivered)."""
+    try:
+        headers = contract.read_headers(m) or []
+    except contract.BadInput as bad:
+        log.warning("%s[%d]@%d: %s; delivered without headers", *_where(m), bad)
+        headers = []
+    gid, final, seq = routing_of(headers)
+    ts_type, ts = m.timestamp()
+    topic, partition, offset = _where(m)
+    timestamp = ts if ts_type else None
+    return Received(
+        topic, partition, offset, m.key(), m.value(), headers, timestamp, gid, final, seq
+    )
+
+
+def _where(m: Any) -> tuple[str, int, int]:
+    return str(m.topic()), int(m.partition()), int(m.offset())
+
+
+class Gatherer:
+    """Groups put together from their members as they are received (pure; the clock is
+    passed in). Members are kept per (queue, partition, group) until the final."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, int, str], tuple[list[Received], float]] = {}
+        self._ready: deque[ReceivedGroup] = deque()
+
+    def next_ready(self, now: float, incomplete_after: float) -> ReceivedGroup | None:
+        """The oldest whole group, else a group with no new member for `incomplete_after`
+        seconds (returned with `complete=False`), else None."""
+        if self._ready:
+            return self._ready.popleft()
+        for key, (members, last) in list(self._open.items()):
+            if now - last >= incomplete_after:
+                del self._open[key]
+                log.warning(
+                    "group %r incomplete after %.0f s: returned as it is", key[2], now - last
+                )
+                return ReceivedGroup(key[2], tuple(members), False)
+        return None
+
+    def add(self, m: Received, now: float) -> ReceivedGroup | None:
+        """Take one received message: an ordinary one comes back at once, as a group of
+        its own; a member is kept (its group is ready once its final comes)."""
+        if m.guarantee_id is None:
+            return ReceivedGroup(None, (m,), True)
+        key = (m.topic, m.partition, m.guarantee_id)
+        members, _ = self._open.get(key, ([], now))
+        members.append(m)
+        if m.final:
+            self._open.pop(key, None)
+            # a tail whose head was returned incomplete is not a whole group either
+            whole = members[0].seq in (None, 0)
+            self._ready.append(ReceivedGroup(m.guarantee_id, tuple(members), whole))
+        else:
+            self._open[key] = (members, now)
+        return None
+
+    def forget(self, tp: TP) -> None:
+        """The partition was revoked: drop what was gathered from it (another receiver
+        reads it again from the commit offset)."""
+        for k in [k for k in self._open if k[:2] == tp]:
+            del self._open[k]
+        kept = [g for g in self._ready if (g.messages[0].topic, g.messages[0].partition) != tp]
+        self._ready = deque(kept)
