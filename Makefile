@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
+.PHONY: test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,7 +50,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev,spark,bench]'
 	@touch $(STAMP)
 
-jars: venv ## Fetch the Kafka broker and Spark connector jars from Maven Central (cached in .cache/)
+jars: venv ## Fetch the Kafka broker and tools jars and the Spark connector jars from Maven Central (cached in .cache/)
 	ops/stack.sh fetch-jars
 
 stack-up: venv ## Start the local stack: Apache Kafka (KRaft) on 127.0.0.1:9092 and Redis on :6379
@@ -83,6 +83,15 @@ chaos: venv jars stack-up ## Chaos run: 100k messages, 20+ SIGKILLs, a broker an
 bench: venv $(JARS) stack-up ## Benchmark: raw relay vs units and whole path; table and plots in .results/bench
 	$(BIN)/python -m ops.bench $(ARGS)
 
+test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Redis ACL + TLS (own servers, ~1 min)
+	ROUTER_TEST_SECURE=1 $(BIN)/pytest tests/integration/secure tests/unit/test_acls.py tests/unit/test_security_config.py
+
+secure-up: venv jars ## Start the secured stack beside the plain one: Redis TLS+ACL on :6380, Kafka SASL_SSL on :9192
+	ops/stack.sh secure-up
+
+secure-down: ## Stop the secured stack
+	ops/stack.sh secure-down
+
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit
 
@@ -91,4 +100,5 @@ spark-demo: venv jars ## Spark sender -> router -> Spark receiver end to end, ch
 
 clean: ## Remove the venv, caches and local stack data (stops the stack first)
 	-ops/stack.sh down
+	-ops/stack.sh secure-down
 	rm -rf $(VENV) .cache .stack .results .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -7,9 +7,14 @@
 #                              commits and leaves its group), then both servers; nothing of ours left
 #   ops/stack.sh status        what is running, where
 #   ops/stack.sh env           the addresses, as ROUTER_* environment variables
-#   ops/stack.sh fetch-jars    only resolve the jars (Kafka broker; Spark connector for .venv's pyspark)
+#   ops/stack.sh fetch-jars    only resolve the jars (Kafka broker and tools; Spark connector for .venv's pyspark)
+#   ops/stack.sh kafka-tool <class> [args...]   one of Kafka's own tools, on the cached jars
+#   ops/stack.sh console-producer [args...]     = kafka-tool org.apache.kafka.tools.ConsoleProducer
 #   ops/stack.sh kafka-start|kafka-stop [--kill]|redis-start|redis-stop [--kill]
 #                              one server at a time (the chaos driver restarts them mid-run)
+#   ops/stack.sh secure-up|secure-down|secure-status|secure-env
+#                              the secured variant beside it (ops/secure.sh): Redis with ACL users
+#                              and TLS on :6380, Kafka with SASL_SSL (SCRAM-SHA-512) and ACLs on :9192
 #
 # Settings (environment): ROUTER_STACK_DIR (default .stack), ROUTER_CACHE_DIR (.cache),
 # ROUTER_KAFKA_VERSION (4.1.1), ROUTER_KAFKA_PORT (9092), ROUTER_KAFKA_CONTROLLER_PORT (9093),
@@ -32,6 +37,7 @@ START_TIMEOUT="${ROUTER_STACK_START_TIMEOUT:-60}"
 STOP_TIMEOUT="${ROUTER_STACK_STOP_TIMEOUT:-30}"
 
 KAFKA_JARS="$CACHE_DIR/jars/kafka-$KAFKA_VERSION"
+KAFKA_TOOLS_JARS="$CACHE_DIR/jars/kafka-tools-$KAFKA_VERSION"
 LOG_DIR="$STACK_DIR/logs"
 RUN_DIR="$STACK_DIR/run"
 KAFKA_DIR="$STACK_DIR/kafka"
@@ -163,6 +169,25 @@ fetch_kafka_jars() {
   rm -rf "$KAFKA_JARS"
   mvn_copy "$ROOT/ops/maven/kafka" "$KAFKA_JARS" -Dkafka.version="$KAFKA_VERSION"
   touch "$KAFKA_JARS/.complete"
+}
+
+fetch_kafka_tools() {  # the kafka-tools jar alone: its tools run on the broker's jars
+  [ -f "$KAFKA_TOOLS_JARS/.complete" ] && return 0
+  rm -rf "$KAFKA_TOOLS_JARS"
+  mvn_copy "$ROOT/ops/maven/kafka-tools" "$KAFKA_TOOLS_JARS" -Dkafka.version="$KAFKA_VERSION"
+  touch "$KAFKA_TOOLS_JARS/.complete"
+}
+
+kafka_tool() {  # <class> [args...]: one of Kafka's command-line tools, in the foreground
+  [ $# -ge 1 ] || die "usage: ops/stack.sh kafka-tool <class> [args...]"
+  with_lock
+  need_java
+  fetch_kafka_jars
+  fetch_kafka_tools
+  exec 9>&-  # the fetch is done: let other callers of this script go on
+  exec java -Xms32m -Xmx256m -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$ROOT/ops/kafka/tools-log4j2.properties" \
+    -cp "$KAFKA_JARS/*:$KAFKA_TOOLS_JARS/*" "$@"
 }
 
 fetch_spark_jars() {
@@ -406,13 +431,17 @@ main() {
     down) with_lock; stop_units; kafka_stop; redis_stop ;;
     status) status ;;
     env) print_env ;;
-    fetch-jars) with_lock; need_java; fetch_kafka_jars; fetch_spark_jars ;;
+    fetch-jars) with_lock; need_java; fetch_kafka_jars; fetch_kafka_tools; fetch_spark_jars ;;
+    kafka-tool) kafka_tool "$@" ;;
+    console-producer) kafka_tool org.apache.kafka.tools.ConsoleProducer "$@" ;;
     kafka-start) with_lock; kafka_start ;;
     kafka-stop) with_lock; kafka_stop "${1:-}" ;;
     redis-start) with_lock; redis_start ;;
     redis-stop) with_lock; redis_stop "${1:-}" ;;
-    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    secure-*) exec "$ROOT/ops/secure.sh" "${cmd#secure-}" "$@" ;;
+    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
   esac
 }
 
-main "$@"
+# ops/secure.sh sources this file for its helpers (say, die, need_java, fetch_kafka_jars, ...).
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi

@@ -18,11 +18,14 @@ import click
 from confluent_kafka.admin import AdminClient
 
 from router import __version__
+from router.acls_cli import acls_group
 from router.clients import admin_config, redis_client
 from router.config import RouterSettings, load_settings
 from router.console import serve as serve_console
 from router.faults import Faults
+from router.kafkaauth import KafkaRefused
 from router.metrics import read_all
+from router.redisauth import RedisRefused
 from router.relay import RelaySteps, relay_spec
 from router.side import side_spec
 from router.spark_cli import spark as spark_commands
@@ -129,7 +132,7 @@ def _run_unit(settings: RouterSettings, side: str, relay: bool = False) -> None:
         unit = TransferUnit(settings, spec, faults=faults)
     try:
         _run_until_signalled(unit, unit.role)
-    except FatalUnitError as exc:
+    except (FatalUnitError, RedisRefused, KafkaRefused) as exc:
         log.critical("%s", exc)
         sys.exit(2)
 
@@ -154,7 +157,11 @@ def sweeper(ctx: click.Context, once: bool) -> None:
         report = s.run_once()
         click.echo(json.dumps(report.__dict__))
         return
-    _run_until_signalled(s, "sweeper")
+    try:
+        _run_until_signalled(s, "sweeper")
+    except (FatalUnitError, RedisRefused, KafkaRefused) as exc:
+        log.critical("%s", exc)
+        sys.exit(2)
 
 
 # ---------------------------------------------------------------------- topics
@@ -264,6 +271,7 @@ def config_show(ctx: click.Context) -> None:
 
 
 cli.add_command(table_commands)
+cli.add_command(acls_group)
 cli.add_command(spark_commands)
 
 

@@ -118,14 +118,28 @@ def transactional_id(settings: RouterSettings, role: str) -> str:
 
 
 def redis_client(settings: RedisSettings) -> redis.Redis:
-    """A Redis client that fails fast: the units decide themselves when to retry."""
+    """A Redis client that fails fast: the units decide themselves when to retry. With an
+    ACL user and password, and over TLS for a rediss:// URL (see `router.redisauth`)."""
+    options: dict[str, Any] = {}
+    if settings.username is not None:
+        options["username"] = settings.username
+    if settings.tls:
+        verify = settings.tls_verify
+        options.update(
+            ssl_cert_reqs="required" if verify else "none",
+            ssl_check_hostname=verify,
+            ssl_ca_certs=str(settings.tls_ca_file) if settings.tls_ca_file else None,
+            ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
+            ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
+        )
     return redis.Redis.from_url(
         settings.url,
-        password=settings.password.get_secret_value() if settings.password else None,
+        password=settings.secret(),
         socket_timeout=settings.socket_timeout_s,
         socket_connect_timeout=settings.socket_timeout_s,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=30,
+        **options,
     )
 
 

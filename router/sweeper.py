@@ -29,12 +29,13 @@ from typing import Any
 import redis
 from confluent_kafka import KafkaException, Producer
 
-from router import clients, events, schemas
+from router import clients, events, kafkaauth, schemas
 from router.config import RouterSettings
 from router.exporter import Exporter, open_groups
 from router.horizon import NEVER, HorizonReader, Horizons, HorizonUnknown
 from router.metrics import Metrics, MetricsPublisher, metrics_key
 from router.offsets import CommittedOffsets
+from router.redisauth import check_access
 from router.routing import STOPPED
 from router.side import side_spec, table_for
 from router.table import ManagementTable, Side
@@ -101,6 +102,9 @@ class Sweeper:
     def run(self) -> int:
         interval = self.settings.sweeper.interval_ms / 1000
         log.info("sweeper %s starting, every %.1fs", self.instance, interval)
+        # RedisRefused, KafkaRefused: retrying cannot help
+        check_access(self._redis, self.settings)
+        kafkaauth.check_access(self.settings, "sweeper")
         # What senders held back before this process started is unknown: as after an outage.
         self.horizons.after_outage()
         self.exporter.start()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from router import clients
+from router import clients, kafkaauth
 from router.batch import TP, Batch
 from router.bookkeeping import count_committed, forget_committed, tracker
 from router.config import RouterSettings
@@ -26,6 +26,7 @@ from router.faults import Faults
 from router.holds import Backoff, Holds
 from router.leases import LeaseLost, Leases
 from router.metrics import Metrics, MetricsPublisher, metrics_key
+from router.redisauth import RedisRefused, check_access
 from router.session import TransactionalSession, TxnFailed, TxnState
 from router.side import SideSpec, table_for
 from router.source import FatalUnitError, Source
@@ -108,6 +109,11 @@ class TransferUnit:
             self.spec.group_id,
             f", FAULT INJECTION {self.faults.probability}" if self.faults else "",
         )
+        try:  # refused credentials or ACLs: retrying cannot help
+            check_access(self.redis, self.settings)
+            kafkaauth.check_access(self.settings, self.role)
+        except (RedisRefused, kafkaauth.KafkaRefused) as exc:
+            raise FatalUnitError(str(exc)) from exc
         while not self.session.start():
             if self._stop.is_set():
                 return 0

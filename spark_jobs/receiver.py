@@ -273,9 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     config = ReceiverConfig(
         receive_queues=queues,
-        kafka=kafka_options(
-            settings.kafka.bootstrap_servers, key_values(args.kafka_option, "--kafka-option")
-        ),
+        kafka=kafka_options(settings.kafka, key_values(args.kafka_option, "--kafka-option")),
         checkpoint=args.checkpoint,
         output=args.output,
         group_timeout_ms=int(args.group_timeout_seconds * 1000),

@@ -431,9 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     config = SenderConfig(
         send_queues=queues,
-        kafka=kafka_options(
-            settings.kafka.bootstrap_servers, key_values(args.kafka_option, "--kafka-option")
-        ),
+        kafka=kafka_options(settings.kafka, key_values(args.kafka_option, "--kafka-option")),
         checkpoint=args.checkpoint,
         rejects=args.rejects,
         segment_bytes=args.segment_bytes,

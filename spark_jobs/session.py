@@ -179,7 +179,9 @@ def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="A Kafka client property for Spark's connector (Java client names, e.g. "
-        "security.protocol=SSL); repeatable.",
+        "max.poll.records=500); repeatable. No secrets: security comes from the router's "
+        "settings (kafka.client_config, ROUTER_KAFKA__SASL_PASSWORD or "
+        "kafka.sasl_password_file), which the jobs pass to the connector.",
     )
 
 
@@ -193,9 +195,58 @@ def router_settings(args: argparse.Namespace) -> Any:
     return load_settings(args.config, **overrides)
 
 
-def kafka_options(bootstrap_servers: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Options of Spark's Kafka source and sink (`kafka.`-prefixed client properties)."""
-    options = {"kafka.bootstrap.servers": bootstrap_servers}
+# Java client properties that hold a secret: never on a command line (ps, shell history,
+# Spark's UI show it). They come from the router's settings: ROUTER_KAFKA__SASL_PASSWORD
+# or kafka.sasl_password_file.
+SECRET_OPTIONS = ("sasl.jaas.config", "password", "ssl.key.pem", "secret")
+
+LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def security_options(kafka: Any) -> dict[str, str]:
+    """The router's Kafka security settings (librdkafka names, `router.config.KafkaSettings`)
+    as Spark's Kafka connector takes them (Java client names, `kafka.`-prefixed): the
+    protocol, the SASL mechanism and login (password from the settings: environment or
+    secret file), and the CA file as a PEM trust store."""
+    common = kafka.common()
+    out: dict[str, str] = {}
+    for key in ("security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm"):
+        if key in common:
+            out[f"kafka.{key}"] = str(common[key])
+    if "ssl.ca.location" in common:
+        out["kafka.ssl.truststore.type"] = "PEM"
+        out["kafka.ssl.truststore.location"] = str(common["ssl.ca.location"])
+    user, password = common.get("sasl.username"), common.get("sasl.password")
+    if user is not None and password is not None:
+        mechanism = str(common.get("sasl.mechanism", "PLAIN")).upper()
+        module = LOGIN_MODULES.get(mechanism)
+        if module is None:
+            raise ValueError(f"the Spark jobs cannot log in with SASL mechanism {mechanism}")
+        quote = lambda v: str(v).replace("\\", "\\\\").replace('"', '\\"')  # noqa: E731
+        out["kafka.sasl.jaas.config"] = (
+            f'{module} required username="{quote(user)}" password="{quote(password)}";'
+        )
+    return out
+
+
+def kafka_options(kafka: Any, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Options of Spark's Kafka source and sink (`kafka.`-prefixed client properties):
+    the bootstrap servers and security of the router's Kafka settings (or just bootstrap
+    servers, given as a string), then `extra` (from --kafka-option: no secrets)."""
+    if isinstance(kafka, str):
+        options = {"kafka.bootstrap.servers": kafka}
+    else:
+        options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, **security_options(kafka)}
     for key, value in (extra or {}).items():
+        if any(word in key.lower() for word in SECRET_OPTIONS):
+            raise argparse.ArgumentTypeError(
+                f"--kafka-option {key}=... would put a secret on the command line: set "
+                "kafka.client_config (sasl.username, sasl.mechanism, security.protocol) and "
+                "ROUTER_KAFKA__SASL_PASSWORD or kafka.sasl_password_file instead"
+            )
         options[key if key.startswith("kafka.") else f"kafka.{key}"] = value
     return options

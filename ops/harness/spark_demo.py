@@ -200,7 +200,7 @@ def run_spark_demo(
     input_dir, output_dir = run_dir / "input", run_dir / "output"
     pipeline = Pipeline(base, pipeline_spec, run_dir, name=biz.run_id, keep=keep)
     t = pipeline.settings.topology
-    kafka = kafka_options(pipeline.settings.kafka.bootstrap_servers)
+    kafka = kafka_options(pipeline.settings.kafka)
     say(
         f"spark demo: topology {t.name!r}: Spark sender -> {len(t.send_queues)} send "
         f"queues x {t.send_queue_partitions} partitions -> {t.receive_units} receive-side "
