@@ -67,6 +67,7 @@ def count_committed(metrics: Metrics, out: Output) -> None:
         ("ordinary", out.forwarded - out.grouped),
         ("finals", len(out.finals)),
         ("dead_letters", out.dead),
+        ("expired", out.expired),
         ("parked", out.parked),
         ("groups_stopped", out.groups_stopped),
         ("orphans_parked", out.orphans_parked),

@@ -8,12 +8,13 @@ can keep the group whole and its poison policy can apply. Nothing here talks to 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import partial
 
 from confluent_kafka import Message
 
-from router import contract, schemas
+from router import contract, lifetime, schemas
 from router.batch import Batch, Item
 from router.config import RouterSettings
 from router.contract import CONTROL, BadInput
@@ -41,6 +42,8 @@ class Classifier:
         # Payloads are checked where they enter the path: on the send side.
         self.validators = payload_validators(settings) if side == "send" else {}
         self.side = side
+        self.hop = f"{side} unit"
+        self.clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
         # Source positions whose record the broker refused earlier (e.g. too large for
         # the destination topic): dead-lettered when the batch is replayed.
         self.rejected: dict[tuple[str, int, int], str] = {} if rejected is None else rejected
@@ -50,6 +53,7 @@ class Classifier:
         validators = self.validators
         rejected = self.rejected
         items = batch.items
+        now_ms = self.clock_ms()
         for m in messages:
             tp = batch.track(m)
             try:
@@ -77,6 +81,9 @@ class Classifier:
                     item.close = True
                     items.append(item)
                     continue
+                gone = self._expiry(item, r, headers, now_ms) if headers else None
+                if gone is not None:
+                    raise gone
                 if size > self.max_record:
                     raise r.bad(
                         "oversized",
@@ -106,3 +113,33 @@ class Classifier:
                 )
                 item.stop = bad.guarantee_id is not None and policy == "stop-group"
             items.append(item)
+
+    def _expiry(
+        self, item: Item, r: contract.Routing, headers: contract.Headers, now_ms: int
+    ) -> BadInput | None:
+        """Read the message's lifetime (`router.lifetime`) into `item.expires_ms`; the
+        reason it is not forwarded if its lifetime ended. A malformed lifetime header
+        raises BadInput(`bad-lifetime`) for the message's group."""
+        rules = self.rules
+        ts_type, ts = item.m.timestamp()
+        try:
+            life = lifetime.read(
+                headers,
+                ts if ts_type else None,
+                min_lifetime_ms=rules.min_lifetime_ms,
+                max_lifetime_ms=rules.max_lifetime_ms,
+                default_on_expiry=rules.on_expiry,
+            )
+        except BadInput as malformed:
+            raise r.bad(malformed.code, malformed.detail) from None
+        if life is None:
+            return None
+        item.expires_ms = life.expires_ms
+        gone = lifetime.expired_input(life, now_ms, self.hop)
+        if gone is None:
+            return None
+        bad = r.bad(gone.code, gone.detail)
+        bad.expires_ms, bad.on_expiry = life.expires_ms, life.on_expiry
+        if r.guarantee_id is not None:  # its group's outcome: the poison machinery's
+            bad.on_poison = "stop-group" if life.on_expiry == "expire-group" else "dead-letter"
+        return bad

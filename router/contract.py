@@ -95,6 +95,8 @@ class BadInput(Exception):
         self.final: bool = False  # its final flag, if readable: a bad final still ends its group
         self.complete: bool = False  # whole-group delivery asked for, if readable
         self.logical: bool = False  # logical order asked for, if readable (seq or not)
+        self.expires_ms: int | None = None  # an expired message's instant (router.lifetime)
+        self.on_expiry: str | None = None  # ... and its group's outcome
 
 
 @dataclass(frozen=True, slots=True)

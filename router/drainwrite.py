@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from router import contract, room
+from router import contract, letters, lifetime, room
 from router.batch import TP, Batch, Item
 from router.contract import BadInput
 from router.emit import Output, Record, new_record
@@ -43,10 +43,11 @@ def forward(
             out.closes += 1
             out.finals.append((gid, p.token))
             continue
-        if p.bad is not None:
-            item = Item(m, headers, None, p.bad)
-            out.records.append(emitter.dead_letter(item, p.bad, now_ms, p.source()))
-            out.dead += 1
+        bad = p.bad or _expired_while_parked(d, gid, p, headers, now_ms)
+        if bad is not None:
+            item = Item(m, headers, None, bad)
+            out.records.append(emitter.dead_letter(item, bad, now_ms, p.source()))
+            out.lettered(bad)
             if p.final and not room.is_pseudo(gid):
                 out.finals.append((gid, p.token))
                 if d.spec.side == "send":
@@ -65,6 +66,28 @@ def forward(
         out.drained += 1
     if with_marker:
         marker(d, tp, gid, parked[-1].m.offset(), out, batch)
+
+
+def _expired_while_parked(
+    d: Drain, gid: str, p: Parked, headers: list[tuple[str, bytes | None]], now_ms: int
+) -> BadInput | None:
+    """A parked message whose lifetime (the instant the send unit stamped on it) ended
+    while it waited: not forwarded, an ExpiredMessage event instead. Its group goes on
+    without it (a final still ends the group): the drain skips it whatever the group's
+    message-on-expiry, since stopping a group is the route step's decision."""
+    at = letters.instant(headers)
+    if at is None or now_ms < at:
+        return None
+    bad = BadInput(
+        lifetime.EXPIRED,
+        f"lifetime ended {now_ms - at} ms before it left the {d.spec.side}-side waiting room "
+        f"(expires at {at}; skipped)",
+    )
+    if not room.is_pseudo(gid):
+        bad.guarantee_id, bad.seq, bad.final = gid, p.seq, p.final
+        bad.on_expiry = "skip"
+    bad.expires_ms = at
+    return bad
 
 
 def dead_letter_rest(
@@ -96,7 +119,7 @@ def dead_letter_rest(
             continue  # a close marker: no message of the sender's to dead-letter
         item = Item(p.m, p.headers(), None)
         out.records.append(d.emitter.dead_letter(item, p.bad or bad, now_ms, p.source()))
-        out.dead += 1
+        out.lettered(p.bad or bad)
     marker(d, tp, gid, parked[-1].m.offset(), out, batch)
 
 

@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from router import contract, events, room, schemas
+from router import contract, events, letters, lifetime, room, schemas
 from router.batch import Batch, Item, where
 from router.config import RouterSettings
 from router.contract import BadInput
@@ -50,6 +50,7 @@ class Output:
     forwarded: int = 0
     grouped: int = 0
     dead: int = 0
+    expired: int = 0  # not forwarded: their lifetime ended (ExpiredMessage events)
     parked: int = 0
     groups_stopped: int = 0
     orphans_parked: int = 0
@@ -68,7 +69,21 @@ class Output:
 
     @property
     def consumed(self) -> int:
-        return self.forwarded + self.dead + self.parked + self.closes + self.parked_in_room
+        return (
+            self.forwarded
+            + self.dead
+            + self.expired
+            + self.parked
+            + self.closes
+            + self.parked_in_room
+        )
+
+    def lettered(self, bad: BadInput) -> None:
+        """Count a message `Emitter.dead_letter` wrote for: a dead letter, or expired."""
+        if bad.code == lifetime.EXPIRED:
+            self.expired += 1
+        else:
+            self.dead += 1
 
 
 # Record(...) without the generated __new__'s call overhead (the emit loop's hot path)
@@ -120,21 +135,19 @@ class Emitter:
                     out.finals.append((item.routing.guarantee_id or "", _token(item)))
                 continue
             if dest in (PARKED, ORPHAN):
-                out.parked += 1
                 self._park(item, dest == ORPHAN, now_ms, out)
                 continue
             if dest is not None and dest.startswith(STOPPING):
-                out.parked += 1
                 self._park(item, False, now_ms, out)
                 if add_origin and dest[2:] != NO_DEST:
                     records.append(self.close_marker(item, dest[2:], out))
                 continue
             if dest == SPANS:
-                out.dead += 1
+                out.lettered(item.bad or _spans(item))
                 records.append(self.dead_letter(item, item.bad or _spans(item), now_ms))
                 continue
             if dest == DUPLICATE:  # logical order: a late member of a finished group
-                out.dead += 1
+                out.lettered(item.bad or _late(item))
                 out.seq_duplicates += item.bad is None
                 records.append(self.dead_letter(item, item.bad or _late(item), now_ms))
                 continue
@@ -147,7 +160,7 @@ class Emitter:
                     records.append(self._staging_aborted(item, now_ms, out))
                 continue
             if item.bad is not None:
-                out.dead += 1
+                out.lettered(item.bad)
                 records.append(self.dead_letter(item, item.bad, now_ms))
                 r, bad = item.routing, item.bad
                 gid, final = (r.guarantee_id, r.final) if r else (bad.guarantee_id, bad.final)
@@ -166,6 +179,8 @@ class Emitter:
             if add_origin:
                 origin = (contract.ORIGIN, f"{m.topic()}/{m.partition()}/{m.offset()}".encode())
                 headers = [*headers, origin] if headers else [origin]
+                if item.expires_ms is not None:  # the next hops judge by the same instant
+                    headers = lifetime.stamped(headers, item.expires_ms)
             value = m.value()
             ts_type, ts = m.timestamp()
             big = value is not None and len(value) > TRACK_DELIVERY_BYTES
@@ -190,7 +205,11 @@ class Emitter:
         self, item: Item, bad: BadInput, now_ms: int, source: tuple[str, int, int] | None = None
     ) -> Record:
         """The dead letter of `item`, with its reason; `source`: the position to report
-        if not the record's own (a parked record's send-queue or transfer position)."""
+        if not the record's own (a parked record's send-queue or transfer position). An expired
+        message is not a dead letter: its ExpiredMessage event (`router.letters`)."""
+        if bad.code == lifetime.EXPIRED:
+            key, value, headers = letters.expired_event(self, item, bad, now_ms, source)
+            return Record(self.events_topic, -1, key, value, headers, 0, None)
         m = item.m
         ts_type, ts = m.timestamp()
         topic, partition, offset = source or (m.topic(), m.partition(), m.offset())
@@ -239,7 +258,8 @@ class Emitter:
 
     def _park(self, item: Item, orphan: bool, now_ms: int, out: Output) -> None:
         """A message of a stopped group, or an orphan: dead-lettered, in order, and
-        forwarded nowhere. A malformed one keeps its own reason."""
+        forwarded nowhere. A malformed one keeps its own reason; an expired one (its own
+        reason too) is an ExpiredMessage event, counted as expired, not parked."""
         m = item.m
         gid = (
             (item.routing.guarantee_id if item.routing else None)
@@ -274,6 +294,10 @@ class Emitter:
             reason = item.bad or BadInput(
                 "group-stopped", f"group {gid!r} is stopped (policy stop-group); parked"
             )
+        if reason.code == lifetime.EXPIRED:
+            out.expired += 1
+        else:
+            out.parked += 1
         out.records.append(self.dead_letter(item, reason, now_ms))
 
     def _park_in_room(self, item: Item) -> Record:
@@ -295,6 +319,8 @@ class Emitter:
             headers.append((contract.BAD, f"{bad.code}|{int(final)}|{bad.detail}".encode()))
         if self.spec.side == "send":
             headers.append((contract.ORIGIN, position))
+            if item.expires_ms is not None:
+                headers = lifetime.stamped(headers, item.expires_ms)
         ts_type, ts = m.timestamp()
         partition = zlib.crc32(gid.encode()) % self.room_partitions
         return Record(

@@ -16,6 +16,8 @@ TABLE_RESET = "router.events.TableReset"
 GROUP_WAIT_TIMED_OUT = "router.events.GroupWaitTimedOut"
 GROUP_STAGING_ABORTED = "router.events.GroupStagingAborted"
 SEQUENCE_GAP = "router.events.SequenceGap"
+EXPIRED_MESSAGE = "router.events.ExpiredMessage"
+HOPS = {"send": "SEND_UNIT", "receive": "RECEIVE_UNIT", "receiver": "RECEIVER"}
 
 SIDES = {"send": "SEND", "receive": "RECEIVE"}
 
@@ -201,3 +203,44 @@ def dead_letter(
         "dead_lettered_at": now_ms,
     }
     return schemas.encode(DEAD_LETTER, record)
+
+
+def expired_message(
+    error: BadInput,
+    *,
+    hop: str,
+    topology: str,
+    unit: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int | None,
+    expires_ms: int | None,
+    on_expiry: str | None,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    now_ms: int,
+) -> bytes:
+    """A message not delivered because its lifetime ended (`router.lifetime`); `hop`:
+    send, receive (the units) or receiver (the library)."""
+    record: dict[str, Any] = {
+        "guarantee_id": error.guarantee_id,
+        "seq": error.seq,
+        "final": error.final,
+        "on_expiry": on_expiry.upper().replace("-", "_") if on_expiry else None,
+        "hop": HOPS[hop],
+        "topology": topology,
+        "unit": unit,
+        "source_topic": topic,
+        "source_partition": partition,
+        "source_offset": offset,
+        "source_timestamp": timestamp_ms,
+        "expires_at": expires_ms,
+        "expired_at": now_ms,
+        "detail": error.detail,
+        "key": key,
+        "value_size": len(value) if value is not None else 0,
+        "headers": [{"key": k, "value": v} for k, v in (headers or [])],
+    }
+    return schemas.encode(EXPIRED_MESSAGE, record)

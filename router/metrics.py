@@ -67,6 +67,7 @@ MetricName = Literal[
     "seq_duplicates",  # logical order: members below the next number, dead-lettered
     "sequence_gaps",  # logical order: gaps open past routing.gap_timeout_ms (SequenceGap)
     "wait_timeouts",  # sweeper: groups that waited past routing.max_wait_ms
+    "expired",  # not forwarded: their lifetime ended (ExpiredMessage events)
 ]
 
 # Timings, as Prometheus histograms (seconds); labels in `router.prom`.

@@ -60,6 +60,9 @@ class PipelineSpec:
     busy_policy: Literal["share", "hold", "wait"] = "share"
     default_ttl_ms: int = 300_000
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Per role ("send-unit", "receive-unit", "sweeper"), on top of extra_env: e.g. each
+    # role's own Kafka and Redis user on a secured stack (tests/integration/secure).
+    role_env: dict[str, dict[str, str]] = field(default_factory=dict)
     metrics: bool = False  # each process serves Prometheus metrics on a free port
 
 
@@ -131,16 +134,22 @@ class Pipeline:
             self.cleanup()
 
     def start(self, ready_timeout: float = 90.0) -> None:
+        self.prepare()
+        env = self.spec.role_env
+        self.fleet.start("send-unit", self.spec.send_units, env.get("send-unit"))
+        self.fleet.start("receive-unit", self.spec.receive_units, env.get("receive-unit"))
+        if self.spec.sweepers:
+            self.fleet.start("sweeper", self.spec.sweepers, env.get("sweeper"))
+        self.wait_ready(ready_timeout)
+
+    def prepare(self) -> None:
+        """The run's topics, fresh, with LogAppendTime where judged; no process yet (a
+        test may start the roles one at a time with `fleet.start`)."""
         if not self._started:
             self.refuse_leftovers()
             self._started = True
         ensure_topics(self.settings, self._admin)
         self.use_append_time()
-        self.fleet.start("send-unit", self.spec.send_units)
-        self.fleet.start("receive-unit", self.spec.receive_units)
-        if self.spec.sweepers:
-            self.fleet.start("sweeper", self.spec.sweepers)
-        self.wait_ready(ready_timeout)
 
     def refuse_leftovers(self, timeout: float = 30.0) -> None:
         """A run's verdict reads its topics from the beginning: topics of the same name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -25,7 +27,7 @@ def test_sender_picks_the_least_backlog_partition_and_keeps_a_group_on_it(
     raw.flush(10)
 
     # Backlog measured once, then estimated locally; no slack: strictly the least backlog.
-    sender = Sender(s, backlog_refresh_s=3600, sticky_slack=0)
+    sender = Sender.from_settings(s, backlog_refresh_s=3600, sticky_slack=0)
     receipts = [sender.send(b"line", guarantee_id="g1", final=i == 19) for i in range(20)]
     assert {(r.topic, r.partition) for r in receipts} == {(queue, 2)}
     assert [r.seq for r in receipts] == list(range(20))
@@ -35,7 +37,8 @@ def test_sender_picks_the_least_backlog_partition_and_keeps_a_group_on_it(
     sender.flush(10)
     # With a slack, a sender's next group stays where its last one went while that
     # partition's backlog is within the slack of the least.
-    sticky = Sender(s, backlog_refresh_s=0, sticky_slack=20)  # measures on every new group
+    # backlog_refresh_s=0: measures on every new group
+    sticky = Sender.from_settings(s, backlog_refresh_s=0, sticky_slack=20)
     assert sticky.send(b"a", guarantee_id="s1", final=True).partition == 1  # 6: the least
     sticky.flush(10)
     for _ in range(5):
@@ -43,7 +46,7 @@ def test_sender_picks_the_least_backlog_partition_and_keeps_a_group_on_it(
     raw.flush(10)
     # Backlogs now 10, 12, 20: partition 0 is least, but 12 <= 10 + 20 keeps partition 1.
     assert sticky.send(b"b", guarantee_id="s2", final=True).partition == 1
-    strict = Sender(s, backlog_refresh_s=0, sticky_slack=0)
+    strict = Sender.from_settings(s, backlog_refresh_s=0, sticky_slack=0)
     strict.send(b"c", guarantee_id="s3", final=True)
     assert strict.send(b"d", guarantee_id="s4", final=True).partition == 0
     sticky.flush(10)
@@ -86,18 +89,38 @@ def test_receiver_commits_only_what_was_processed(topology: TopologyFactory) -> 
     producer.abort_transaction(30)
 
     group = unique("app")
-    first = Receiver(s, [queue], group_id=group)
+    first = Receiver.from_settings(s, [queue], group_id=group)
     got: list[bytes | None] = []
     assert first.process(lambda m: got.append(m.value), max_messages=3, idle_timeout=30) == 3
     first.close()
     assert got == [b"m0", b"m1", b"m2"]
 
-    second = Receiver(s, [queue], group_id=group)
+    second = Receiver.from_settings(s, [queue], group_id=group)
     assert second.receive(30).value == b"m3"  # resumes after the last processed message
     assert second.receive(30).value == b"m4"
     with pytest.raises(ReceiveTimeout):
         second.receive(1.0)  # the aborted record is never delivered
     second.close()
+
+
+def test_receive_raises_its_timeout_within_ten_percent_of_the_time_asked(
+    topology: TopologyFactory,
+) -> None:
+    """Receive with a wait time (seed 001's "receive with wait"): on an empty queue,
+    `receive(t)` raises ReceiveTimeout no sooner than t and within 10% after it, whether
+    the group is still joining (the first call) or settled (the second)."""
+    s = topology()
+    queue = s.topology.receive_queues[0]
+    receiver = Receiver.from_settings(s, [queue], group_id=unique("wait"))
+    try:
+        for asked in (3.0, 1.5):
+            started = time.monotonic()
+            with pytest.raises(ReceiveTimeout, match=f"within {asked}s"):
+                receiver.receive(asked)
+            took = time.monotonic() - started
+            assert asked <= took <= asked * 1.1, f"receive({asked}) raised after {took:.3f}s"
+    finally:
+        receiver.close()
 
 
 def test_topics_create_is_idempotent_and_grows_the_transfer_topic(
