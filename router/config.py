@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,144 +21,29 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-# librdkafka properties that hold a secret: never in `client_config` (printed, and often
-# passed on command lines), always in the SecretStr fields or a secret file.
-SECRET_CLIENT_KEYS = frozenset(
-    {
-        "sasl.password",
-        "ssl.key.password",
-        "ssl.keystore.password",
-        "ssl.key.pem",
-        "sasl.oauthbearer.client.secret",
-        "sasl.jaas.config",
-    }
+from router.serversettings import (  # re-exported: one place to import settings from
+    SECRET_CLIENT_KEYS,
+    KafkaSettings,
+    RedisSettings,
+    _Section,
+    read_secret,
 )
 
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
-def read_secret(path: Path, what: str) -> str:
-    """A secret from a file (its first line; a mounted secret, a file of mode 600), read
-    when a client is built, never at import time."""
-    try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read the {what} file {path}: {exc.strerror}") from exc
-    lines = text.splitlines()
-    if not lines or not lines[0]:
-        raise ValueError(f"the {what} file {path} is empty")
-    return lines[0]
-
-
-class KafkaSettings(_Section):
-    bootstrap_servers: str = "127.0.0.1:9092"
-    # Extra librdkafka properties for every client (security.protocol, ssl.ca.location,
-    # sasl.mechanism, sasl.username, ...). Secrets go in the SecretStr fields below, or in
-    # a file named by sasl_password_file (README: "Production deployment").
-    client_config: dict[str, str] = Field(default_factory=dict)
-    sasl_password: SecretStr | None = None
-    sasl_password_file: Path | None = None
-    ssl_key_password: SecretStr | None = None
-    # Consumer group protocol of the units: "consumer" (KIP-848) or "classic".
-    group_protocol: Literal["consumer", "classic"] = "consumer"
-    # A killed unit's open transaction blocks read_committed readers of its partitions
-    # until the broker aborts it, so keep this short.
-    transaction_timeout_ms: int = Field(10_000, ge=1_000)
-    linger_ms: int = Field(5, ge=0)
-    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
-    # Topic creation ("router topics create").
-    replication_factor: int = Field(1, ge=1)
-    min_insync_replicas: int = Field(1, ge=1)
-    max_message_bytes: int = Field(1_048_576, ge=1024)
-
-    @field_validator("client_config")
-    @classmethod
-    def _no_secrets_in_client_config(cls, value: dict[str, str]) -> dict[str, str]:
-        secret = sorted(SECRET_CLIENT_KEYS & set(value))
-        if secret:
-            raise ValueError(
-                f"client_config may not hold secrets ({', '.join(secret)}): use "
-                "kafka.sasl_password (ROUTER_KAFKA__SASL_PASSWORD), kafka.sasl_password_file "
-                "or kafka.ssl_key_password"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _one_password_source(self) -> KafkaSettings:
-        if self.sasl_password is not None and self.sasl_password_file is not None:
-            raise ValueError("set kafka.sasl_password or kafka.sasl_password_file, not both")
-        return self
-
-    def common(self) -> dict[str, str | int]:
-        """librdkafka properties shared by every client, secrets included."""
-        config: dict[str, str | int] = {"bootstrap.servers": self.bootstrap_servers}
-        config.update(self.client_config)
-        if self.sasl_password is not None:
-            config["sasl.password"] = self.sasl_password.get_secret_value()
-        elif self.sasl_password_file is not None:
-            config["sasl.password"] = read_secret(self.sasl_password_file, "kafka.sasl_password")
-        if self.ssl_key_password is not None:
-            config["ssl.key.password"] = self.ssl_key_password.get_secret_value()
-        return config
-
-
-class RedisSettings(_Section):
-    # redis:// or, for TLS, rediss://; credentials never in the URL (it is printed).
-    url: str = "redis://127.0.0.1:6379/0"
-    # The ACL user (Redis 6+; None: "default") and its password, or a file holding it.
-    username: str | None = None
-    password: SecretStr | None = None
-    password_file: Path | None = None
-    # TLS (rediss:// only): the CA that signed the server's certificate (None: the
-    # system's), a client certificate and key for mutual TLS, and whether to verify the
-    # server's certificate and host name (only ever off for a throwaway test server).
-    tls_ca_file: Path | None = None
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_verify: bool = True
-    key_prefix: str = "router"
-    socket_timeout_s: float = Field(2.0, gt=0)
-
-    @field_validator("url")
-    @classmethod
-    def _no_credentials_in_url(cls, value: str) -> str:
-        if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("redis.url must start with redis://, rediss:// (TLS) or unix://")
-        netloc = value.split("://", 1)[1].split("/", 1)[0]
-        if "@" in netloc:
-            raise ValueError(
-                "redis.url may not hold credentials (it is printed and logged): use "
-                "redis.username and redis.password (ROUTER_REDIS__PASSWORD) or redis.password_file"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> RedisSettings:
-        if self.password is not None and self.password_file is not None:
-            raise ValueError("set redis.password or redis.password_file, not both")
-        tls = (self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
-        if any(tls) and not self.tls:
-            raise ValueError("redis.tls_* files need a rediss:// URL (TLS)")
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("redis.tls_cert_file and redis.tls_key_file go together")
-        return self
-
-    @property
-    def tls(self) -> bool:
-        return self.url.startswith("rediss://")
-
-    def secret(self) -> str | None:
-        """The password, from the settings or read from its file now."""
-        if self.password is not None:
-            return self.password.get_secret_value()
-        if self.password_file is not None:
-            return read_secret(self.password_file, "redis.password")
-        return None
+__all__ = [
+    "SECRET_CLIENT_KEYS",
+    "KafkaSettings",
+    "MetricsSettings",
+    "RedisSettings",
+    "RouterSettings",
+    "RoutingSettings",
+    "SweeperSettings",
+    "TopologySettings",
+    "UnitSettings",
+    "load_settings",
+    "read_secret",
+]
 
 
 class TopologySettings(_Section):
