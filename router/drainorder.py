@@ -90,7 +90,7 @@ class LogicalOrder:
                 out.seq_duplicates += 1
             item = Item(p.m, p.headers(), None)
             out.records.append(d.emitter.dead_letter(item, bad, now_ms, p.source()))
-            out.dead += 1
+            out.lettered(bad)  # an expired one: its ExpiredMessage event
         if plan.forward:
             if gid not in d.opening:  # its first drain: how long it waited
                 ts_type, ts = plan.forward[0].m.timestamp()

@@ -102,6 +102,7 @@ class Emitter:
         self.room_topic = settings.topology.room_topic(spec.side)
         self.room_partitions = settings.routing.room_partitions
         self.max_staged = settings.routing.max_staged_messages
+        self.on_expiry = settings.routing.on_expiry  # a group's default (router.lifetime)
 
     def emit(self, batch: Batch, now_ms: int) -> Output:
         out = Output()

@@ -44,7 +44,7 @@ def expired_event(
         offset=offset,
         timestamp_ms=ts if ts_type else None,
         expires_ms=expires_ms,
-        on_expiry=bad.on_expiry if bad.guarantee_id is not None else None,
+        on_expiry=_on_expiry(emitter, item, bad) if bad.guarantee_id is not None else None,
         key=m.key(),
         value=m.value(),
         headers=item.headers,
@@ -54,6 +54,17 @@ def expired_event(
     headers: Headers = [(schemas.SCHEMA_HEADER, events.EXPIRED_MESSAGE.encode())]
     key = bad.guarantee_id.encode() if bad.guarantee_id else m.key()
     return key, record, headers
+
+
+def _on_expiry(emitter: Emitter, item: Item, bad: BadInput) -> str:
+    """The group's outcome; for a member read back from the room (whose reason there keeps
+    no outcome), its own `message-on-expiry`, else the default."""
+    if bad.on_expiry is not None:
+        return bad.on_expiry
+    for k, v in item.headers or ():
+        if k == lifetime.ON_EXPIRY and v:
+            return v.decode("utf-8", "replace")
+    return emitter.on_expiry
 
 
 def instant(headers: Headers | None) -> int | None:

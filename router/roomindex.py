@@ -97,6 +97,8 @@ class RoomIndex:
         bad, final = parked_bad(raw, gid) if raw is not None else (None, final)
         raw_seq = headers.get(contract.SEQ)
         seq = int(raw_seq) if raw_seq and raw_seq.isdigit() else None
+        if bad is not None:
+            bad.seq = seq  # a dead letter's or an ExpiredMessage event's sequence number
         if not self._drained(tp, gid, m.offset(), seq):
             parked = Parked(m, final, token, bad, bad is None and control == contract.CLOSE, seq)
             self.groups.setdefault(tp, {}).setdefault(gid, []).append(parked)

@@ -92,8 +92,10 @@ class TableRoute:
         requests: list[RouteRequest] = []
         routed: list[Item] = []
         for item in batch.items:
-            if item.routing is None and (item.bad is None or item.bad.guarantee_id is None):
-                continue  # bad, and no group to keep whole: dead-lettered as it is
+            if item.bad is not None and item.bad.guarantee_id is None:
+                # bad (expired, say), and no group to keep whole: dead-lettered as it is,
+                # never given a destination (whose in-flight lease its batch would not end)
+                continue
             m = item.m
             force = bool(holds) and holds.timed_out((m.topic(), m.partition()), m.offset(), now)
             if force:
