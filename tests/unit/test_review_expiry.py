@@ -221,7 +221,8 @@ def test_skip_an_expired_middle_member_the_rest_goes_in_order_on_one_queue() -> 
     "the group's entry there but forwards nothing; the receive side's first record of the "
     "group is then member 1, a continuation without an entry: ORPHAN, and the whole rest "
     "of the group is dead-lettered as group-entry-missing (the same holds for a bad first "
-    "member under the dead-letter poison policy, and for member 0 expiring in the room)",
+    "member under the dead-letter poison policy, and for member 0 expiring in the room); "
+    "known limit, documented in docs/routing.md (Lifetime and expiry)",
 )
 def test_skip_an_expired_first_member_the_rest_of_its_group_is_still_delivered() -> None:
     """The send side skips member 0 (its entry is created by the dead-lettered member);
