@@ -34,6 +34,7 @@ class Item:
     bad: BadInput | None = None
     stop: bool = False  # bad, and its group's policy is stop-group
     close: bool = False  # a close marker from the send side (receive side only)
+    skip: bool = False  # a skip marker from the send side (receive side only)
     decision: str | None = None  # the route step's answer; None: not part of the table call
     expires_ms: int | None = None  # when its lifetime ends (router.lifetime), if it has one
 

@@ -73,6 +73,8 @@ def count_committed(metrics: Metrics, out: Output) -> None:
         ("orphans_parked", out.orphans_parked),
         ("close_markers", out.close_markers),
         ("closes", out.closes),
+        ("skip_markers", out.skip_markers),
+        ("skips", out.skips),
         ("room_parked", out.parked_in_room),
         ("room_drained", out.drained),
         ("staging_aborted", out.staging_aborted),

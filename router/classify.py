@@ -66,19 +66,23 @@ class Classifier:
                 r = item.routing = contract.parse(headers, rules)
                 value, key = m.value(), m.key()
                 size = (len(value) if value else 0) + (len(key) if key else 0)
-                control = False
+                control: bytes | None = None
                 if headers:
                     for k, v in headers:
                         size += len(k) + (len(v) if v else 0)
-                        control = control or k == CONTROL
-                if control:
+                        if k == CONTROL:
+                            control = v or b""
+                if control is not None:
                     if self.side == "send" or r.guarantee_id is None:
                         raise r.bad(
                             "bad-headers",
                             f"header {CONTROL!r} is reserved for the router's own "
                             "records on the transfer topic",
                         )
-                    item.close = True
+                    if control == contract.SKIP:
+                        item.skip = True  # routed as the member it stands for
+                    else:
+                        item.close = True
                     items.append(item)
                     continue
                 gone = self._expiry(item, r, headers, now_ms) if headers else None

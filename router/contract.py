@@ -51,6 +51,9 @@ ORIGIN = "router-origin"
 # Reserved: a send-queue message carrying it is dead-lettered (bad-headers).
 CONTROL = "router-control"
 CLOSE = b"close"
+# ... and "skip" a member the send side did not forward while its group goes on
+# (router/markers.py): the receive side routes it as that member and forwards nothing.
+SKIP = b"skip"
 # The waiting room (router/room.py, router/drain.py): a parked record names its group (or a
 # lane's ordinary pseudo-group) and its source position; a drain marker says how far a
 # group was drained.

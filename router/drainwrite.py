@@ -43,6 +43,9 @@ def forward(
             out.closes += 1
             out.finals.append((gid, p.token))
             continue
+        if p.skip:  # a member the send side did not forward: nothing to write
+            out.skips += 1
+            continue
         bad = p.bad or _expired_while_parked(d, gid, p, headers, now_ms)
         if bad is not None:
             item = Item(m, headers, None, bad)
@@ -52,6 +55,8 @@ def forward(
                 out.finals.append((gid, p.token))
                 if d.spec.side == "send":
                     out.records.append(emitter.close_marker(item, dest, out, p.token))
+            elif not room.is_pseudo(gid) and d.spec.side == "send":  # the group goes on
+                out.records.append(emitter.skip_marker(item, dest, out, p.token))
             continue
         ts_type, ts = m.timestamp()
         out.records.append(
@@ -115,8 +120,8 @@ def dead_letter_rest(
         )
     log.warning("dead-lettering %d parked records of group %r: %s", len(parked), gid, bad)
     for p in parked:
-        if p.close:
-            continue  # a close marker: no message of the sender's to dead-letter
+        if p.close or p.skip:
+            continue  # a marker: no message of the sender's to dead-letter
         item = Item(p.m, p.headers(), None)
         out.records.append(d.emitter.dead_letter(item, p.bad or bad, now_ms, p.source()))
         out.lettered(p.bad or bad)

@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from router import contract, events, letters, lifetime, room, schemas
+from router import contract, events, letters, lifetime, markers, room, schemas
 from router.batch import Batch, Item, where
 from router.config import RouterSettings
 from router.contract import BadInput
@@ -66,6 +66,8 @@ class Output:
     sequence_gaps: int = 0  # logical order: SequenceGap events
     closes: int = 0  # close markers consumed (receive side)
     close_markers: int = 0  # close markers produced (send side)
+    skips: int = 0  # skip markers consumed (receive side): routed, forwarded nowhere
+    skip_markers: int = 0  # skip markers produced (send side)
 
     @property
     def consumed(self) -> int:
@@ -75,6 +77,7 @@ class Output:
             + self.expired
             + self.parked
             + self.closes
+            + self.skips
             + self.parked_in_room
         )
 
@@ -126,6 +129,9 @@ class Emitter:
             if held and not batch.forwards(item):
                 continue  # held, or behind a held message of its partition
             dest = item.decision
+            if item.skip and dest not in (WAIT, UNSTAGED):  # routed as its member: no record
+                out.skips += 1
+                continue
             if item.close and dest == WAIT:  # its group waits: the close follows its parks
                 records.append(self._park_in_room(item))
                 out.parked_in_room += 1
@@ -169,6 +175,8 @@ class Emitter:
                     out.finals.append((gid, _token(item)))
                     if add_origin:
                         records.append(self.close_marker(item, dest, out))
+                elif gid and dest and dest[0] != "!" and add_origin:
+                    records.append(self.skip_marker(item, dest, out))  # the group goes on
                 continue
             assert dest is not None and item.routing is not None
             m = item.m
@@ -236,26 +244,12 @@ class Emitter:
         return Record(self.dead_letter_topic, -1, m.key(), record, headers, 0, None)
 
     def close_marker(self, item: Item, dest: str, out: Output, origin: str = "") -> Record:
-        """A close marker (send side): the group of `item` ends here without its final
-        being forwarded, so the receive side must release it. Sent to the group's transfer
-        partition after everything forwarded of the group, in the same transaction.
-        `origin`: the final's send-queue position, if `item` is not at it (the room)."""
-        m, r = item.m, item.routing
-        gid = r.guarantee_id if r is not None else item.bad.guarantee_id if item.bad else None
-        assert gid is not None
-        origin = origin or f"{m.topic()}/{m.partition()}/{m.offset()}"
-        headers: list[tuple[str, bytes | None]] = [
-            (contract.GUARANTEE_ID, gid.encode()),
-            (contract.FINAL, b"true"),
-            (contract.CONTROL, contract.CLOSE),
-            (contract.ORIGIN, origin.encode()),
-        ]
-        if r is not None:
-            headers.append((contract.TTL_MS, str(r.ttl_ms).encode()))
-        topic, partition = self.spec.target(dest)
-        log.info("group %r ended without its final at %s: closing it downstream", gid, where(m))
-        out.close_markers += 1
-        return Record(topic, partition, m.key(), None, headers, 0, None)
+        """The group of `item` ends here without its final forwarded (router.markers)."""
+        return markers.marker(self, item, dest, out, contract.CLOSE, origin)
+
+    def skip_marker(self, item: Item, dest: str, out: Output, origin: str = "") -> Record:
+        """`item`, a member of a group that goes on, is not forwarded (router.markers)."""
+        return markers.marker(self, item, dest, out, contract.SKIP, origin)
 
     def _park(self, item: Item, orphan: bool, now_ms: int, out: Output) -> None:
         """A message of a stopped group, or an orphan: dead-lettered, in order, and

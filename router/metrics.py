@@ -30,6 +30,8 @@ MetricName = Literal[
     "parked",  # messages of stopped groups and orphans, on the dead-letter topic
     "close_markers",  # send unit: groups ended without their final, closed downstream
     "closes",  # receive unit: close markers consumed (their groups released)
+    "skip_markers",  # send unit: members not forwarded while their group goes on
+    "skips",  # receive unit: skip markers consumed (routed as their member)
     "groups_stopped",  # poison messages that stopped their group (policy stop-group)
     "orphans",  # continuations with no table entry (table decisions)
     "orphans_parked",

@@ -32,6 +32,7 @@ class Parked:
     bad: BadInput | None = None  # parked to be dead-lettered in its place
     close: bool = False  # a close marker (receive side): ends the group, forwarded nowhere
     seq: int | None = None  # its `guarantee-seq`, if readable (logical order)
+    skip: bool = False  # a skip marker (receive side): a member not forwarded, nothing to write
 
     def source(self) -> tuple[str, int, int] | None:
         topic, _, rest = self.token.partition("/")
@@ -100,7 +101,9 @@ class RoomIndex:
         if bad is not None:
             bad.seq = seq  # a dead letter's or an ExpiredMessage event's sequence number
         if not self._drained(tp, gid, m.offset(), seq):
-            parked = Parked(m, final, token, bad, bad is None and control == contract.CLOSE, seq)
+            close = bad is None and control == contract.CLOSE
+            skip = bad is None and control == contract.SKIP
+            parked = Parked(m, final, token, bad, close, seq, skip)
             self.groups.setdefault(tp, {}).setdefault(gid, []).append(parked)
         return False
 

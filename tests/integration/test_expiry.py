@@ -81,12 +81,17 @@ def test_expired_messages_are_never_forwarded_and_each_has_one_event(
         ("x2", grouped("stopper", 2)),
         ("x3", grouped("stopper", 3, final=True)),
         ("o-plain", []),
+        ("f0", grouped("first", 0, extra=[*past, *skip])),  # its group still opens downstream
+        ("f1", grouped("first", 1)),
+        ("f2", grouped("first", 2, final=True)),
+        ("b0", grouped("badfirst", 0, extra=[(lifetime.LIFETIME_MS, b"soon")])),
+        ("b1", grouped("badfirst", 1, final=True)),
     ]
     produce(p, sent)
     queues = p.settings.topology.receive_queues
     wait_until(
         lambda: (
-            sum(p.unit_metrics().get("receive-unit", {}).get(k, 0) for k in ("messages_out",)) >= 6
+            sum(p.unit_metrics().get("receive-unit", {}).get(k, 0) for k in ("messages_out",)) >= 9
         ),
         60,
         "the live messages to be delivered",
@@ -96,21 +101,25 @@ def test_expired_messages_are_never_forwarded_and_each_has_one_event(
     read = everything(p)
     delivered = {q: [m.value().decode() for m in read[q]] for q in queues}
     values = [v for q in queues for v in delivered[q]]
-    assert sorted(values) == sorted(["o-live", "s0", "s2", "s3", "x0", "o-plain"]), delivered
-    skipper = next(delivered[q] for q in queues if "s0" in delivered[q])
-    assert [v for v in skipper if v.startswith("s")] == ["s0", "s2", "s3"]  # in order, one queue
+    expected = ["o-live", "s0", "s2", "s3", "x0", "o-plain", "f1", "f2", "b1"]
+    assert sorted(values) == sorted(expected), delivered
+    for group, members in (("s", ["s0", "s2", "s3"]), ("f", ["f1", "f2"]), ("b", ["b1"])):
+        queue = next(delivered[q] for q in queues if members[0] in delivered[q])
+        assert [v for v in queue if v.startswith(group)] == members  # in order, one queue
     gone = expired_events(read)
     assert {(e["guarantee_id"], e["seq"], e["on_expiry"], e["hop"]) for e in gone} == {
         (None, None, None, "SEND_UNIT"),
         ("skipper", 1, "SKIP", "SEND_UNIT"),
         ("stopper", 1, "EXPIRE_GROUP", "SEND_UNIT"),
+        ("first", 0, "SKIP", "SEND_UNIT"),
     }
-    assert len(gone) == 3
+    assert len(gone) == 4
     send_queue = p.settings.topology.send_queues[0]
     assert all(e["source_topic"] == send_queue for e in gone)
-    assert sorted(e["source_offset"] for e in gone) == [1, 3, 7]  # o-dead, s1, x1
+    assert sorted(e["source_offset"] for e in gone) == [1, 3, 7, 11]  # o-dead, s1, x1, f0
     dead = [schemas.decode(events.DEAD_LETTER, m.value()) for m in read["dlq"]]
     assert sorted((d["value"], d["reason_code"]) for d in dead) == [
+        (b"b0", "bad-lifetime"),
         (b"x2", "group-stopped"),
         (b"x3", "group-stopped"),
     ]

@@ -120,7 +120,12 @@ def test_emit_writes_an_expired_message_event_and_stamps_what_it_forwards() -> N
     )
     batch.items[0].decision, batch.items[1].decision = "0", "1"
     out = Emitter(SETTINGS, side_spec(SETTINGS, "send"), "unit-1").emit(batch, T0 + 501)
-    forwarded, event = out.records
+    forwarded, event, skip = out.records
+    # the group goes on without its member 0: the receive side routes a skip marker in its
+    # place (router.markers), so the group still opens there
+    assert (skip.topic, skip.partition, skip.value) == ("t.transfer", 1, None)
+    assert (contract.CONTROL, contract.SKIP) in skip.headers
+    assert (contract.SEQ, b"0") in skip.headers and (contract.GUARANTEE_ID, b"g") in skip.headers
     assert forwarded.topic == "t.transfer"
     assert (lifetime.ROUTER_EXPIRES_AT, str(T0 + 1000).encode()) in forwarded.headers
     assert event.topic == "t.events" and event.key == b"g"

@@ -215,19 +215,13 @@ def test_skip_an_expired_middle_member_the_rest_goes_in_order_on_one_queue() -> 
     assert hops.send.model.entries == {} and hops.receive.model.entries == {}  # released
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an expired first member (skip) is routed dead on the send side, which creates "
-    "the group's entry there but forwards nothing; the receive side's first record of the "
-    "group is then member 1, a continuation without an entry: ORPHAN, and the whole rest "
-    "of the group is dead-lettered as group-entry-missing (the same holds for a bad first "
-    "member under the dead-letter poison policy, and for member 0 expiring in the room); "
-    "known limit, documented in docs/routing.md (Lifetime and expiry)",
-)
 def test_skip_an_expired_first_member_the_rest_of_its_group_is_still_delivered() -> None:
-    """The send side skips member 0 (its entry is created by the dead-lettered member);
-    the receive side then gets the group from member 1 on: a continuation of a group it
-    has no entry for."""
+    """FIXED (router/markers.py): the send side skipped member 0 (its entry created by the
+    member it did not forward) and the receive side got the group from member 1 on, a
+    continuation without an entry: every later member was dead-lettered as
+    group-entry-missing. The send side now writes a skip marker in member 0's place,
+    which the receive side routes as that member (opening the group) and forwards
+    nowhere. The same holds for a bad first member under the dead-letter policy."""
     hops = TwoHops()
     hops.run(
         T0 + 100,
@@ -241,6 +235,24 @@ def test_skip_an_expired_first_member_the_rest_of_its_group_is_still_delivered()
     assert [e["seq"] for e in hops.expired()] == [0]
     assert hops.dead == [], [d["reason_code"] for d in hops.dead]
     assert hops.values() == [b"g1", b"g2"]
+    assert hops.send.outs[0].skip_markers == 1 and hops.receive.outs[0].skips == 1
+    assert hops.send.model.entries == {} and hops.receive.model.entries == {}  # released
+
+
+def test_a_bad_first_member_under_dead_letter_leaves_the_rest_of_its_group_delivered() -> None:
+    hops = TwoHops()
+    hops.run(
+        T0 + 100,
+        T0 + 100,
+        [
+            member(0, "g", 0, extra=[(lifetime.LIFETIME_MS, b"soon")]),
+            member(1, "g", 1),
+            member(2, "g", 2, final=True),
+        ],
+    )
+    assert [d["reason_code"] for d in hops.dead] == ["bad-lifetime"]
+    assert hops.values() == [b"g1", b"g2"]
+    assert len({q for q, _ in hops.delivered}) == 1
 
 
 def test_skip_an_expired_final_ends_its_group_on_both_sides() -> None:

@@ -1,0 +1,54 @@
+"""The send side's control records on the transfer topic (pure): what the receive side
+needs to know of a group member the send side did not forward.
+
+* `close` — the group ends here without its final being forwarded (a dead-lettered or
+  expired final, a stopped group): the receive side releases it.
+* `skip` — a member that is not forwarded (dead-lettered under the dead-letter poison
+  policy, or expired under `skip`) while its group goes on: the receive side routes it as
+  the member it stands for, so a group whose *first* member was skipped still opens there
+  (its next member would otherwise be a continuation without an entry, dead-lettered as
+  `group-entry-missing`), and forwards nothing.
+
+Both go to the group's transfer partition after everything forwarded of the group before
+them, in the same transaction, with no value."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from router import contract
+from router.batch import Item, where
+
+if TYPE_CHECKING:
+    from router.emit import Emitter, Output, Record
+
+log = logging.getLogger("router.emit")
+
+
+def marker(
+    emitter: Emitter, item: Item, dest: str, out: Output, kind: bytes, origin: str = ""
+) -> Record:
+    """A `kind` (contract.CLOSE or contract.SKIP) marker for `item`'s group on `dest`;
+    `origin`: the member's send-queue position, if `item` is not at it (the room)."""
+    from router.emit import Record  # noqa: PLC0415  (emit imports this module)
+
+    m, r, bad = item.m, item.routing, item.bad
+    gid = r.guarantee_id if r is not None else bad.guarantee_id if bad else None
+    assert gid is not None
+    origin = origin or f"{m.topic()}/{m.partition()}/{m.offset()}"
+    headers: list[tuple[str, bytes | None]] = [(contract.GUARANTEE_ID, gid.encode())]
+    if kind == contract.CLOSE:
+        headers.append((contract.FINAL, b"true"))
+        log.info("group %r ended without its final at %s: closing it downstream", gid, where(m))
+        out.close_markers += 1
+    else:
+        seq = r.seq if r is not None else bad.seq if bad else None
+        if seq is not None:
+            headers.append((contract.SEQ, str(seq).encode()))
+        out.skip_markers += 1
+    headers += [(contract.CONTROL, kind), (contract.ORIGIN, origin.encode())]
+    if r is not None:
+        headers.append((contract.TTL_MS, str(r.ttl_ms).encode()))
+    topic, partition = emitter.spec.target(dest)
+    return Record(topic, partition, m.key(), None, headers, 0, None)
