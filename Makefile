@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
+.PHONY: test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -86,6 +86,20 @@ bench: venv $(JARS) stack-up ## Benchmark: raw relay vs units and whole path; ta
 test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Redis ACL + TLS (own servers, ~1 min)
 	ROUTER_TEST_SECURE=1 $(BIN)/pytest tests/integration/secure tests/unit/test_acls.py tests/unit/test_security_config.py
 
+test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster (own servers, ~5 min)
+	ROUTER_TEST_HA=1 $(BIN)/pytest tests/integration/ha
+
+stack-up-ha: venv jars ## Start the replicated cluster beside the plain stack: KRaft, 1 controller (:9290) + 3 brokers (:9291-9293), and Redis
+	ops/stack.sh redis-start
+	ops/stack.sh ha-up
+	@ops/stack.sh ha-env
+
+stack-down-ha: ## Stop the replicated cluster (the plain stack keeps running)
+	ops/stack.sh ha-down
+
+stack-status-ha: ## Show what the replicated cluster is running
+	@ops/stack.sh ha-status
+
 secure-up: venv jars ## Start the secured stack beside the plain one: Redis TLS+ACL on :6380, Kafka SASL_SSL on :9192
 	ops/stack.sh secure-up
 
@@ -101,4 +115,5 @@ spark-demo: venv jars ## Spark sender -> router -> Spark receiver end to end, ch
 clean: ## Remove the venv, caches and local stack data (stops the stack first)
 	-ops/stack.sh down
 	-ops/stack.sh secure-down
+	-ops/stack.sh ha-down
 	rm -rf $(VENV) .cache .stack .results .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -15,6 +15,9 @@
 #   ops/stack.sh secure-up|secure-down|secure-status|secure-env
 #                              the secured variant beside it (ops/secure.sh): Redis with ACL users
 #                              and TLS on :6380, Kafka with SASL_SSL (SCRAM-SHA-512) and ACLs on :9192
+#   ops/stack.sh ha-up|ha-down|ha-status|ha-env|ha-broker-start <n>|ha-broker-stop <n> [--kill]
+#                              the replicated cluster beside it (ops/ha.sh): KRaft, one controller
+#                              on :9290 and three brokers on :9291-9293, replication 3, min ISR 2
 #
 # Settings (environment): ROUTER_STACK_DIR (default .stack), ROUTER_CACHE_DIR (.cache),
 # ROUTER_KAFKA_VERSION (4.1.1), ROUTER_KAFKA_PORT (9092), ROUTER_KAFKA_CONTROLLER_PORT (9093),
@@ -439,7 +442,8 @@ main() {
     redis-start) with_lock; redis_start ;;
     redis-stop) with_lock; redis_stop "${1:-}" ;;
     secure-*) exec "$ROOT/ops/secure.sh" "${cmd#secure-}" "$@" ;;
-    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    ha-*) exec "$ROOT/ops/ha.sh" "${cmd#ha-}" "$@" ;;
+    *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
   esac
 }
 

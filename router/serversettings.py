@@ -56,9 +56,11 @@ class KafkaSettings(_Section):
     transaction_timeout_ms: int = Field(10_000, ge=1_000)
     linger_ms: int = Field(5, ge=0)
     compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
-    # Topic creation ("router topics create").
-    replication_factor: int = Field(1, ge=1)
-    min_insync_replicas: int = Field(1, ge=1)
+    # Topic creation ("router topics create"). Unset: from the cluster (router/topics.py
+    # `replication`): three copies once it has three brokers, with min.insync.replicas=2,
+    # so that acks=all means "held by two brokers"; one on a single broker.
+    replication_factor: int | None = Field(None, ge=1)
+    min_insync_replicas: int | None = Field(None, ge=1)
     max_message_bytes: int = Field(1_048_576, ge=1024)
 
     @field_validator("client_config")
@@ -77,6 +79,12 @@ class KafkaSettings(_Section):
     def _one_password_source(self) -> KafkaSettings:
         if self.sasl_password is not None and self.sasl_password_file is not None:
             raise ValueError("set kafka.sasl_password or kafka.sasl_password_file, not both")
+        rf, isr = self.replication_factor, self.min_insync_replicas
+        if rf is not None and isr is not None and isr > rf:
+            raise ValueError(
+                f"kafka.min_insync_replicas ({isr}) above kafka.replication_factor ({rf}): "
+                "no acks=all write could ever succeed"
+            )
         return self
 
     def common(self) -> dict[str, str | int]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from router.config import RouterSettings
+from router.config import KafkaSettings, RouterSettings
 
 log = logging.getLogger("router.topics")
 
@@ -33,10 +33,22 @@ class TopicReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def plan(settings: RouterSettings) -> list[TopicSpec]:
+def replication(kafka: KafkaSettings, brokers: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) for the topology's topics on a cluster of
+    `brokers`: the settings', else three copies once there are three brokers (fewer on a
+    smaller cluster) and min.insync.replicas=2 once there are three copies. With the
+    producers' acks=all, a record is then acknowledged only once two brokers hold it: one
+    broker may be lost without losing an acknowledged record, and with two away the
+    producers get NOT_ENOUGH_REPLICAS (and retry) rather than a write held by one."""
+    factor = kafka.replication_factor or max(1, min(3, brokers))
+    insync = kafka.min_insync_replicas or (2 if factor >= 3 else 1)
+    return factor, insync
+
+
+def plan(settings: RouterSettings, brokers: int = 1) -> list[TopicSpec]:
     t, k = settings.topology, settings.kafka
     base = {
-        "min.insync.replicas": str(k.min_insync_replicas),
+        "min.insync.replicas": str(replication(k, brokers)[1]),
         "max.message.bytes": str(k.max_message_bytes + HEADROOM),
         "message.timestamp.type": "CreateTime",
     }
@@ -60,16 +72,29 @@ def plan(settings: RouterSettings) -> list[TopicSpec]:
 
 def ensure_topics(settings: RouterSettings, admin: AdminClient, timeout: float = 30) -> TopicReport:
     report = TopicReport()
-    specs = plan(settings)
-    existing = admin.list_topics(timeout=timeout).topics
+    cluster = admin.list_topics(timeout=timeout)
+    brokers = len(cluster.brokers)
+    factor, insync = replication(settings.kafka, brokers)
+    if factor > brokers:
+        raise ValueError(
+            f"kafka.replication_factor is {factor} but the cluster has {brokers} broker(s)"
+        )
+    specs = plan(settings, brokers)
+    existing = cluster.topics
     missing = [s for s in specs if s.name not in existing]
     if missing:
+        log.info(
+            "creating %d topics: replication factor %d, min.insync.replicas %d",
+            len(missing),
+            factor,
+            insync,
+        )
         futures = admin.create_topics(
             [
                 NewTopic(
                     s.name,
                     num_partitions=s.partitions,
-                    replication_factor=settings.kafka.replication_factor,
+                    replication_factor=factor,
                     config=s.config,
                 )
                 for s in missing

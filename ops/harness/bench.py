@@ -425,7 +425,7 @@ class Bench:
         names = {w: f"{self.id}.in.{w.slug}" for w in self.spec.workloads()}
         futures = self.admin.create_topics(
             [
-                NewTopic(n, SOURCE_PARTITIONS, self.base.kafka.replication_factor)
+                NewTopic(n, SOURCE_PARTITIONS, self.base.kafka.replication_factor or -1)
                 for n in names.values()
             ],
             operation_timeout=60,

@@ -1,0 +1,81 @@
+"""The replicated cluster for the replication tests: KRaft, one controller and three
+brokers (ops/ha.sh), on free ports in a folder of this session's own; started on first
+use, stopped at the end. The shared stack's Kafka is untouched (its Redis holds the
+tables, under each run's own names).
+
+Tests marked `ha` are the heavy ones (50,000 messages through broker kills, and the
+600-message broker kill while it is not yet shown reliable on a loaded 2-core run): they
+run with `make test-ha` (ROUTER_TEST_HA=1) and are skipped by `make test`, which runs the
+short topic-replication check."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ops.harness.hacluster import HaCluster
+from ops.harness.pipeline import Pipeline, PipelineSpec
+from router.config import RedisSettings, RouterSettings
+from tests.helpers import unique
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("ROUTER_TEST_HA"):
+        return
+    skip = pytest.mark.skip(reason="heavy replication test: run by make test-ha")
+    for item in items:
+        if item.get_closest_marker("ha") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaCluster]:
+    if os.environ.get("ROUTER_STACK", "local") != "local":
+        pytest.skip("the replicated cluster is the project's own local one (ops/ha.sh)")
+    cluster = HaCluster.private(ROOT / "ops" / "ha.sh", tmp_path_factory.mktemp("ha"))
+    try:
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def ha_settings(ha_cluster: HaCluster, redis_url: str) -> RouterSettings:
+    """Settings for the cluster; replication left to `router.topics.replication`."""
+    return RouterSettings(
+        kafka=ha_cluster.kafka_settings(),
+        redis=RedisSettings(url=redis_url, key_prefix="router-test"),
+    )
+
+
+HaPipelineFactory = Callable[..., Pipeline]
+
+
+@pytest.fixture
+def ha_pipeline(
+    ha_cluster: HaCluster, ha_settings: RouterSettings, tmp_path: Path
+) -> Iterator[HaPipelineFactory]:
+    """Whole topologies on the cluster; every broker is running again, and the run's
+    processes stopped and its topics deleted, afterwards."""
+    started: list[Pipeline] = []
+
+    def make(spec: PipelineSpec | None = None) -> Pipeline:
+        p = Pipeline(
+            ha_settings, spec or PipelineSpec(), tmp_path / f"ha-{len(started)}", name=unique("ha")
+        )
+        started.append(p)
+        p.start(ready_timeout=120)
+        return p
+
+    yield make
+    for broker in (1, 2, 3):
+        ha_cluster.start(broker)  # a no-op for a running one
+    for p in started:
+        p.stop()
+        p.cleanup()
