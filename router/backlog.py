@@ -46,6 +46,12 @@ class Backlog:
         self._refresh = Every(refresh_s)
         self._slack = slack
         self._last_group_tp: TP | None = None
+        self.ends: dict[TP, int] = {}  # high watermarks as last measured
+
+    def end_bound(self, tp: TP) -> int:
+        """An offset no record produced from now on can be below: `tp`'s high watermark
+        as last measured (0 if never measured)."""
+        return self.ends.get(tp, 0)
 
     def current(self) -> dict[TP, int]:
         """The estimate, measured again if `refresh_s` has passed."""
@@ -60,6 +66,7 @@ class Backlog:
         tps = [TopicPartition(t, p) for t, p in self.partitions]
         latest = self._admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})
         ends = {(tp.topic, tp.partition): f.result(timeout=10).offset for tp, f in latest.items()}
+        self.ends = ends
         done = self._committed.read(self._units_group, tps, timeout=10)
         return {tp: max(ends[tp] - done.get(tp, 0), 0) for tp in self.partitions}
 

@@ -22,7 +22,7 @@ name its own, and its send units' consumer group `<name>.send-units`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from router.config import TopologySettings
@@ -180,6 +180,25 @@ def topology_queues(name: str, side: Side, topics: Iterable[str]) -> list[str]:
     pattern = _pattern(name, side)
     found = [(int(m.group(1)), t) for t in topics if (m := pattern.match(t))]
     return [t for _, t in sorted(found)]
+
+
+def discover_send_queues(
+    admin: Any, queues: Sequence[str] | None, topology: str | None
+) -> tuple[list[str], list[tuple[str, int]]]:
+    """The send queues (given, or the topology's) and their partitions, from the broker's
+    metadata (`admin`: an AdminClient); RuntimeError if they do not exist."""
+    meta = admin.list_topics(timeout=30).topics
+    if not queues:
+        queues = topology_queues(str(topology), "send", meta)
+        if not queues:
+            raise RuntimeError(
+                f"topology {topology!r} has no send queues {topology}.send.<n> "
+                "(run `router topics create` first, or give send_queues)"
+            )
+    missing = [q for q in queues if q not in meta]
+    if missing:
+        raise RuntimeError(f"send queues {missing} do not exist (run `router topics create` first)")
+    return list(queues), [(q, p) for q in queues for p in sorted(meta[q].partitions)]
 
 
 def units_group(name: str) -> str:

@@ -6,7 +6,9 @@ topology's name or its queues (`router.clientconfig`). `poll`, `consume` (a batc
 them processed. Only processed messages' offsets are committed (every second, before
 partitions are revoked, and on close), never past a message received but not yet done
 (`OffsetTracker`): a receiver that crashes reprocesses what it had not finished, never
-skips it. `process(handler)` is the loop: receive, handle, done.
+skips it. `process(handler)` is the loop: receive, handle, done. With `state`, each
+group's status (last sequence number done, complete or not) is kept in Redis, and read
+back by `group_status` after a restart (`router.groupstatus`, `router.statestore`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,19 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from router import clientconfig, clients
 from router.config import RouterSettings
+from router.groupstatus import GroupStatus
 from router.received import Gatherer, OffsetTracker, Received, ReceivedGroup, from_message
+from router.statestore import State, StatusStore
 
-__all__ = ["Hook", "OffsetTracker", "ReceiveTimeout", "Received", "ReceivedGroup", "Receiver"]
+__all__ = [
+    "GroupStatus",
+    "Hook",
+    "OffsetTracker",
+    "ReceiveTimeout",
+    "Received",
+    "ReceivedGroup",
+    "Receiver",
+]
 
 log = logging.getLogger("router.receiver")
 
@@ -57,6 +69,8 @@ class Receiver:
         assign: bool = False,
         on_assign: Hook | None = None,
         on_revoke: Hook | None = None,
+        state: State | None = None,
+        state_prefix: str = "router",
     ) -> None:
         """`config`: librdkafka properties, as for `confluent_kafka.Consumer`, with the
         `group.id` whose committed offsets record what was processed (see
@@ -67,7 +81,9 @@ class Receiver:
         the group (a checker reading all queues). `on_assign(receiver, partitions)` is
         called when partitions are assigned; `on_revoke(receiver, partitions)` before they
         are taken away (revoked, or lost), while `done()` still counts for them: what is
-        done by then is committed before they move (unless lost)."""
+        done by then is committed before they move (unless lost). `state` (a Redis URL or
+        `redis.Redis`; keys under `state_prefix`, the router's `redis.key_prefix`) keeps
+        each group's status for the `group.id`, written before its offsets are stored."""
         if queues is None and topology is None:
             raise ValueError("give the topology's name, or its queues")
         cid = str(config.get("client.id") or f"receiver-{clients.instance_id()}")
@@ -78,6 +94,9 @@ class Receiver:
         self._offsets = OffsetTracker()
         self._gather = Gatherer()
         self._closed = False
+        self._status = (
+            None if state is None else StatusStore(state, str(config["group.id"]), state_prefix)
+        )
         meta = self._consumer.list_topics(timeout=30).topics
         self.queues = list(queues or clientconfig.topology_queues(str(topology), "receive", meta))
         missing = [q for q in self.queues if q not in meta]
@@ -105,9 +124,11 @@ class Receiver:
         assign: bool = False,
         on_assign: Hook | None = None,
         on_revoke: Hook | None = None,
+        keep_status: bool = False,
     ) -> Receiver:
         """A receiver of `queues` (default: every receive queue of the topology) as
-        consumer group `group_id`, with the Kafka settings of the router's settings."""
+        consumer group `group_id`, with the Kafka settings of the router's settings
+        (`keep_status`: group statuses in the settings' Redis)."""
         config: dict[str, Any] = {**settings.kafka.common(), "group.id": group_id}
         if client_id is not None:
             config["client.id"] = client_id
@@ -117,6 +138,8 @@ class Receiver:
             assign=assign,
             on_assign=on_assign,
             on_revoke=on_revoke,
+            state=clients.redis_client(settings.redis) if keep_status else None,
+            state_prefix=settings.redis.key_prefix,
         )
 
     def __enter__(self) -> Receiver:
@@ -246,12 +269,29 @@ class Receiver:
     def done(self, message: Received | ReceivedGroup) -> None:
         """Mark a message, or all of a group, processed: committed once every message
         received before it on its partition is done too."""
-        for m in message.messages if isinstance(message, ReceivedGroup) else (message,):
+        members = message.messages if isinstance(message, ReceivedGroup) else (message,)
+        if self._status is not None:
+            self._status.record(members)  # first: a status is never behind the commit
+        for m in members:
             position = self._offsets.done((m.topic, m.partition), m.offset)
             if position is not None:
                 self._consumer.store_offsets(
                     offsets=[TopicPartition(m.topic, m.partition, position)]
                 )
+
+    def group_status(self, guarantee_id: str) -> GroupStatus | None:
+        """How far the application got with a group (its last member marked done, and
+        whether that was the final), across restarts; needs `state`."""
+        return self._need_state().get(guarantee_id)
+
+    def group_statuses(self) -> dict[str, GroupStatus]:
+        """Every recorded group's status (finished ones for a day); needs `state`."""
+        return self._need_state().all()
+
+    def _need_state(self) -> StatusStore:
+        if self._status is None:
+            raise RuntimeError("group statuses need the Receiver's state= (a Redis URL)")
+        return self._status
 
     def commit(self) -> None:
         """Commit what has been marked done, now (synchronously)."""

@@ -6,7 +6,9 @@ partition with the least backlog (messages not yet consumed by the send units, s
 (`guarantee-seq`), so the group keeps its order. The producer is idempotent (no
 duplicates or reordering on retries). Delivery failures are never silent: `flush()`
 raises `DeliveryFailed` listing them. Configuration: `router.clientconfig`; what a
-caller's own routing headers may say: `router.sendgroups`.
+caller's own routing headers may say: `router.sendgroups`. With a `sender_id`, open groups
+are recorded in Redis and resumed by a sender restarted under that ID
+(`router.senderstate`, `router.senderjournal`, `router.statestore`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
@@ -24,31 +25,20 @@ from confluent_kafka.admin import AdminClient
 
 from router import clientconfig, clients, sendgroups
 from router.backlog import Backlog
+from router.clock import Every
 from router.config import RouterSettings, RoutingSettings
 from router.offsets import CommittedOffsets
+from router.senderjournal import Journal, OpenGroupInfo, info
+from router.sendgroups import DeliveryFailed, SendReceipt
+from router.statestore import SenderFenced, SenderStore, State
+
+__all__ = ["DeliveryFailed", "OpenGroupInfo", "SendReceipt", "Sender", "SenderFenced"]
 
 log = logging.getLogger("router.sender")
 
 TP = tuple[str, int]
 OnDelivery = Callable[[Any, Any], None]
-
-
-class DeliveryFailed(Exception):
-    """Messages Kafka did not acknowledge; they were not sent."""
-
-    def __init__(self, failures: Sequence[str]) -> None:
-        super().__init__(f"{len(failures)} messages not delivered: {'; '.join(failures[:5])}")
-        self.failures = list(failures)
-
-
-@dataclass(frozen=True, slots=True)
-class SendReceipt:
-    """Where `Sender.send` put a message: its send-queue partition and its number in its
-    group (None for an ordinary message)."""
-
-    topic: str
-    partition: int
-    seq: int | None
+Track = tuple[str, str, int, bool]  # a member's group, its opening's token, seq, final
 
 
 class Sender:
@@ -76,6 +66,9 @@ class Sender:
         default_order: Literal["lane", "logical"] = "lane",
         backlog_refresh_s: float = 1.0,
         sticky_slack: int = 100,
+        sender_id: str | None = None,
+        state: State | None = None,
+        state_prefix: str = "router",
     ) -> None:
         """`config`: librdkafka properties, as for `confluent_kafka.Producer`
         (`bootstrap.servers`, security, `linger.ms`, ...; idempotence and `acks=all` are
@@ -88,7 +81,13 @@ class Sender:
         router's longest TTL). `default_order`: the router's `routing.default_order`,
         which says how a caller's own `guarantee-seq` header is checked. Backlogs are
         measured every `backlog_refresh_s`; within `sticky_slack` messages of the least,
-        a new group goes where this sender's previous group went."""
+        a new group goes where this sender's previous group went.
+
+        `sender_id` with `state` (a Redis URL or `redis.Redis`; keys under `state_prefix`,
+        the router's `redis.key_prefix`): open groups are recorded there, and a sender
+        built with the same ID resumes them (same partition, next number; see
+        `open_groups`, `abandon`). It takes the ID over: the older one's next record
+        write raises SenderFenced."""
         if send_queues is None and topology is None:
             raise ValueError("give the topology's name, or its send_queues")
         group = units_group or (clientconfig.units_group(topology) if topology else None)
@@ -101,7 +100,7 @@ class Sender:
         self._admin = AdminClient(connection)
         # An estimate that must never block a send on a pending transaction.
         self._committed = CommittedOffsets(connection, cid, stable=False)
-        queues, partitions = self._discover(send_queues, topology)
+        queues, partitions = clientconfig.discover_send_queues(self._admin, send_queues, topology)
         self._queues = queues
         self._backlog = Backlog(
             self._admin,
@@ -118,6 +117,13 @@ class Sender:
         self._closed = False
         self.sent = 0
         self.delivered = 0
+        self._journal: Journal | None = None
+        self._sync = Every(1.0)
+        if sender_id is not None:
+            if state is None:
+                raise ValueError("sender_id needs state: a Redis URL or client")
+            self._journal = Journal(SenderStore(state, sender_id, state_prefix))
+            self._journal.resume_into(self._groups, connection)
 
     @classmethod
     def from_settings(
@@ -128,9 +134,11 @@ class Sender:
         backlog_refresh_s: float = 1.0,
         sticky_slack: int = 100,
         producer_overrides: Mapping[str, Any] | None = None,
+        sender_id: str | None = None,
     ) -> Sender:
         """A sender for the topology, Kafka settings and TTLs of the router's settings
-        (`producer_overrides`: librdkafka properties on top of `kafka.client_config`)."""
+        (`producer_overrides`: librdkafka properties on top of `kafka.client_config`);
+        with `sender_id`, its open groups are recorded in the settings' Redis."""
         cid = client_id or f"sender-{clients.instance_id()}"
         config = clients.idempotent_producer_config(settings.kafka, cid)
         config.update(producer_overrides or {})
@@ -143,6 +151,9 @@ class Sender:
             default_order=routing.default_order,
             backlog_refresh_s=backlog_refresh_s,
             sticky_slack=sticky_slack,
+            sender_id=sender_id,
+            state=clients.redis_client(settings.redis) if sender_id else None,
+            state_prefix=settings.redis.key_prefix,
         )
 
     @property
@@ -168,24 +179,6 @@ class Sender:
             self.close()
         except DeliveryFailed as failed:
             log.error("while the sender's block raised %s: %s", exc_type.__name__, failed)
-
-    def _discover(
-        self, queues: Sequence[str] | None, topology: str | None
-    ) -> tuple[list[str], list[TP]]:
-        meta = self._admin.list_topics(timeout=30).topics
-        if not queues:
-            queues = clientconfig.topology_queues(str(topology), "send", meta)
-            if not queues:
-                raise RuntimeError(
-                    f"topology {topology!r} has no send queues {topology}.send.<n> "
-                    "(run `router topics create` first, or give send_queues)"
-                )
-        missing = [q for q in queues if q not in meta]
-        if missing:
-            raise RuntimeError(
-                f"send queues {missing} do not exist (run `router topics create` first)"
-            )
-        return list(queues), [(q, p) for q in queues for p in sorted(meta[q].partitions)]
 
     # ------------------------------------------------------------------ backlog
 
@@ -230,13 +223,26 @@ class Sender:
             default_order=self._default_order,
         )
         seq: int | None = None
+        track: Track | None = None
         if r.guarantee_id is None:
             tp = self._backlog.least()
         else:
+            new = r.guarantee_id not in self._groups
             tp, seq = self._groups.place(r, time.monotonic(), self._backlog.new_group)
+            if self._journal is not None:
+                end = self._backlog.end_bound(tp)
+                try:
+                    track = self._journal.record(r, tp, seq, new, end, self._lock, self.flush)
+                except BaseException:
+                    if new:
+                        self._groups.drop(r.guarantee_id)
+                    raise
         routing = sendgroups.routing_headers(r, seq)
-        self._produce(tp, key, value, [*routing, *r.others], on_delivery)
+        self._produce(tp, key, value, [*routing, *r.others], on_delivery, track)
         self._backlog.sent(tp)
+        if self._journal is not None and self._sync.due():
+            with self._lock:
+                self._journal.sync()
         return SendReceipt(tp[0], tp[1], seq)
 
     def _produce(
@@ -246,11 +252,15 @@ class Sender:
         value: bytes | None,
         headers: list[tuple[str, str | bytes | None]],
         on_delivery: OnDelivery | None,
+        track: Track | None = None,
     ) -> None:
         def delivered(err: Any, msg: Any) -> None:
             with self._lock:
                 if err is None:
                     self.delivered += 1
+                    if track is not None and self._journal is not None:
+                        where = (msg.topic(), msg.partition())
+                        self._journal.delivered(*track[:3], where, msg.offset(), track[3])
                 else:
                     self._failures.append(f"{tp[0]}[{tp[1]}]: {err}")
             if on_delivery is not None:
@@ -267,15 +277,30 @@ class Sender:
         self.sent += 1
         self._producer.poll(0)
 
-    def open_groups(self) -> dict[str, TP]:
-        """Each group this sender has open (no final sent yet) and its partition."""
-        return self._groups.lanes()
+    def open_groups(self) -> dict[str, OpenGroupInfo]:
+        """Each group this sender has open (no final sent yet): its lane, next number and
+        age (for a sender with an ID, since it was first opened, across restarts).
+        Finish one by sending on (`final=True` last), or `abandon` it."""
+        with self._lock:
+            return info(self._groups.groups(), self._journal)
+
+    def abandon(self, guarantee_id: str) -> bool:
+        """Forget an open group and send nothing more for it (whether it was open). The
+        router's entry stays until its TTL, then the sweeper publishes `AbandonedGroup`;
+        receivers got the members sent so far, without a final. Reuse the ID only after
+        that: a new message under it before is taken for the old group's continuation."""
+        with self._lock:
+            if self._journal is not None:
+                self._journal.abandon(guarantee_id)
+        return self._groups.drop(guarantee_id)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every message to be acknowledged; raise DeliveryFailed if any was not."""
         remaining = self._producer.flush(timeout)
         with self._lock:
             failures, self._failures = self._failures, []
+            if self._journal is not None:
+                self._journal.sync()
         if remaining:
             failures.append(f"{remaining} messages still unacknowledged after {timeout}s")
         if failures:

@@ -27,6 +27,24 @@ HeaderValue = str | bytes | None
 Order = Literal["lane", "logical"]
 
 
+class DeliveryFailed(Exception):
+    """Messages Kafka did not acknowledge; they were not sent."""
+
+    def __init__(self, failures: Sequence[str]) -> None:
+        super().__init__(f"{len(failures)} messages not delivered: {'; '.join(failures[:5])}")
+        self.failures = list(failures)
+
+
+@dataclass(frozen=True, slots=True)
+class SendReceipt:
+    """Where `Sender.send` put a message: its send-queue partition and its number in its
+    group (None for an ordinary message)."""
+
+    topic: str
+    partition: int
+    seq: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One message's routing, read from `send()`'s arguments and the caller's headers."""
@@ -187,6 +205,7 @@ class OpenGroup:
     last_used: float
     logical: bool = False
     sent: set[int] = field(default_factory=set)  # logical order: the numbers sent
+    opened: float = 0.0  # `time.monotonic()` when this sender opened (or resumed) it
 
 
 class OpenGroups:
@@ -221,7 +240,7 @@ class OpenGroups:
                 f"is {expected} (lane order numbers a group 0, 1, 2, ... as sent)"
             )
         if group is None:
-            group = self._open[gid] = OpenGroup(new_lane(), 0, now, logical)
+            group = self._open[gid] = OpenGroup(new_lane(), 0, now, logical, opened=now)
         group.logical = logical
         if logical:
             group.sent.add(seq)
@@ -241,3 +260,21 @@ class OpenGroups:
     def lanes(self) -> dict[str, TP]:
         """Each open group's partition."""
         return {g: o.tp for g, o in self._open.items()}
+
+    def __contains__(self, gid: object) -> bool:
+        return gid in self._open
+
+    def groups(self) -> dict[str, OpenGroup]:
+        """The open groups (read only)."""
+        return dict(self._open)
+
+    def restore(
+        self, gid: str, tp: TP, next_seq: int, now: float, logical: bool, sent: set[int]
+    ) -> None:
+        """Open a group again as a restarted sender found it: on `tp`, numbered on from
+        `next_seq` (`sent`: the numbers already on its lane, for logical order)."""
+        self._open[gid] = OpenGroup(tp, next_seq, now, logical, set(sent), opened=now)
+
+    def drop(self, gid: str) -> bool:
+        """Forget a group (abandoned, or its opening failed); whether it was open."""
+        return self._open.pop(gid, None) is not None

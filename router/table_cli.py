@@ -15,6 +15,7 @@ from router import steer, tableview
 from router.clients import redis_client
 from router.config import RouterSettings
 from router.side import table_for
+from router.statestore import find_group
 from router.table import ManagementTable
 
 NOT_CONFIRMED = 3  # exit code: a steering command without --yes (nothing changed)
@@ -112,16 +113,26 @@ def table_list(
 @_JSON
 @click.pass_context
 def table_show(ctx: click.Context, guarantee_id: str, side: str | None, as_json: bool) -> None:
-    """One group's entry on each side: state, destination, age, idle time, TTL, parked
-    messages and whether it waits in the room. Exit 1 if no side has it."""
+    """One group end to end: a sender's record of it (lane, next seq as of its last
+    checkpoint: docs/resume.md), its entry on each side (state, destination, lane, age,
+    idle time, TTL, parked messages, waiting room) and receivers' statuses (last seq done,
+    complete). The end records exist for clients with a sender ID or receiver state.
+    Exit 1 if none of them has the group."""
     sides = [side] if side else SIDES
     found = {s: tableview.show(_table(ctx, s), s, guarantee_id) for s in sides}
+    settings: RouterSettings = ctx.obj["settings"]
+    client = redis_client(settings.redis)
+    ends = find_group(client, guarantee_id, settings.redis.key_prefix)
     if as_json:
-        _emit({s: None if v is None else v.as_json() for s, v in found.items()})
+        out: dict[str, Any] = {s: None if v is None else v.as_json() for s, v in found.items()}
+        out.update(tableview.ends_json(*ends))
+        _emit(out)
     else:
         for s, v in found.items():
             click.echo("\n".join(tableview.show_lines(s, guarantee_id, v)))
-    if not any(found.values()):
+        for line in tableview.ends_lines(*ends):
+            click.echo(line)
+    if not any(found.values()) and not any(ends):
         raise click.ClickException(f"no entry for {guarantee_id!r}")
 
 

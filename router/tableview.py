@@ -4,12 +4,15 @@ state, age and place in the waiting room, and the text the CLI prints. Reads onl
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from router import room
+from router.groupstatus import GroupStatus
 from router.placement import PINNED
 from router.routing import STOPPED, Entry
+from router.senderstate import GroupRecord
 from router.table import ManagementTable
 
 
@@ -162,4 +165,31 @@ def show_lines(side: str, gid: str, v: EntryView | None) -> list[str]:
     if v.room is not None:
         since = "" if v.waiting_s is None else f", waiting {v.waiting_s:.1f} s"
         out.append(f"{side}: in the waiting room ({v.room}{since})")
+    return out
+
+
+def ends_json(senders: dict[str, GroupRecord], receivers: dict[str, GroupStatus]) -> dict[str, Any]:
+    """The group's two ends for `table show --json`, only where recorded: `senders` (sender
+    ID -> lane, next seq, ...) and `receivers` (group.id -> last seq done, complete)."""
+    out: dict[str, Any] = {}
+    if senders:
+        out["senders"] = {k: json.loads(r.encode()) for k, r in senders.items()}
+    if receivers:
+        out["receivers"] = {k: asdict(v) for k, v in receivers.items()}
+    return out
+
+
+def ends_lines(senders: dict[str, GroupRecord], receivers: dict[str, GroupStatus]) -> list[str]:
+    """The group's two ends as `router table show` prints them (nothing if unrecorded)."""
+    now = time.time() * 1000
+    out = [
+        f"sender {k}: open on {r.topic}[{r.partition}], next seq {r.next_seq}"
+        f" (acknowledged up to {r.acked_seq}), age {(now - r.opened_ms) / 1000:.1f} s"
+        for k, r in senders.items()
+    ]
+    out += [
+        f"receiver {k}: {'complete' if v.complete else 'in progress'} on"
+        f" {v.queue}[{v.partition}], last seq done {v.last_seq}, {v.done_count} done"
+        for k, v in receivers.items()
+    ]
     return out

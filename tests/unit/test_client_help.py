@@ -12,9 +12,33 @@ from typing import Any
 
 import pytest
 
-from router import backlog, clientconfig, received, receiver, sender, sendgroups
+from router import (
+    backlog,
+    clientconfig,
+    groupstatus,
+    received,
+    receiver,
+    sender,
+    senderjournal,
+    senderstate,
+    sendgroups,
+    statestore,
+    tailprobe,
+)
 
-MODULES = [sender, receiver, received, sendgroups, clientconfig, backlog]
+MODULES = [
+    sender,
+    receiver,
+    received,
+    sendgroups,
+    clientconfig,
+    backlog,
+    senderstate,
+    senderjournal,
+    statestore,
+    groupstatus,
+    tailprobe,
+]
 
 
 def public(module: ModuleType) -> Iterator[tuple[str, Any]]:
