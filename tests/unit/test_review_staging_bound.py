@@ -356,6 +356,7 @@ def fake_receiver(feed: list[FakeMessage | None]) -> Receiver:
     r.received = 0
     r._offsets = OffsetTracker()
     r._gather = Gatherer()
+    r._status = None  # no group statuses kept (Receiver(state=None))
     return r
 
 
