@@ -60,6 +60,9 @@ PRODUCER_ONLY = frozenset(
         "dr_cb",
         "dr_msg_cb",
         "on_delivery",
+        # A Sender's statistics are its producer's: the helper clients' would mix in.
+        "statistics.interval.ms",
+        "stats_cb",
     }
 )
 CONSUMER_ONLY = frozenset(

@@ -34,8 +34,11 @@ record's window. The one gap is the release: it follows the final's append by th
 that transaction plus one Redis call, an amount the data cannot show. `RELEASE_SLACK_MS`
 covers it as measured (see its comment); a release that came later still (a unit killed
 between its commit and its settle leaves the release to the sweeper, seconds later) can
-make the rule disallow a share the table did make with every destination busy: such a
-verdict names the free destination and when it was freed, for a reader to check.
+make the rule disallow a share the table did make with every destination busy. A driver
+that causes such delays itself says when (`Disturbance`: a unit killed, a server
+restarted), and an occupancy whose final's release could have been held up by one lasts
+until that disturbance ended plus its recovery bound. Any other late release shows in the
+verdict, which names the free destination and when it was freed, for a reader to check.
 """
 
 from __future__ import annotations
@@ -69,6 +72,23 @@ RELEASE_SLACK_MS = 200
 # is still disallowed.
 LOADED_RELEASE_SLACK_MS = 600
 
+
+@dataclass(frozen=True, slots=True)
+class Disturbance:
+    """A stretch of wall-clock time [start_ms, end_ms] (epoch ms, as append times are)
+    that can hold up a release: a unit killed (one killed between its commit and its
+    release leaves it to the sweeper, `sweeper.closing_grace_ms` later) or a server
+    restarted (commits and releases wait for it, then for the units' back-off). A group
+    whose final was appended at f, with [f, f + slack] meeting [start_ms, end_ms], may be
+    released as late as end_ms + recover_ms. `side`: the side it affects (None: both)."""
+
+    start_ms: int
+    end_ms: int
+    recover_ms: int
+    side: str | None = None
+    what: str = ""
+
+
 FOREVER = 1 << 62  # the end of an occupancy whose final never arrived
 EXAMPLES = 5
 
@@ -99,6 +119,7 @@ class SideReport:
     disallowed: int = 0
     placements: int = 0  # interleaved records the router placed (ordinary, group's first)
     placements_disallowed: int = 0
+    held_up: int = 0  # occupancies extended by a disturbance
     examples: list[str] = field(default_factory=list)  # disallowed placements, explained
 
     def line(self) -> str:
@@ -107,6 +128,7 @@ class SideReport:
             f"{self.disallowed} disallowed ({self.placements_disallowed} of {self.placements} "
             f"placements); {self.destinations} destinations, release slack "
             f"{self.release_slack_ms} ms"
+            + (f", {self.held_up} releases held up by disturbances" if self.held_up else "")
         )
 
 
@@ -115,18 +137,22 @@ def judge_side(
     records: Iterable[Placed],
     destinations: Sequence[str],
     release_slack_ms: int = RELEASE_SLACK_MS,
+    disturbances: Sequence[Disturbance] = (),
 ) -> SideReport:
     """Count the interleavings on one side's destinations and judge each by the capacity
-    rule. `records`: first copies only; `destinations`: all of the side's."""
+    rule. `records`: first copies only; `destinations`: all of the side's; `disturbances`:
+    what may have held up releases (those of other sides are ignored)."""
     by_dest: dict[str, list[Placed]] = defaultdict(list)
     for r in records:
         by_dest[r.dest].append(r)
     every = sorted(set(destinations) | set(by_dest))
     report = SideReport(side, len(every), sum(map(len, by_dest.values())), release_slack_ms)
+    mine = sorted((x for x in disturbances if x.side in (None, side)), key=lambda x: x.start_ms)
     occupied = {}
     for d in every:
         by_dest[d].sort(key=lambda r: r.offset)
-        occupied[d] = occupancy(by_dest[d], release_slack_ms)
+        occupied[d], held = occupancy(by_dest[d], release_slack_ms, mine)
+        report.held_up += held
     for dest in every:
         others = {d: occupied[d] for d in every if d != dest}
         cover: Intervals = [(-FOREVER, FOREVER)]
@@ -137,17 +163,40 @@ def judge_side(
     return report
 
 
-def occupancy(records: Sequence[Placed], release_slack_ms: int) -> Intervals:
-    """When one destination was in charge of a group (`records` in offset order)."""
+def occupancy(
+    records: Sequence[Placed],
+    release_slack_ms: int,
+    disturbances: Sequence[Disturbance] = (),
+) -> tuple[Intervals, int]:
+    """When one destination was in charge of a group (`records` in offset order), and how
+    many of its groups' releases a disturbance (sorted by start) may have held up."""
     first: dict[str, Placed] = {}
     end: dict[str, int] = {}
+    held = 0
     for r in records:
         if r.group is None:
             continue
         first.setdefault(r.group, r)
         if r.final and r.group not in end:
-            end[r.group] = r.append_ms + release_slack_ms
-    return merge((f.from_ms, end.get(g, FOREVER)) for g, f in first.items())
+            end[r.group], late = release_by(r.append_ms, release_slack_ms, disturbances)
+            held += late
+    return merge((f.from_ms, end.get(g, FOREVER)) for g, f in first.items()), held
+
+
+def release_by(
+    final_ms: int, release_slack_ms: int, disturbances: Sequence[Disturbance]
+) -> tuple[int, bool]:
+    """The latest a group whose final was appended at `final_ms` may be released, and
+    whether a disturbance (sorted by start) pushed it past the slack. A disturbance that
+    begins while the release is still due pushes it on, so chains of them add up."""
+    due = final_ms + release_slack_ms
+    late = False
+    for x in disturbances:
+        if x.start_ms > due:
+            break
+        if x.end_ms >= final_ms and x.end_ms + x.recover_ms > due:
+            due, late = x.end_ms + x.recover_ms, True
+    return due, late
 
 
 def _judge_destination(

@@ -19,10 +19,12 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ops.harness.capacity import Disturbance
 from ops.harness.collect import Collector, read_sides, verdict
 from ops.harness.console import Console, Row, SummaryItem, summary_lines
 from ops.harness.demo import interleaving_rows
@@ -104,14 +106,29 @@ class Supervisor:
         self.crashes: list[str] = []
         self.expected_dead: set[int] = set()  # pids we killed ourselves
         self.armed: dict[int, str] = {}  # pid -> the fault point it was started with
+        # When each death happened, for the capacity rule: a unit killed between its
+        # commit and its release leaves the release to the sweeper (closing grace, then
+        # a round); the bound adds a second round and a second for the rounds' own work.
+        sweeper = pipeline.settings.sweeper
+        self.kill_recover_ms = sweeper.closing_grace_ms + 2 * sweeper.interval_ms + 1_000
+        self.disturbances: list[Disturbance] = []
+        self._checked_ms = epoch_ms()
         self._lock = threading.Lock()
 
     def kill(self, proc: Proc, arm: str | None) -> None:
         with self._lock:
             self.expected_dead.add(proc.popen.pid)
+            at = epoch_ms()
             proc.kill()
+            self._died(proc, at, epoch_ms(), "SIGKILL")
             self.deaths["SIGKILL from outside"] += 1
             self._start(proc.role, arm)
+
+    def _died(self, proc: Proc, start_ms: int, end_ms: int, what: str) -> None:
+        side = proc.role.removesuffix("-unit")
+        self.disturbances.append(
+            Disturbance(start_ms, end_ms, self.kill_recover_ms, side, f"{what} {proc.name}")
+        )
 
     def _start(self, role: str, arm: str | None) -> None:
         env = {"ROUTER_FAULTS": f"{arm}=0.25"} if arm else None
@@ -121,6 +138,7 @@ class Supervisor:
 
     def check(self) -> None:
         with self._lock:
+            since, self._checked_ms = self._checked_ms, epoch_ms()
             for proc in list(self.pipeline.fleet.procs):
                 if proc.role not in UNIT_ROLES or proc.alive or proc.log_file.closed:
                     continue
@@ -129,12 +147,28 @@ class Supervisor:
                 if pid in self.expected_dead:
                     continue
                 arm = self.armed.pop(pid, None)
+                self._died(proc, since, self._checked_ms, f"exit {code}")  # since the last look
                 if arm and code == -9:
                     self.deaths[f"injected at {arm}"] += 1
                 else:
                     self.deaths[f"exit {code}"] += 1
                     self.crashes.append(f"{proc.name} exited {code}:\n{proc.tail(15)}")
                 self._start(proc.role, None)
+
+
+@contextmanager
+def server_away(supervisor: Supervisor, recover_ms: int, what: str) -> Iterator[None]:
+    """Record the time a server is restarted as a disturbance of both sides."""
+    start = epoch_ms()
+    try:
+        yield
+    finally:
+        supervisor.disturbances.append(Disturbance(start, epoch_ms(), recover_ms, None, what))
+
+
+def epoch_ms() -> int:
+    """Wall-clock milliseconds, the clock of the broker's append times."""
+    return time.time_ns() // 1_000_000
 
 
 def run_chaos(
@@ -172,6 +206,10 @@ def run_chaos(
     )
     pipeline.start()
     supervisor = Supervisor(pipeline, say)
+    # A commit or release caught by a server restart: the commit is finished or aborted
+    # within the transaction timeout, and the units retry after at most their back-off.
+    units = pipeline.settings.unit
+    server_recover_ms = spec.transaction_timeout_ms + units.backoff_max_ms
     workload = WorkloadSpec(
         run_id=pipeline.name,
         senders=spec.senders,
@@ -217,11 +255,13 @@ def run_chaos(
                         supervisor.kill(victim, arm)
                     elif what == "broker":
                         say(f"   [{now:6.1f}s] restarting the Kafka broker")
-                        stack.restart_kafka()
+                        with server_away(supervisor, server_recover_ms, "broker restart"):
+                            stack.restart_kafka()
                         say(f"   [{time.monotonic() - t0:6.1f}s] broker back")
                     else:
                         say(f"   [{now:6.1f}s] restarting Redis (append-only file kept)")
-                        stack.restart_redis()
+                        with server_away(supervisor, server_recover_ms, "Redis restart"):
+                            stack.restart_redis()
                         say(f"   [{time.monotonic() - t0:6.1f}s] Redis back")
                 bar.update(
                     senders.attempted,
@@ -249,7 +289,7 @@ def run_chaos(
         )
         send, receive = read_sides(pipeline.settings, pipeline.stopped_at)
         result = ChaosResult(
-            verdict(senders.sent, send, receive),
+            verdict(senders.sent, send, receive, disturbances=tuple(supervisor.disturbances)),
             supervisor.deaths,
             {k: n - restarts_before.get(k, 0) for k, n in stack.restarts.items()},
             time.monotonic() - t0,

@@ -20,12 +20,12 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, Message, TopicPartition
 
-from ops.harness.capacity import RELEASE_SLACK_MS
+from ops.harness.capacity import RELEASE_SLACK_MS, Disturbance
 from ops.harness.verify import CapacitySpec, Report, Seen, Sent, verify
 from ops.harness.workload import ORDER_EVENT
 from router import contract, schemas
@@ -251,11 +251,11 @@ def verdict(
     send: SideRead,
     receive: SideRead,
     release_slack_ms: int = RELEASE_SLACK_MS,
+    disturbances: Sequence[Disturbance] = (),
 ) -> Report:
-    """`verify` over both sides' final reads, interleavings judged by the capacity rule."""
-    return verify(
-        sent,
-        receive.records,
-        forwarded=send.records,
-        capacity=CapacitySpec(send.destinations, receive.destinations, release_slack_ms),
+    """`verify` over both sides' final reads, interleavings judged by the capacity rule
+    (`disturbances`: what the driver did that may have held releases up)."""
+    capacity = CapacitySpec(
+        send.destinations, receive.destinations, release_slack_ms, tuple(disturbances)
     )
+    return verify(sent, receive.records, forwarded=send.records, capacity=capacity)

@@ -210,7 +210,9 @@ def interleaving_rows(r: Report, shared: dict[str, int]) -> list[SummaryItem]:
                 f"interleaved, {side.side}",
                 f"{side.interleaved}",
                 f"allowed {side.allowed}, disallowed {side.disallowed} (capacity rule over "
-                f"{side.destinations} destinations, release slack {side.release_slack_ms} ms)",
+                f"{side.destinations} destinations, release slack {side.release_slack_ms} ms"
+                + (f"; {side.held_up} releases held up by kills/restarts" if side.held_up else "")
+                + ")",
                 width=21,
             )
         )

@@ -25,7 +25,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ops.harness.capacity import RELEASE_SLACK_MS, Placed, SideReport, judge_side
+from ops.harness.capacity import (
+    RELEASE_SLACK_MS,
+    Disturbance,
+    Placed,
+    SideReport,
+    judge_side,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +58,13 @@ class Seen:
 @dataclass(frozen=True)
 class CapacitySpec:
     """Every destination of each side (one that received nothing is never occupied, so
-    it disallows every interleaving of its side) and the release slack."""
+    it disallows every interleaving of its side), the release slack, and what the driver
+    did that may have held releases up (kills, server restarts)."""
 
     send_destinations: tuple[str, ...]
     receive_destinations: tuple[str, ...]
     release_slack_ms: int = RELEASE_SLACK_MS
+    disturbances: tuple[Disturbance, ...] = ()
 
 
 @dataclass
@@ -213,6 +221,7 @@ def judge_sides(
         [_placed(r, _created(r)) for r in upstream],
         capacity.send_destinations,
         capacity.release_slack_ms,
+        capacity.disturbances,
     )
     appended = {r.event_id: _appended(r) for r in upstream}
     receive = judge_side(
@@ -220,6 +229,7 @@ def judge_sides(
         [_placed(r, appended.get(r.event_id, _created(r))) for r in first_copies(received)[0]],
         capacity.receive_destinations,
         capacity.release_slack_ms,
+        capacity.disturbances,
     )
     return send, receive
 

@@ -8,6 +8,7 @@ message Kafka acknowledged (`Sent`), which is what the verifier expects to recei
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -168,7 +169,12 @@ class Senders:
         if self.spec.plain:
             sender = PlainSender(self.settings, f"{self.spec.run_id}-s{index}", index)
         else:
-            sender = Sender.from_settings(self.settings, client_id=f"{self.spec.run_id}-s{index}")
+            stats = ProducerState()
+            sender = Sender.from_settings(
+                self.settings,
+                client_id=f"{self.spec.run_id}-s{index}",
+                producer_overrides=stats.config(),
+            )
         interval = 1 / self.spec.rate if self.spec.rate else 0.0
         next_at = time.monotonic()
         try:
@@ -214,11 +220,43 @@ class Senders:
         except DeliveryFailed as exc:
             with self._lock:
                 self.failures.extend(exc.failures)
+                if not isinstance(sender, PlainSender):
+                    self.failures.append(f"sender {index}'s producer at the end: {stats.last}")
             log.error("sender %d: %s", index, exc)
         except Exception as exc:  # a dead sender thread must be visible in the summary
             with self._lock:
                 self.failures.append(f"sender {index} crashed: {exc!r}")
             log.exception("sender %d crashed", index)
+
+
+class ProducerState:
+    """The last of librdkafka's statistics that says why a producer may be stuck: its
+    idempotence state and age, messages queued, and each broker's state with requests in
+    flight (kept for a failure report; a stall past a broker restart is otherwise silent)."""
+
+    def __init__(self, interval_ms: int = 5_000) -> None:
+        self.interval_ms = interval_ms
+        self.last = "no statistics yet"
+
+    def config(self) -> dict[str, Any]:
+        return {"statistics.interval.ms": self.interval_ms, "stats_cb": self._stats}
+
+    def _stats(self, raw: str) -> None:
+        try:
+            s = json.loads(raw)
+            eos = s.get("eos", {})
+            brokers = ", ".join(
+                f"{b.get('nodename')} {b.get('state')} "
+                f"(in flight {b.get('waitresp_cnt')}, to send {b.get('outbuf_cnt')})"
+                for b in s.get("brokers", {}).values()
+            )
+            self.last = (
+                f"idempotence {eos.get('idemp_state')} for {eos.get('idemp_stateage')} ms, "
+                f"PID {eos.get('producer_id')}/{eos.get('producer_epoch')}, "
+                f"{s.get('msg_cnt')} messages queued; brokers: {brokers}"
+            )
+        except (ValueError, AttributeError) as exc:
+            self.last = f"unreadable statistics: {exc}"
 
 
 class PlainSender:

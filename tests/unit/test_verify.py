@@ -7,7 +7,16 @@ from __future__ import annotations
 import random
 import time
 
-from ops.harness.capacity import RELEASE_SLACK_MS, Placed, gaps, intersect, judge_side, merge
+from ops.harness.capacity import (
+    RELEASE_SLACK_MS,
+    Disturbance,
+    Placed,
+    gaps,
+    intersect,
+    judge_side,
+    merge,
+    release_by,
+)
 from ops.harness.verify import CapacitySpec, Seen, Sent, verify
 
 
@@ -191,6 +200,32 @@ def test_the_release_slack_extends_occupancy_by_exactly_its_value() -> None:
     assert counts(recs, ["A", "B"], slack=50) == (1, 1, 0)
     assert judge_side("receive", recs, ["A", "B"], 50).release_slack_ms == 50
     assert judge_side("receive", recs, ["A", "B"]).release_slack_ms == RELEASE_SLACK_MS
+
+
+def test_a_disturbance_while_a_release_is_due_holds_it_up_to_its_end_plus_recovery() -> None:
+    recs = [*interleaved_ordinary(200, 300), *group_on("B", "h", 0, 150)]  # B free from 151
+    kill = Disturbance(160, 170, 40, "receive", "SIGKILL")  # B's release due until 160
+    r = judge_side("receive", recs, ["A", "B"], 10, [kill])
+    assert (r.interleaved, r.allowed, r.disallowed, r.held_up) == (1, 1, 0, 1)
+    assert "1 releases held up" in r.line()
+    # Begun after the release was due, on the other side, or over before the final: no.
+    for other in (
+        Disturbance(161, 170, 40, "receive"),
+        Disturbance(160, 170, 40, "send"),
+        Disturbance(100, 149, 400, None),
+    ):
+        r = judge_side("receive", recs, ["A", "B"], 10, [other])
+        assert (r.disallowed, r.held_up) == (1, 0), other
+    # Still bounded: a window past the end of the recovery is disallowed.
+    late = [*interleaved_ordinary(211, 300), *group_on("B", "h", 0, 150)]
+    assert judge_side("receive", late, ["A", "B"], 10, [kill]).disallowed == 1
+
+
+def test_disturbances_that_follow_each_other_add_up() -> None:
+    chain = [Disturbance(110, 120, 50, None), Disturbance(160, 200, 30, None)]
+    assert release_by(100, 20, chain) == (230, True)  # due 120, then 170, then 230
+    assert release_by(100, 20, chain[1:]) == (120, False)  # begins after 120: no effect
+    assert release_by(100, 20, []) == (120, False)
 
 
 def test_ordinary_records_decided_before_a_group_took_their_destination() -> None:
