@@ -36,10 +36,10 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
+.PHONY: segments-100mb test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 venv: $(STAMP) ## Create .venv and install the project with its dev, spark and bench extras
 
@@ -89,6 +89,19 @@ test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Red
 test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster (own servers, ~5 min)
 	ROUTER_TEST_HA=1 $(BIN)/pytest tests/integration/ha
 
+test-sentinel: venv $(JARS) ## Redis failover tests: a primary SIGKILLed under a few thousand messages, and the cost of waiting for replicas (own servers, ~8 min)
+	ROUTER_TEST_SENTINEL=1 $(BIN)/pytest tests/integration/sentinel tests/unit/test_sentinel_settings.py -s
+
+sentinel-up: ## Start Redis with Sentinel beside the plain stack: primary :6391, replica :6392, Sentinels :26391-26393
+	ops/stack.sh sentinel-up
+	@ops/stack.sh sentinel-env
+
+sentinel-down: ## Stop the Sentinel set (the plain stack keeps running)
+	ops/stack.sh sentinel-down
+
+sentinel-status: ## Show what the Sentinel set is running and which node is primary
+	@ops/stack.sh sentinel-status
+
 stack-up-ha: venv jars ## Start the replicated cluster beside the plain stack: KRaft, 1 controller (:9290) + 3 brokers (:9291-9293), and Redis
 	ops/stack.sh redis-start
 	ops/stack.sh ha-up
@@ -109,6 +122,9 @@ secure-down: ## Stop the secured stack
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit
 
+segments-100mb: venv $(JARS) stack-up ## A 100 MiB message in segments: sender -> units -> receiver processes, checked by SHA-256, with each one's peak RSS
+	$(BIN)/python -m ops.segments_proof $(ARGS)
+
 spark-demo: venv jars ## Spark sender -> router -> Spark receiver end to end, checked (starts the stack if needed)
 	$(BIN)/python -m ops.spark_demo $(ARGS)
 
@@ -116,4 +132,5 @@ clean: ## Remove the venv, caches and local stack data (stops the stack first)
 	-ops/stack.sh down
 	-ops/stack.sh secure-down
 	-ops/stack.sh ha-down
+	-ops/stack.sh sentinel-down
 	rm -rf $(VENV) .cache .stack .results .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -18,9 +18,12 @@
 #   ops/stack.sh ha-up|ha-down|ha-status|ha-env|ha-broker-start <n>|ha-broker-stop <n> [--kill]
 #                              the replicated cluster beside it (ops/ha.sh): KRaft, one controller
 #                              on :9290 and three brokers on :9291-9293, replication 3, min ISR 2
+#   ops/stack.sh sentinel-up|sentinel-down|sentinel-status|sentinel-env|sentinel-kill-primary
+#                              Redis with Sentinel beside it (ops/sentinel.sh): a primary (:6391),
+#                              its replica (:6392) and three Sentinels (:26391-26393)
 #
 # Settings (environment): ROUTER_STACK_DIR (default .stack), ROUTER_CACHE_DIR (.cache),
-# ROUTER_KAFKA_VERSION (4.1.1), ROUTER_KAFKA_PORT (9092), ROUTER_KAFKA_CONTROLLER_PORT (9093),
+# ROUTER_KAFKA_VERSION (4.1.2), ROUTER_KAFKA_PORT (9092), ROUTER_KAFKA_CONTROLLER_PORT (9093),
 # ROUTER_REDIS_PORT (6379), ROUTER_KAFKA_HEAP (512m), ROUTER_MAVEN_SETTINGS (ops/maven/settings.xml),
 # ROUTER_PYTHON (.venv/bin/python, used to find the installed pyspark version).
 set -euo pipefail
@@ -28,7 +31,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STACK_DIR="${ROUTER_STACK_DIR:-$ROOT/.stack}"
 CACHE_DIR="${ROUTER_CACHE_DIR:-$ROOT/.cache}"
-KAFKA_VERSION="${ROUTER_KAFKA_VERSION:-4.1.1}"
+KAFKA_VERSION="${ROUTER_KAFKA_VERSION:-4.1.2}"
 HOST=127.0.0.1
 KAFKA_PORT="${ROUTER_KAFKA_PORT:-9092}"
 CONTROLLER_PORT="${ROUTER_KAFKA_CONTROLLER_PORT:-9093}"
@@ -443,9 +446,10 @@ main() {
     redis-stop) with_lock; redis_stop "${1:-}" ;;
     secure-*) exec "$ROOT/ops/secure.sh" "${cmd#secure-}" "$@" ;;
     ha-*) exec "$ROOT/ops/ha.sh" "${cmd#ha-}" "$@" ;;
-    *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    sentinel-*) exec "$ROOT/ops/sentinel.sh" "${cmd#sentinel-}" "$@" ;;
+    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
   esac
 }
 
-# ops/secure.sh sources this file for its helpers (say, die, need_java, fetch_kafka_jars, ...).
+# ops/secure.sh, ops/ha.sh and ops/sentinel.sh source this file for its helpers (say, die, need_java, fetch_kafka_jars, ...).
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi

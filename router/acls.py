@@ -107,6 +107,7 @@ def role_acls(
         if unknown:
             raise ValueError(f"not receive queues of topology {t.name}: {unknown}")
         topics(queues, "READ")
+        topics([t.dead_letter_topic, t.events_topic], "WRITE")  # max-deliveries (receiver.md)
         group(f"{t.name}.receiver", "READ", "PREFIXED")
     elif role == "spark":
         topics(t.send_queues, "WRITE")

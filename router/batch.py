@@ -37,6 +37,7 @@ class Item:
     skip: bool = False  # a skip marker from the send side (receive side only)
     decision: str | None = None  # the route step's answer; None: not part of the table call
     expires_ms: int | None = None  # when its lifetime ends (router.lifetime), if it has one
+    targets: tuple[str, ...] | None = None  # multicast: its receive queues (router.multicast)
 
 
 @dataclass(slots=True)

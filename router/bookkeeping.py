@@ -81,6 +81,8 @@ def count_committed(metrics: Metrics, out: Output) -> None:
         ("room_staged_bytes", out.staged_bytes),
         ("seq_duplicates", out.seq_duplicates),
         ("sequence_gaps", out.sequence_gaps),
+        ("multicast", out.multicast),
+        ("multicast_copies", out.multicast_copies),
     ]
     for name, n in counts:
         if n:

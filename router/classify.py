@@ -14,7 +14,7 @@ from functools import partial
 
 from confluent_kafka import Message
 
-from router import contract, lifetime, schemas
+from router import contract, lifetime, multicast, schemas, segments
 from router.batch import Batch, Item
 from router.config import RouterSettings
 from router.contract import CONTROL, BadInput
@@ -42,6 +42,7 @@ class Classifier:
         # Payloads are checked where they enter the path: on the send side.
         self.validators = payload_validators(settings) if side == "send" else {}
         self.side = side
+        self.queues = tuple(settings.topology.receive_queues)  # multicast's targets
         self.hop = f"{side} unit"
         self.clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
         # Source positions whose record the broker refused earlier (e.g. too large for
@@ -67,11 +68,16 @@ class Classifier:
                 value, key = m.value(), m.key()
                 size = (len(value) if value else 0) + (len(key) if key else 0)
                 control: bytes | None = None
+                fan = cut = False
                 if headers:
                     for k, v in headers:
                         size += len(k) + (len(v) if v else 0)
                         if k == CONTROL:
                             control = v or b""
+                        elif k in multicast.HEADERS:
+                            fan = True
+                        elif k in segments.HEADERS:
+                            cut = True
                 if control is not None:
                     if self.side == "send" or r.guarantee_id is None:
                         raise r.bad(
@@ -85,6 +91,11 @@ class Classifier:
                         item.close = True
                     items.append(item)
                     continue
+                if cut and (why := segments.problem(headers, r.guarantee_id, r.final)):
+                    raise r.bad("bad-segment", why)
+                if fan:
+                    assert headers is not None
+                    item.targets = multicast.read(headers, self.queues, r)
                 gone = self._expiry(item, r, headers, now_ms) if headers else None
                 if gone is not None:
                     raise gone

@@ -1,4 +1,5 @@
-"""librdkafka and Redis client configuration, built from the settings (never from globals)."""
+"""librdkafka and Redis client configuration, built from the settings (never from globals).
+Redis clients come from `router.redisclient` (`redis_client` here)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ import uuid
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from router import redisclient
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 
 
@@ -60,9 +60,12 @@ def _merge(kafka: KafkaSettings, tunable: dict[str, Any], fixed: dict[str, Any])
     return {**tunable, **kafka.common(), **fixed, "logger": LIBRDKAFKA_LOGGER}
 
 
-def consumer_config(kafka: KafkaSettings, group_id: str, client_id: str) -> dict[str, Any]:
-    """A unit's consumer: manual offsets (they travel in the transaction), committed reads."""
-    tunable: dict[str, Any] = {"queued.max.messages.kbytes": 32768}
+def consumer_config(
+    kafka: KafkaSettings, group_id: str, client_id: str, prefetch_bytes: int = 32 << 20
+) -> dict[str, Any]:
+    """A unit's consumer: manual offsets (they travel in the transaction), committed reads;
+    it prefetches at most about `prefetch_bytes` (plus one fetch)."""
+    tunable: dict[str, Any] = {"queued.max.messages.kbytes": max(prefetch_bytes >> 10, 1024)}
     fixed: dict[str, Any] = {
         "group.id": group_id,
         "client.id": client_id,
@@ -118,29 +121,9 @@ def transactional_id(settings: RouterSettings, role: str) -> str:
 
 
 def redis_client(settings: RedisSettings) -> redis.Redis:
-    """A Redis client that fails fast: the units decide themselves when to retry. With an
-    ACL user and password, and over TLS for a rediss:// URL (see `router.redisauth`)."""
-    options: dict[str, Any] = {}
-    if settings.username is not None:
-        options["username"] = settings.username
-    if settings.tls:
-        verify = settings.tls_verify
-        options.update(
-            ssl_cert_reqs="required" if verify else "none",
-            ssl_check_hostname=verify,
-            ssl_ca_certs=str(settings.tls_ca_file) if settings.tls_ca_file else None,
-            ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
-            ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
-        )
-    return redis.Redis.from_url(
-        settings.url,
-        password=settings.secret(),
-        socket_timeout=settings.socket_timeout_s,
-        socket_connect_timeout=settings.socket_timeout_s,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=30,
-        **options,
-    )
+    """A Redis client for the settings, by URL or through Sentinel: `router.redisclient`,
+    the one place every Redis client of the router is built."""
+    return redisclient.redis_client(settings)
 
 
 def dispose_in_background(box: list[Any]) -> None:

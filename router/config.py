@@ -207,6 +207,9 @@ class RoutingSettings(_Section):
 
 class UnitSettings(_Section):
     batch_size: int = Field(500, ge=1, le=100_000)
+    # ... and at most about this many bytes of values (large messages, segments: a unit
+    # holds a few batches, and prefetches twice this much).
+    max_batch_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=1 << 30)
     # How long a unit waits for the first message of a batch; the rest of a batch is
     # whatever has already been fetched.
     poll_timeout_ms: int = Field(100, ge=1)

@@ -14,6 +14,10 @@ without this library, and the router never decodes a payload to route it.
 | `guarantee-delivery` | `stream` or `complete`                 | `routing.default_delivery` |
 | `guarantee-order`   | `lane` or `logical` (by `guarantee-seq`) | `routing.default_order` |
 
+A large message travels as *segments*, each a member of a group, with `segment-id`,
+`segment-index`, `segment-last` and, on the last, `segment-bytes` and `segment-sha256`
+(`router/segments.py`, docs/routing.md "Segments").
+
 The router adds `router-origin` (`topic/partition/offset` of the send queue record) when
 it forwards, and keeps every other header, the key, the value and the timestamp.
 """
@@ -46,6 +50,18 @@ DELIVERIES = ("stream", "complete")
 ORDER = "guarantee-order"
 ORDERS = ("lane", "logical")
 ORIGIN = "router-origin"
+# Segments of one large message (router/segments.py): its ID, each segment's index from 0,
+# `true` on the last one, and on the last the whole payload's length and SHA-256 (hex).
+# A segment is a group member; a group whose guarantee ID is its segment ID is an
+# ordinary message carried as a group of its own.
+SEGMENT_ID = "segment-id"
+SEGMENT_INDEX = "segment-index"
+SEGMENT_LAST = "segment-last"
+SEGMENT_BYTES = "segment-bytes"
+SEGMENT_SHA256 = "segment-sha256"
+SEGMENT_HEADERS = frozenset(
+    {SEGMENT_ID, SEGMENT_INDEX, SEGMENT_LAST, SEGMENT_BYTES, SEGMENT_SHA256}
+)
 # On the transfer topic only: "close" marks a group the send side ended without forwarding
 # its final (a dead-lettered final, a stopped group), so that the receive side releases it.
 # Reserved: a send-queue message carrying it is dead-lettered (bad-headers).

@@ -15,10 +15,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from router import contract, events, letters, lifetime, markers, room, schemas
+from router import contract, events, fanout, letters, lifetime, markers, room, schemas
 from router.batch import Batch, Item, where
 from router.config import RouterSettings
 from router.contract import BadInput
+from router.multicast import FANOUT
 from router.room import UNSTAGED, WAIT
 from router.routing import DUPLICATE, NO_DEST, ORPHAN, PARKED, SPANS, STOPPING
 from router.side import SideSpec
@@ -68,6 +69,8 @@ class Output:
     close_markers: int = 0  # close markers produced (send side)
     skips: int = 0  # skip markers consumed (receive side): routed, forwarded nowhere
     skip_markers: int = 0  # skip markers produced (send side)
+    multicast: int = 0  # multicast messages fanned out (receive side, router.fanout)
+    multicast_copies: int = 0  # ... their copies, written straight or parked in the room
 
     @property
     def consumed(self) -> int:
@@ -79,6 +82,7 @@ class Output:
             + self.closes
             + self.skips
             + self.parked_in_room
+            - (self.multicast_copies - self.multicast)  # one message, several records
         )
 
     def lettered(self, bad: BadInput) -> None:
@@ -106,6 +110,7 @@ class Emitter:
         self.room_partitions = settings.routing.room_partitions
         self.max_staged = settings.routing.max_staged_messages
         self.on_expiry = settings.routing.on_expiry  # a group's default (router.lifetime)
+        self.rules = settings.routing  # markers read a parked member's headers (router.markers)
 
     def emit(self, batch: Batch, now_ms: int) -> Output:
         out = Output()
@@ -133,7 +138,7 @@ class Emitter:
                 out.skips += 1
                 continue
             if item.close and dest == WAIT:  # its group waits: the close follows its parks
-                records.append(self._park_in_room(item))
+                records.append(self.park_in_room(item))
                 out.parked_in_room += 1
                 continue
             if item.close:  # the send side ended this group: release it, forward nothing
@@ -159,7 +164,7 @@ class Emitter:
                 records.append(self.dead_letter(item, item.bad or _late(item), now_ms))
                 continue
             if dest in (WAIT, UNSTAGED):  # a bad one too: dead-lettered in its place
-                records.append(self._park_in_room(item))
+                records.append(self.park_in_room(item))
                 out.parked_in_room += 1
                 if item.routing is not None and item.routing.complete:
                     out.staged_bytes += len(item.m.value() or b"")
@@ -179,6 +184,9 @@ class Emitter:
                     records.append(self.skip_marker(item, dest, out))  # the group goes on
                 continue
             assert dest is not None and item.routing is not None
+            if dest.startswith(FANOUT):  # multicast (receive side): a copy per queue
+                fanout.copies(self, item, dest, out)
+                continue
             m = item.m
             where = targets.get(dest)
             if where is None:
@@ -295,14 +303,14 @@ class Emitter:
             out.parked += 1
         out.records.append(self.dead_letter(item, reason, now_ms))
 
-    def _park_in_room(self, item: Item) -> Record:
+    def park_in_room(self, item: Item, gid: str | None = None) -> Record:
         """A message of a waiting or admitted group (or an ordinary one while every
-        destination is busy): to its group's room partition, in order, with its group and
-        source position (`router.drain` forwards it once the group is admitted)."""
+        destination is busy; or a multicast copy, `gid` its queue's copies): to its group's
+        room partition, in order, with its group and source position (`router.drain`
+        forwards it once the group is admitted)."""
         m, r, bad = item.m, item.routing, item.bad
-        gid = (r.guarantee_id if r is not None else bad.guarantee_id if bad else None) or (
-            room.ordinary_group(f"{m.topic()}/{m.partition()}")
-        )
+        gid = gid or (r.guarantee_id if r is not None else bad.guarantee_id if bad else None)
+        gid = gid or room.ordinary_group(f"{m.topic()}/{m.partition()}")
         position = f"{m.topic()}/{m.partition()}/{m.offset()}".encode()
         headers = [
             *(h for h in item.headers or () if h[0] not in contract.ROOM_HEADERS),

@@ -19,7 +19,7 @@ SEQUENCE_GAP = "router.events.SequenceGap"
 EXPIRED_MESSAGE = "router.events.ExpiredMessage"
 HOPS = {"send": "SEND_UNIT", "receive": "RECEIVE_UNIT", "receiver": "RECEIVER"}
 
-SIDES = {"send": "SEND", "receive": "RECEIVE"}
+SIDES = {"send": "SEND", "receive": "RECEIVE", "receiver": "RECEIVER"}  # receiver: the library
 
 
 def abandoned_group(swept: Swept, side: str, topology: str) -> bytes:

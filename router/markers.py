@@ -10,7 +10,11 @@ needs to know of a group member the send side did not forward.
   `group-entry-missing`), and forwards nothing.
 
 Both go to the group's transfer partition after everything forwarded of the group before
-them, in the same transaction, with no value."""
+them, in the same transaction, with no value. A skip marker tells the receive side what the
+member would have told it about its group, in case it is the first there (or the last
+before a pause): its `guarantee-seq`, its group's TTL, delivery (`complete` or `stream`) and
+order (`logical`), as the send side read them; a member read back from the waiting room
+has its own headers read again for them."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from router import contract
 from router.batch import Item, where
 
 if TYPE_CHECKING:
+    from router.config import RoutingSettings
     from router.emit import Emitter, Output, Record
 
 log = logging.getLogger("router.emit")
@@ -34,6 +39,8 @@ def marker(
     from router.emit import Record  # noqa: PLC0415  (emit imports this module)
 
     m, r, bad = item.m, item.routing, item.bad
+    if r is None and item.headers:  # a member read back from the room: its own headers
+        r = _routing(item.headers, emitter.rules)
     gid = r.guarantee_id if r is not None else bad.guarantee_id if bad else None
     assert gid is not None
     origin = origin or f"{m.topic()}/{m.partition()}/{m.offset()}"
@@ -46,9 +53,26 @@ def marker(
         seq = r.seq if r is not None else bad.seq if bad else None
         if seq is not None:
             headers.append((contract.SEQ, str(seq).encode()))
+        # If it opens the group on the receive side, the group is staged or streamed, and
+        # numbered or not, as the member would have made it (unknown: the side's default)
+        complete = r.complete if r is not None else bad is not None and bad.complete
+        if r is not None or complete:
+            headers.append((contract.DELIVERY, b"complete" if complete else b"stream"))
+        logical = r.logical if r is not None else bad is not None and bad.logical
+        if logical and seq is not None:
+            headers.append((contract.ORDER, b"logical"))
         out.skip_markers += 1
     headers += [(contract.CONTROL, kind), (contract.ORIGIN, origin.encode())]
     if r is not None:
         headers.append((contract.TTL_MS, str(r.ttl_ms).encode()))
     topic, partition = emitter.spec.target(dest)
     return Record(topic, partition, m.key(), None, headers, 0, None)
+
+
+def _routing(headers: contract.Headers, rules: RoutingSettings) -> contract.Routing | None:
+    """The routing headers of a member whose reason to be skipped was not in them (expired,
+    oversized, ...); None if they are malformed themselves."""
+    try:
+        return contract.parse(headers, rules)
+    except contract.BadInput:
+        return None

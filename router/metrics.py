@@ -39,6 +39,7 @@ MetricName = Literal[
     "batches",
     "redis_round_trips",
     "redis_errors",
+    "replica_acks_missing",  # batches not forwarded: too few Redis replicas held their writes
     "kafka_errors",
     "txn_commits",
     "txn_aborts",
@@ -70,6 +71,8 @@ MetricName = Literal[
     "sequence_gaps",  # logical order: gaps open past routing.gap_timeout_ms (SequenceGap)
     "wait_timeouts",  # sweeper: groups that waited past routing.max_wait_ms
     "expired",  # not forwarded: their lifetime ended (ExpiredMessage events)
+    "multicast",  # receive unit: multicast messages fanned out to their queues
+    "multicast_copies",  # ... their copies, written straight or parked in the waiting room
 ]
 
 # Timings, as Prometheus histograms (seconds); labels in `router.prom`.

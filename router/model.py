@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from router import placement, room
+from router import multicast, placement, room
 from router.routing import (
     DUPLICATE,
     HELD,
@@ -121,6 +121,10 @@ class TableModel:
         for r in requests:
             if r.lane in held_lanes:
                 decisions.append(SKIPPED)
+                continue
+            if r.targets:  # multicast (receive side): a copy per queue, straight or parked
+                decisions.append(multicast.route(self, r, freed, batch, now_ms, lease_ms))
+                record(r, False)
                 continue
             gid = r.guarantee_id
             entry = self.entries.get(gid) if gid is not None else None
@@ -251,7 +255,7 @@ class TableModel:
                     for d in self.destinations
                 ]
             index, busy = self._choose(cost)
-            waits = busy or (self.room and not ordinary)  # first come, first served
+            waits = busy or (room.queued(self) and not ordinary)  # first come, first served
             if waits and self.policy == "wait":  # a timed-out hold waits too: never shared
                 if ordinary:
                     pg = room.ordinary_group(r.lane)

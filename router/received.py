@@ -24,7 +24,10 @@ Headers = list[tuple[str, bytes | None]]
 @dataclass(frozen=True, slots=True)
 class Received:
     """One message of a receive queue, with its routing headers read: `guarantee_id`
-    (None: an ordinary message), `final`, and `seq` (its number in the group, if sent)."""
+    (None: an ordinary message), `final`, and `seq` (its number in the group, if sent).
+    A message reassembled from segments (`router.reassembly`) has the first segment's
+    offset, headers and `seq`, the last one's `final`, and every segment's offset in
+    `parts` (empty for a message of one record)."""
 
     topic: str
     partition: int
@@ -36,6 +39,7 @@ class Received:
     guarantee_id: str | None
     final: bool
     seq: int | None
+    parts: tuple[int, ...] = ()
 
     @property
     def grouped(self) -> bool:
@@ -62,27 +66,53 @@ class ReceivedGroup:
 class OffsetTracker:
     """Per partition, the offsets received and not yet done (pure). The offset to commit
     is the lowest of them, or one past the highest received: never past a message the
-    application has not finished, whatever order it finishes them in."""
+    application has not finished, whatever order it finishes them in. A message may be
+    given as a `token` (its object): `done` then counts only for that delivery of it, not
+    for an earlier one that `rewind` made void."""
 
     def __init__(self) -> None:
-        self._open: dict[TP, dict[int, None]] = {}  # ascending (insertion)
+        self._open: dict[TP, dict[int, object]] = {}  # ascending (insertion) -> token
         self._next: dict[TP, int] = {}
 
-    def received(self, tp: TP, offset: int) -> None:
+    def received(self, tp: TP, offset: int, token: object = None) -> None:
         """A message was handed to the application."""
-        self._open.setdefault(tp, {})[offset] = None
+        self._open.setdefault(tp, {})[offset] = token
         self._next[tp] = max(self._next.get(tp, 0), offset + 1)
 
-    def done(self, tp: TP, offset: int) -> int | None:
+    def done(self, tp: TP, offset: int, token: object = None) -> int | None:
         """Mark one offset done; the partition's commit offset if it moved, else None."""
         pending = self._open.get(tp)
         if pending is None or offset not in pending:
             return None
+        held = pending[offset]
+        if token is not None and held is not None and held is not token:
+            return None  # an earlier delivery of the message, made void by a rewind
         was_lowest = next(iter(pending)) == offset
         del pending[offset]
         if not was_lowest:
             return None
         return next(iter(pending)) if pending else self._next[tp]
+
+    def is_open(self, tp: TP, offset: int, token: object = None) -> bool:
+        """Whether the message (this delivery of it, with `token`) is received, not done."""
+        pending = self._open.get(tp)
+        if pending is None or offset not in pending:
+            return False
+        held = pending[offset]
+        return token is None or held is None or held is token
+
+    def knows(self, tp: TP) -> bool:
+        """Whether anything was received from the partition since it was assigned."""
+        return tp in self._next
+
+    def rewind(self, tp: TP, offset: int) -> None:
+        """The partition is read again from `offset`: what was received from there on is
+        void (it comes again); the commit offset stays at or below `offset`."""
+        pending = self._open.get(tp, {})
+        for o in [o for o in pending if o >= offset]:
+            del pending[o]
+        if tp in self._next:
+            self._next[tp] = min(self._next[tp], offset)
 
     def forget(self, tp: TP) -> None:
         """The partition was revoked: another receiver takes it from the commit offset."""
@@ -175,3 +205,24 @@ class Gatherer:
             del self._open[k]
         kept = [g for g in self._ready if (g.messages[0].topic, g.messages[0].partition) != tp]
         self._ready = deque(kept)
+
+    def rewind(self, tp: TP, offset: int, now: float) -> None:
+        """The partition is read again from `offset`: members gathered from there on are
+        dropped (they come again); a group kept only with its members before `offset`."""
+        for key in [k for k in self._open if k[:2] == tp]:
+            members, last = self._open[key]
+            kept = [m for m in members if m.offset < offset]
+            if kept:
+                self._open[key] = (kept, last)
+            else:
+                del self._open[key]
+        ready: deque[ReceivedGroup] = deque()
+        for g in self._ready:
+            first = g.messages[0]
+            if (first.topic, first.partition) != tp or g.messages[-1].offset < offset:
+                ready.append(g)
+                continue
+            kept = [m for m in g.messages if m.offset < offset]
+            if kept and g.guarantee_id is not None:
+                self._open[(*tp, g.guarantee_id)] = (kept, now)
+        self._ready = ready

@@ -9,6 +9,8 @@ partitions are revoked, and on close), never past a message received but not yet
 skips it. `process(handler)` is the loop: receive, handle, done. With `state`, each
 group's status (last sequence number done, complete or not) is kept in Redis, and read
 back by `group_status` after a restart (`router.groupstatus`, `router.statestore`).
+`abandon` puts a message back at the head of its partition, up to `max_deliveries`
+(`router.redeliveries`; the counts in Redis with `state`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from router import clientconfig, clients
 from router.config import RouterSettings
 from router.groupstatus import GroupStatus
+from router.reassembly import Reassembler, SegmentError, is_segment
 from router.received import Gatherer, OffsetTracker, Received, ReceivedGroup, from_message
+from router.redeliveries import Redeliveries, offsets_of, token_of
+from router.redelivery import MAX_DELIVERIES, RedeliveryOptions
 from router.statestore import State, StatusStore
 
 __all__ = [
@@ -35,6 +40,8 @@ __all__ = [
     "Received",
     "ReceivedGroup",
     "Receiver",
+    "RedeliveryOptions",
+    "SegmentError",
 ]
 
 log = logging.getLogger("router.receiver")
@@ -71,6 +78,10 @@ class Receiver:
         on_revoke: Hook | None = None,
         state: State | None = None,
         state_prefix: str = "router",
+        max_deliveries: int | None = MAX_DELIVERIES,
+        redelivery: RedeliveryOptions | None = None,
+        segment_timeout_s: float = 120.0,
+        max_message_bytes: int = 1 << 30,
     ) -> None:
         """`config`: librdkafka properties, as for `confluent_kafka.Consumer`, with the
         `group.id` whose committed offsets record what was processed (see
@@ -83,20 +94,35 @@ class Receiver:
         are taken away (revoked, or lost), while `done()` still counts for them: what is
         done by then is committed before they move (unless lost). `state` (a Redis URL or
         `redis.Redis`; keys under `state_prefix`, the router's `redis.key_prefix`) keeps
-        each group's status for the `group.id`, written before its offsets are stored."""
+        each group's status for the `group.id`, written before its offsets are stored,
+        and delivery counts. `max_deliveries` (0 or None: no limit): the most times an
+        abandoned message is handed out; then it is dead-lettered (`max-deliveries`).
+        `redelivery`: poison policies, the counts' TTL, topics (`router.redelivery`).
+
+        A segmented message is handed out whole, its checksum verified; a broken one
+        raises SegmentError (`router.reassembly`): a set with no new segment for
+        `segment_timeout_s`, or larger than `max_message_bytes`, is broken."""
         if queues is None and topology is None:
             raise ValueError("give the topology's name, or its queues")
         cid = str(config.get("client.id") or f"receiver-{clients.instance_id()}")
-        settings = {"logger": clients.LIBRDKAFKA_LOGGER, **config}
+        group_id = str(config.get("group.id") or "")
+        self._status = None if state is None else StatusStore(state, group_id, state_prefix)
+        self._redo = Redeliveries(
+            config, cid, topology, queues, self._status, state_prefix, max_deliveries, redelivery
+        )
+        settings = {
+            "logger": clients.LIBRDKAFKA_LOGGER,
+            **config,
+            "on_commit": self._redo.on_commit,
+        }
         self._consumer = Consumer(clientconfig.consumer_config(settings, cid))
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self.received = 0
         self._offsets = OffsetTracker()
         self._gather = Gatherer()
+        self._segments = Reassembler(max_message_bytes, segment_timeout_s)
+        self._redo.bind(self._consumer, self._offsets, self._gather)
         self._closed = False
-        self._status = (
-            None if state is None else StatusStore(state, str(config["group.id"]), state_prefix)
-        )
         meta = self._consumer.list_topics(timeout=30).topics
         self.queues = list(queues or clientconfig.topology_queues(str(topology), "receive", meta))
         missing = [q for q in self.queues if q not in meta]
@@ -125,10 +151,11 @@ class Receiver:
         on_assign: Hook | None = None,
         on_revoke: Hook | None = None,
         keep_status: bool = False,
+        max_deliveries: int | None = MAX_DELIVERIES,
     ) -> Receiver:
         """A receiver of `queues` (default: every receive queue of the topology) as
         consumer group `group_id`, with the Kafka settings of the router's settings
-        (`keep_status`: group statuses in the settings' Redis)."""
+        (`keep_status`: group statuses and delivery counts in the settings' Redis)."""
         config: dict[str, Any] = {**settings.kafka.common(), "group.id": group_id}
         if client_id is not None:
             config["client.id"] = client_id
@@ -140,6 +167,8 @@ class Receiver:
             on_revoke=on_revoke,
             state=clients.redis_client(settings.redis) if keep_status else None,
             state_prefix=settings.redis.key_prefix,
+            max_deliveries=max_deliveries,
+            redelivery=RedeliveryOptions.of(settings),
         )
 
     def __enter__(self) -> Receiver:
@@ -157,6 +186,7 @@ class Receiver:
     # ------------------------------------------------------------------ rebalancing
 
     def _assigned(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._redo.assigned(partitions)
         if self._on_assign is not None:
             self._on_assign(self, partitions)
 
@@ -185,6 +215,8 @@ class Receiver:
             key = (tp.topic, tp.partition)
             self._offsets.forget(key)
             self._gather.forget(key)
+            self._segments.forget(key)
+            self._redo.forget(key)
 
     # ------------------------------------------------------------------ reading
 
@@ -198,23 +230,41 @@ class Receiver:
             log.warning("consumer error: %s", err)
         return False
 
-    def _received(self, m: Message) -> Received:
+    def _received(self, m: Message) -> Received | None:
+        """The message to hand out; None if it was dead-lettered instead (done)."""
         message = from_message(m)
+        token = None if is_segment(message) else message  # a segment's bytes are not kept
+        self._offsets.received((message.topic, message.partition), message.offset, token)
+        if not self._redo.admit(message):
+            return None
         self.received += 1
-        self._offsets.received((message.topic, message.partition), message.offset)
         return message
 
     def poll(self, timeout: float) -> Received | None:
-        """The next message, or None after `timeout` seconds."""
+        """The next message, or None after `timeout` seconds; SegmentError for a
+        segmented message that cannot be handed over whole."""
         deadline = time.monotonic() + timeout
         while True:
+            ready = self._segments.pop(live=self._live)
+            if ready is not None:
+                return ready
+            self._redo.resume_due()
             m = self._consumer.poll(max(deadline - time.monotonic(), 0))
             if m is None:
+                self._segments.expire(time.monotonic())  # nothing waits: sets may time out
+                if self._segments:
+                    continue
                 return None
-            if self._usable(m):
-                return self._received(m)
+            if self._usable(m) and (message := self._received(m)) is not None:
+                self._segments.add(message, time.monotonic())
+                if self._segments:
+                    continue
             if time.monotonic() >= deadline:
                 return None
+
+    def _live(self, m: Received) -> bool:
+        """Not made void by a rewind (`abandon`) since it was read."""
+        return self._offsets.is_open((m.topic, m.partition), m.offset)
 
     def consume(self, num_messages: int = 500, timeout: float = 1.0) -> list[Received]:
         """Up to `num_messages` messages, in each partition's order: waits at most
@@ -228,7 +278,17 @@ class Receiver:
         batch = [first]
         if num_messages > 1:
             more = self._consumer.consume(num_messages - 1, 0)
-            batch += [self._received(m) for m in more if self._usable(m)]
+            more.reverse()
+            while more:  # let go of each record as it is taken: segments are large
+                m = more.pop()
+                if self._usable(m) and (r := self._received(m)) is not None:
+                    self._segments.add(r, time.monotonic())
+            live = self._live
+            while len(batch) < num_messages:
+                ready = self._segments.pop(errors=False, live=live)  # an error: next call
+                if ready is None:
+                    break
+                batch.append(ready)
         return batch
 
     def receive(self, timeout: float) -> Received:
@@ -266,18 +326,33 @@ class Receiver:
 
     # ------------------------------------------------------------------ committing
 
-    def done(self, message: Received | ReceivedGroup) -> None:
-        """Mark a message, or all of a group, processed: committed once every message
-        received before it on its partition is done too."""
-        members = message.messages if isinstance(message, ReceivedGroup) else (message,)
+    def done(self, message: Received | ReceivedGroup | SegmentError) -> None:
+        """Mark a message, or all of a group (or a SegmentError's records), processed:
+        committed once every message received before it on its partition is done too."""
+        members: tuple[Received, ...] = (
+            (message,) if isinstance(message, Received) else message.messages
+        )
         if self._status is not None:
             self._status.record(members)  # first: a status is never behind the commit
         for m in members:
-            position = self._offsets.done((m.topic, m.partition), m.offset)
-            if position is not None:
-                self._consumer.store_offsets(
-                    offsets=[TopicPartition(m.topic, m.partition, position)]
-                )
+            for offset in offsets_of(m):  # a reassembled message: each segment's
+                position = self._offsets.done((m.topic, m.partition), offset, token_of(m))
+                if position is not None:
+                    self._consumer.store_offsets(
+                        offsets=[TopicPartition(m.topic, m.partition, position)]
+                    )
+
+    def abandon(self, message: Received | ReceivedGroup) -> None:
+        """Give a message (or group) back undone: it, and all handed out after it on its
+        partition (`done()` on those no longer counts), comes again before anything later;
+        nothing is committed past it. At `max_deliveries` it is dead-lettered instead."""
+        self._redo.abandon(message)
+
+    nack = abandon
+
+    def deliveries(self, message: Received) -> int:
+        """How many times this message has been handed out, this time included."""
+        return self._redo.deliveries(message)
 
     def group_status(self, guarantee_id: str) -> GroupStatus | None:
         """How far the application got with a group (its last member marked done, and
@@ -296,7 +371,7 @@ class Receiver:
     def commit(self) -> None:
         """Commit what has been marked done, now (synchronously)."""
         try:
-            self._consumer.commit(asynchronous=False)
+            self._redo.committed(self._consumer.commit(asynchronous=False))
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
                 raise
@@ -310,7 +385,8 @@ class Receiver:
         stop: Callable[[], bool] | None = None,
     ) -> int:
         """Receive, handle, mark done; until nothing arrived for `idle_timeout` s (None:
-        never), `max_messages` were handled, or `stop()` is true. Returns the count."""
+        never), `max_messages` were handled, or `stop()` is true. Returns the count. A
+        handler that raises abandons the message: it comes again (`abandon`)."""
         handled = 0
         last = time.monotonic()
         while max_messages is None or handled < max_messages:
@@ -322,7 +398,12 @@ class Receiver:
                     break
                 continue
             last = time.monotonic()
-            handler(message)
+            try:
+                handler(message)
+            except Exception:
+                log.warning("handler failed on %s@%d", message.topic, message.offset, exc_info=True)
+                self.abandon(message)
+                continue
             self.done(message)
             handled += 1
         return handled

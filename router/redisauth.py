@@ -21,14 +21,14 @@ SIDES: tuple[Side, ...] = ("send", "receive")
 SCRIPT_COMMANDS = (
     *("get", "set", "incr", "hget", "hset", "hdel", "hexists", "hgetall", "hincrby", "hmget"),
     *("rpush", "smembers", "time", "zadd", "zcard", "zrange", "zrangebyscore", "zrem"),
-    *("zremrangebyscore", "zscore"),
+    *("zremrangebyscore", "zscore", "zrank"),
 )
 # Commands the Python side sends: the scripts by SHA (loaded on NOSCRIPT), table reads,
 # the sweeper's outbox, steering (router table drain/undrain), metrics publication and
-# reading, health checks.
+# reading, health checks, and the units' wait for replicas (redis.min_replica_acks).
 CLIENT_COMMANDS = (
     *("evalsha", "script|load", "ping", "lrange", "ltrim", "sadd", "srem"),
-    *("expire", "scan"),
+    *("expire", "scan", "wait"),
 )
 
 
@@ -63,7 +63,7 @@ def refused(exc: BaseException, settings: RouterSettings) -> str | None:
     user = settings.redis.username or "default"
     if isinstance(exc, AuthenticationError) or _says(exc, "NOAUTH", "WRONGPASS"):
         return (
-            f"Redis at {settings.redis.url} refused the credentials of user {user!r} ({exc}): "
+            f"Redis at {settings.redis.where()} refused the credentials of user {user!r} ({exc}): "
             "check redis.username and redis.password / redis.password_file"
         )
     if isinstance(exc, NoPermissionError) or _says(exc, "NOPERM"):

@@ -12,7 +12,9 @@ released, no ordinary message in flight), the oldest waiting group is *admitted*
 the destination is reserved for the group, whose parked messages the drain step forwards.
 Once a drain batch settles with every park of the group drained and none in flight, the
 group is *open* like any other (its next messages go straight to the destination); the
-ordinary messages' pseudo-group of a lane (`~<lane>`) is released instead.
+ordinary messages' pseudo-group of a lane (`~<lane>`) is released instead, and so is a
+destination's multicast copies pseudo-group (`~*<dest>`, `router.multicast`, any policy),
+which waits for that destination only.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ UNSTAGED = "!W"  # park it, and its group's staging ended at the bound: it waits
 OPEN, WAITING, ADMITTED = "open", "waiting", "admitted"  # Entry.state
 STAGED = "staged"  # whole-group delivery: parked until its final, then waiting
 PSEUDO = "~"  # prefix of the pseudo-group that gathers one lane's parked ordinary messages
+COPIES = "~*"  # ... and of one receive queue's waiting multicast copies (`router.multicast`)
 
 
 def ordinary_group(lane: str) -> str:
@@ -37,6 +40,23 @@ def ordinary_group(lane: str) -> str:
 
 def is_pseudo(gid: str) -> bool:
     return gid.startswith(PSEUDO)
+
+
+def copy_group(dest: str) -> str:
+    """The pseudo-group of the multicast copies waiting for destination `dest` (a lane is
+    "topic/partition", and a topic name never starts with '*')."""
+    return COPIES + dest
+
+
+def copy_target(gid: str) -> str | None:
+    """The one destination a copies pseudo-group may be admitted to; None for any other."""
+    return gid[len(COPIES) :] if gid.startswith(COPIES) else None
+
+
+def queued(t: TableModel) -> bool:
+    """Whether a group (or a lane's ordinary messages) waits for any clean destination: a
+    new group then queues behind it. Multicast copies wait for their own queue only."""
+    return any(copy_target(g) is None for g in t.room)
 
 
 def park(t: TableModel, gid: str, entry: Entry, batch: str, now_ms: int, lease_ms: int) -> str:
@@ -139,18 +159,32 @@ def clean_destinations(t: TableModel) -> list[str]:
 
 
 def admit(t: TableModel) -> list[str]:
-    """Admit the oldest waiting groups (by wait start, then ID) to clean destinations,
-    the first clean one at or after the cursor each. Returns the admitted IDs."""
+    """Admit waiting groups, oldest first (by wait start, then ID), while one can be: a
+    group (or a lane's ordinary messages) to the first clean destination at or after the
+    cursor; a queue's multicast copies to that queue once it is in charge of no group
+    (in-flight ordinary messages and draining do not matter to a copy). One that cannot
+    be admitted yet does not stop a younger one that can. Returns the admitted IDs."""
     admitted: list[str] = []
     n = len(t.destinations)
     while t.room:
         clean = set(clean_destinations(t))
-        if not clean:
+        pick: tuple[str, str] | None = None
+        for gid in sorted(t.room, key=lambda g: (t.room[g], g)):
+            target = copy_target(gid)
+            if target is not None:
+                if t.load.get(target, 0) == 0:
+                    pick = (gid, target)
+                    break
+            elif clean:
+                index = next(
+                    i for k in range(n) if t.destinations[i := (t.cursor + k) % n] in clean
+                )
+                t.cursor = (index + 1) % n
+                pick = (gid, t.destinations[index])
+                break
+        if pick is None:
             break
-        gid = min(t.room, key=lambda g: (t.room[g], g))
-        index = next(i for k in range(n) if t.destinations[i := (t.cursor + k) % n] in clean)
-        dest = t.destinations[index]
-        t.cursor = (index + 1) % n
+        gid, dest = pick
         del t.room[gid]
         entry = t.entries[gid]
         entry.state, entry.dest = ADMITTED, dest
@@ -184,11 +218,13 @@ def time_out(t: TableModel, now_ms: int, max_wait_ms: int, policy: str) -> list[
     policy "share" admits each to the least-loaded destination even if busy (the first at
     or after the cursor), "dead-letter" stops it (its parked and later messages are
     dead-lettered); a lane's ordinary messages are always shared. Returns (gid, destination
-    or STOPPED). Draining destinations are skipped."""
+    or STOPPED). Draining destinations are skipped. Multicast copies never time out: they
+    wait for their queue's groups to end (at the latest at their TTL)."""
     out = []
     n, skip = len(t.destinations), t.excluded()
     for gid in sorted(
-        (g for g, s in t.room.items() if s <= now_ms - max_wait_ms), key=lambda g: (t.room[g], g)
+        (g for g, s in t.room.items() if s <= now_ms - max_wait_ms and copy_target(g) is None),
+        key=lambda g: (t.room[g], g),
     ):
         entry = t.entries[gid]
         del t.room[gid]

@@ -71,8 +71,10 @@ class TableRoute:
         holds: Holds,
         faults: Faults,
         sequenced: bool = False,
+        fanout: bool = False,
     ) -> None:
         self.sequenced = sequenced  # logical order applies (send side)
+        self.fanout = fanout  # multicast messages are copied to their queues (receive side)
         self.table = table
         self.rules = rules
         self.metrics = metrics
@@ -101,7 +103,10 @@ class TableRoute:
             if force:
                 metrics.inc("hold_timeouts")
             lane = self.lane(m.topic(), m.partition())
-            requests.append(request_for(item, rules, lane, force, self.sequenced))
+            request = request_for(item, rules, lane, force, self.sequenced)
+            if item.targets and self.fanout and item.bad is None:
+                request.targets = item.targets  # router.multicast
+            requests.append(request)
             routed.append(item)
         table = self.table
         epoch, resets = table.epoch, table.resets

@@ -88,6 +88,13 @@ Rules, for each message of a batch, in order:
   it) until the group's first message, which goes there and makes it an ordinary open
   entry on its lane, whatever the busy policy: a known group, never held, shared or
   waiting.
+* Multicast (a request with `targets`, receive side, any policy; `router.multicast`): a
+  copy straight to each target in charge of no group (but ones closed earlier in the
+  batch) with no earlier copy waiting, leased to the batch like an ordinary message's
+  destination; each other target's copy is parked in its copies pseudo-group
+  (`router.room.copy_group`), admitted to that destination only once it is in charge of
+  no group. The decision is FANOUT: "!m<straight,...>|<parked,...>". Never shared, held
+  or timed out.
 * `sweep(now, horizon)` removes entries idle past their TTL (update time + TTL before
   now), oldest deadline first, and only if their deadline is also before the side's
   horizon: never while the side's sources may still hold a record written before the
@@ -133,6 +140,9 @@ class RouteRequest:
     # (never straight: parked, and dead-lettered by the drain). The token is then always
     # its position.
     seq: int | None = None
+    # Multicast (receive side, `router.multicast`): the receive queues to copy it to; ()
+    # for any other message. The token is then ''.
+    targets: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

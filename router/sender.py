@@ -8,26 +8,29 @@ duplicates or reordering on retries). Delivery failures are never silent: `flush
 raises `DeliveryFailed` listing them. Configuration: `router.clientconfig`; what a
 caller's own routing headers may say: `router.sendgroups`. With a `sender_id`, open groups
 are recorded in Redis and resumed by a sender restarted under that ID
-(`router.senderstate`, `router.senderjournal`, `router.statestore`).
+(`router.senderstate`, `router.senderjournal`, `router.statestore`). A payload larger
+than `segment_bytes` is sent as segments (`router.segments`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from router import clientconfig, clients, sendgroups
+from router import clientconfig, clients, segments, sendgroups
 from router.backlog import Backlog
 from router.clock import Every
 from router.config import RouterSettings, RoutingSettings
 from router.offsets import CommittedOffsets
+from router.senddelivery import TP, Deliveries, OnDelivery, Track
 from router.senderjournal import Journal, OpenGroupInfo, info
 from router.sendgroups import DeliveryFailed, SendReceipt
 from router.statestore import SenderFenced, SenderStore, State
@@ -36,9 +39,7 @@ __all__ = ["DeliveryFailed", "OpenGroupInfo", "SendReceipt", "Sender", "SenderFe
 
 log = logging.getLogger("router.sender")
 
-TP = tuple[str, int]
-OnDelivery = Callable[[Any, Any], None]
-Track = tuple[str, str, int, bool]  # a member's group, its opening's token, seq, final
+Payload = bytes | bytearray | memoryview | None
 
 
 class Sender:
@@ -69,6 +70,8 @@ class Sender:
         sender_id: str | None = None,
         state: State | None = None,
         state_prefix: str = "router",
+        segment_bytes: int = segments.DEFAULT_SEGMENT_BYTES,
+        segment_window: int = 8,
     ) -> None:
         """`config`: librdkafka properties, as for `confluent_kafka.Producer`
         (`bootstrap.servers`, security, `linger.ms`, ...; idempotence and `acks=all` are
@@ -87,15 +90,24 @@ class Sender:
         the router's `redis.key_prefix`): open groups are recorded there, and a sender
         built with the same ID resumes them (same partition, next number; see
         `open_groups`, `abandon`). It takes the ID over: the older one's next record
-        write raises SenderFenced."""
+        write raises SenderFenced.
+
+        A payload larger than `segment_bytes` (default 512 KiB, under the topics' 1 MiB
+        records) is sent as segments (docs/routing.md, "Segments"), with at most
+        `segment_window` of them unacknowledged at a time."""
         if send_queues is None and topology is None:
             raise ValueError("give the topology's name, or its send_queues")
+        segments.check_size(segment_bytes, int(config.get("message.max.bytes", 1_000_000)))
+        if segment_window < 1:
+            raise ValueError("segment_window must be at least 1")
+        self._segment_bytes, self._window_bytes = segment_bytes, segment_window * segment_bytes
+        self._lock = threading.Lock()
         group = units_group or (clientconfig.units_group(topology) if topology else None)
         if group is None:
             raise ValueError("with send_queues, give units_group: the send units' consumer group")
         cid = str(config.get("client.id") or f"sender-{clients.instance_id()}")
         settings = {"logger": clients.LIBRDKAFKA_LOGGER, **config}
-        self._producer = Producer(clientconfig.producer_config(settings, cid))
+        self._out = Deliveries(Producer(clientconfig.producer_config(settings, cid)), self._lock)
         connection = clientconfig.connection_config(settings)
         self._admin = AdminClient(connection)
         # An estimate that must never block a send on a pending transaction.
@@ -112,17 +124,13 @@ class Sender:
         )
         self._groups = sendgroups.OpenGroups(group_idle_s)
         self._default_order = default_order
-        self._failures: list[str] = []
-        self._lock = threading.Lock()
         self._closed = False
-        self.sent = 0
-        self.delivered = 0
         self._journal: Journal | None = None
         self._sync = Every(1.0)
         if sender_id is not None:
             if state is None:
                 raise ValueError("sender_id needs state: a Redis URL or client")
-            self._journal = Journal(SenderStore(state, sender_id, state_prefix))
+            self._journal = self._out.journal = Journal(SenderStore(state, sender_id, state_prefix))
             self._journal.resume_into(self._groups, connection)
 
     @classmethod
@@ -138,7 +146,8 @@ class Sender:
     ) -> Sender:
         """A sender for the topology, Kafka settings and TTLs of the router's settings
         (`producer_overrides`: librdkafka properties on top of `kafka.client_config`);
-        with `sender_id`, its open groups are recorded in the settings' Redis."""
+        with `sender_id`, its open groups are recorded in the settings' Redis. Segments
+        are at most 512 KiB, and leave room for headers under `kafka.max_message_bytes`."""
         cid = client_id or f"sender-{clients.instance_id()}"
         config = clients.idempotent_producer_config(settings.kafka, cid)
         config.update(producer_overrides or {})
@@ -154,7 +163,18 @@ class Sender:
             sender_id=sender_id,
             state=clients.redis_client(settings.redis) if sender_id else None,
             state_prefix=settings.redis.key_prefix,
+            segment_bytes=segments.segment_bytes_for(settings.kafka.max_message_bytes),
         )
+
+    @property
+    def sent(self) -> int:
+        """Records produced (a segmented message: one per segment)."""
+        return self._out.sent
+
+    @property
+    def delivered(self) -> int:
+        """Records Kafka acknowledged."""
+        return self._out.delivered
 
     @property
     def send_queues(self) -> list[str]:
@@ -190,7 +210,7 @@ class Sender:
 
     def send(
         self,
-        value: bytes | None,
+        value: Payload,
         *,
         guarantee_id: str | None = None,
         final: bool = False,
@@ -212,7 +232,13 @@ class Sender:
         carry routing headers too (`guarantee-id`, `guarantee-seq`, ...: see
         `router.sendgroups`); they are checked, and ValueError says what is wrong with one
         (a `guarantee-seq` that is not the group's next number, a header given twice)
-        before anything is sent."""
+        before anything is sent.
+
+        A `value` (bytes, bytearray or memoryview) larger than `segment_bytes` is sent as
+        segments, one group member each (an ordinary message: a group of its own), with
+        at most `segment_window` unacknowledged; a receiver of this library gets it back
+        whole. `on_delivery` is called for each segment, and the receipt says how many
+        numbers of the group it took."""
         r = sendgroups.request(
             headers,
             guarantee_id=guarantee_id,
@@ -222,60 +248,69 @@ class Sender:
             delivery=delivery,
             default_order=self._default_order,
         )
-        seq: int | None = None
-        track: Track | None = None
-        if r.guarantee_id is None:
-            tp = self._backlog.least()
-        else:
-            new = r.guarantee_id not in self._groups
-            tp, seq = self._groups.place(r, time.monotonic(), self._backlog.new_group)
-            if self._journal is not None:
-                end = self._backlog.end_bound(tp)
-                try:
-                    track = self._journal.record(r, tp, seq, new, end, self._lock, self.flush)
-                except BaseException:
-                    if new:
-                        self._groups.drop(r.guarantee_id)
-                    raise
+        if isinstance(value, str):  # as confluent-kafka takes it
+            value = value.encode("utf-8")
+        elif value is not None and not isinstance(value, bytes):
+            value = memoryview(value).cast("B")
+        if value is not None and len(value) > self._segment_bytes:
+            return self._send_segments(memoryview(value).cast("B"), r, key, on_delivery)
+        if isinstance(value, memoryview):
+            value = value.tobytes()  # produce() takes bytes
+        tp, seq, track = self._place(r)
         routing = sendgroups.routing_headers(r, seq)
-        self._produce(tp, key, value, [*routing, *r.others], on_delivery, track)
+        self._out.produce(tp, key, value, [*routing, *r.others], on_delivery, track)
         self._backlog.sent(tp)
+        self._sync_journal()
+        return SendReceipt(tp[0], tp[1], seq)
+
+    def _place(
+        self, r: sendgroups.Request, record: bool = True
+    ) -> tuple[TP, int | None, Track | None]:
+        """The partition, number and journal track of message `r` (`record`: journal it)."""
+        if r.guarantee_id is None:
+            return self._backlog.least(), None, None
+        new = r.guarantee_id not in self._groups
+        tp, seq = self._groups.place(r, time.monotonic(), self._backlog.new_group)
+        if self._journal is None or not record:
+            return tp, seq, None
+        end = self._backlog.end_bound(tp)
+        try:
+            return tp, seq, self._journal.record(r, tp, seq, new, end, self._lock, self.flush)
+        except BaseException:
+            if new:
+                self._groups.drop(r.guarantee_id)
+            raise
+
+    def _send_segments(
+        self, view: memoryview, r: sendgroups.Request, key: bytes | None, on: OnDelivery | None
+    ) -> SendReceipt:
+        """`view` in segments (`router.segments.plan`), at most a window unacknowledged."""
+        digest = hashlib.sha256(view).hexdigest()
+        plan = segments.plan(r, view.nbytes, digest, self._segment_bytes)
+        receipt: SendReceipt | None = None
+        try:
+            for part in plan.parts:
+                tp, seq, track = self._place(part.request, record=not plan.own)
+                headers = [*sendgroups.routing_headers(part.request, seq), *part.headers]
+                value = view[part.start : part.end].tobytes()  # one segment at a time
+                self._out.produce(tp, key, value, headers, on, track)
+                self._backlog.sent(tp)
+                if receipt is None:
+                    seq = None if plan.own else seq
+                    receipt = SendReceipt(tp[0], tp[1], seq, plan.count, plan.set_id)
+                self._out.wait_below(self._window_bytes)
+        except BaseException:
+            if plan.own:  # the receiver reports the partial message; forget its group
+                self._groups.drop(plan.set_id)
+            raise
+        self._sync_journal()
+        assert receipt is not None
+        return receipt
+
+    def _sync_journal(self) -> None:
         if self._journal is not None and self._sync.due():
             with self._lock:
                 self._journal.sync()
-        return SendReceipt(tp[0], tp[1], seq)
-
-    def _produce(
-        self,
-        tp: TP,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, str | bytes | None]],
-        on_delivery: OnDelivery | None,
-        track: Track | None = None,
-    ) -> None:
-        def delivered(err: Any, msg: Any) -> None:
-            with self._lock:
-                if err is None:
-                    self.delivered += 1
-                    if track is not None and self._journal is not None:
-                        where = (msg.topic(), msg.partition())
-                        self._journal.delivered(*track[:3], where, msg.offset(), track[3])
-                else:
-                    self._failures.append(f"{tp[0]}[{tp[1]}]: {err}")
-            if on_delivery is not None:
-                on_delivery(err, msg)
-
-        while True:
-            try:
-                self._producer.produce(
-                    tp[0], value, key, partition=tp[1], headers=headers, on_delivery=delivered
-                )
-                break
-            except BufferError:
-                self._producer.poll(0.05)  # local queue full: serve deliveries, then retry
-        self.sent += 1
-        self._producer.poll(0)
 
     def open_groups(self) -> dict[str, OpenGroupInfo]:
         """Each group this sender has open (no final sent yet): its lane, next number and
@@ -296,13 +331,7 @@ class Sender:
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every message to be acknowledged; raise DeliveryFailed if any was not."""
-        remaining = self._producer.flush(timeout)
-        with self._lock:
-            failures, self._failures = self._failures, []
-            if self._journal is not None:
-                self._journal.sync()
-        if remaining:
-            failures.append(f"{remaining} messages still unacknowledged after {timeout}s")
+        failures = self._out.flush(timeout)
         if failures:
             raise DeliveryFailed(failures)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from router import contract
+from router import contract, multicast
 
 TP = tuple[str, int]
 HeaderValue = str | bytes | None
@@ -38,11 +38,14 @@ class DeliveryFailed(Exception):
 @dataclass(frozen=True, slots=True)
 class SendReceipt:
     """Where `Sender.send` put a message: its send-queue partition and its number in its
-    group (None for an ordinary message)."""
+    group (None for an ordinary message). A segmented message (`router.segments`) took
+    `segments` numbers from `seq` on, and has the ID `segment_id`."""
 
     topic: str
     partition: int
     seq: int | None
+    segments: int = 1
+    segment_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,8 @@ def request(
     given: dict[str, bytes | None] = {}
     others: list[tuple[str, HeaderValue]] = []
     for name, value in headers:
+        if name in contract.SEGMENT_HEADERS:
+            raise ValueError(f"header {name!r} is the sender's to set: it segments large payloads")
         if name not in contract.ROUTING_HEADERS:
             others.append((name, value))
         elif name in given:
@@ -151,6 +156,7 @@ def request(
             if name not in READ:
                 others.append((name, value))  # checked once, sent as it is
     gid = _agree(contract.GUARANTEE_ID, guarantee_id, given) or None
+    multicast.check_send(others, gid)  # passed on as they are, once checked
     is_final = _final(final, given)
     if is_final and gid is None:
         raise ValueError("an ordinary message (no guarantee ID) cannot be final")

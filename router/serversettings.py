@@ -40,6 +40,15 @@ def read_secret(path: Path, what: str) -> str:
     return lines[0]
 
 
+def sentinel_address(address: str) -> tuple[str, int]:
+    """ "host:port" (or "[v6 address]:port") -> (host, port), or a ValueError saying why."""
+    host, colon, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"redis.sentinels: {address!r} is not host:port")
+    return host, int(port)
+
+
 class KafkaSettings(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
     # Extra librdkafka properties for every client (security.protocol, ssl.ca.location,
@@ -116,6 +125,17 @@ class RedisSettings(_Section):
     tls_verify: bool = True
     key_prefix: str = "router"
     socket_timeout_s: float = Field(2.0, gt=0)
+    # Sentinel (README: "Sentinel"): the primary is whichever the Sentinels at `sentinels`
+    # ("host:port") name for `sentinel_service`, asked again after every failover; `url`
+    # then only says TLS or not (rediss://) and the database number. The ACL user,
+    # password and TLS settings above apply to the Sentinels and the data nodes alike.
+    sentinels: tuple[str, ...] = ()
+    sentinel_service: str | None = None
+    # After a batch's table writes and before its transaction commits, a unit waits (WAIT)
+    # until this many replicas hold them, at most `replica_ack_timeout_ms`; fewer in time:
+    # the batch is not forwarded, as if Redis were away (router/redisacks.py). 0: no wait.
+    min_replica_acks: int = Field(0, ge=0)
+    replica_ack_timeout_ms: int = Field(1000, ge=1)
 
     @field_validator("url")
     @classmethod
@@ -139,7 +159,33 @@ class RedisSettings(_Section):
             raise ValueError("redis.tls_* files need a rediss:// URL (TLS)")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("redis.tls_cert_file and redis.tls_key_file go together")
+        if bool(self.sentinels) != bool(self.sentinel_service):
+            raise ValueError("redis.sentinels and redis.sentinel_service go together")
+        if self.sentinels and self.url.startswith("unix://"):
+            raise ValueError("redis.sentinels need a redis:// or rediss:// URL, not unix://")
+        if self.replica_ack_timeout_ms >= self.socket_timeout_s * 1000:
+            raise ValueError(
+                f"redis.replica_ack_timeout_ms ({self.replica_ack_timeout_ms}) must be below "
+                f"redis.socket_timeout_s ({self.socket_timeout_s} s): the wait for replicas "
+                "would end on the socket's timeout instead"
+            )
         return self
+
+    @field_validator("sentinels")
+    @classmethod
+    def _host_ports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for address in value:
+            sentinel_address(address)
+        return value
+
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        return [sentinel_address(a) for a in self.sentinels]
+
+    def where(self) -> str:
+        """Where the table lives, for messages (never a secret)."""
+        if self.sentinels:
+            return f"Sentinel service {self.sentinel_service!r} at {','.join(self.sentinels)}"
+        return self.url
 
     @property
     def tls(self) -> bool:

@@ -32,14 +32,26 @@ class FatalUnitError(RuntimeError):
     non-zero. Dying is safe: the group hands its partitions on from the committed offsets."""
 
 
+def _size(m: Message) -> int:
+    value = m.value()
+    return len(value) if value else 0
+
+
 def tps(partitions: Iterable[TP]) -> list[TopicPartition]:
     return [TopicPartition(t, p) for t, p in partitions]
 
 
 class Source:
-    def __init__(self, config: dict[str, object], batch_size: int, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        config: dict[str, object],
+        batch_size: int,
+        metrics: Metrics,
+        max_bytes: int = 1 << 62,
+    ) -> None:
         self.consumer = Consumer(config)
         self.batch_size = batch_size
+        self.max_bytes = max_bytes
         self.metrics = metrics
         self.assigned: set[TP] = set()
 
@@ -48,13 +60,23 @@ class Source:
 
     def poll(self, timeout: float) -> list[Message]:
         """Wait up to `timeout` s for one message, then take whatever else is already
-        fetched, up to batch_size. Messages of partitions revoked meanwhile are dropped."""
+        fetched, up to batch_size messages and (about) max_bytes of values: large records
+        are taken a few at a time, by their average size so far. Messages of partitions
+        revoked meanwhile are dropped."""
         first = self.consumer.poll(timeout)
         if first is None:
             return []
         messages = [first]
-        if self.batch_size > 1:
-            messages.extend(self.consumer.consume(self.batch_size - 1, 0))
+        size = _size(first)
+        while len(messages) < self.batch_size and size < self.max_bytes:
+            want = self.batch_size - len(messages)
+            if size:
+                want = min(want, max(1, (self.max_bytes - size) * len(messages) // size))
+            more = self.consumer.consume(want, 0)
+            if not more:
+                break
+            messages.extend(more)
+            size += sum(_size(m) for m in more)
         good = []
         assigned = self.assigned
         for m in messages:

@@ -10,6 +10,8 @@ then fail), and the router's tables already live in Redis with the persistence t
 * `<prefix>:{receiver:<group.id>}:groups` — hash: guarantee ID -> `GroupStatus` (JSON);
 * `<prefix>:{receiver:<group.id>}:done_at` — zset: finished group -> finish time (ms), so
   that finished groups' statuses are pruned after `retention_s`.
+* `<prefix>:{receiver:<group.id>}:deliveries:<topic>:<partition>` — hash: delivery counts
+  of abandoned messages (`router.deliverycounts`).
 
 `<prefix>` is the router's `redis.key_prefix` (`router`). Sender writes go through one
 Lua script (`router/lua/sender_state.lua`) that checks the owner token.
@@ -28,9 +30,11 @@ import redis
 
 from router.clock import Every
 from router.groupstatus import GroupStatus, advance
+from router.redisclient import redis_client
 from router.senderstate import GroupRecord
+from router.serversettings import RedisSettings
 
-State = str | redis.Redis
+State = str | RedisSettings | redis.Redis
 
 
 class SenderFenced(RuntimeError):
@@ -38,8 +42,12 @@ class SenderFenced(RuntimeError):
 
 
 def client_of(state: State) -> redis.Redis:
-    """A Redis client from a URL (`redis://host:port/db`) or the client itself."""
-    return redis.Redis.from_url(state) if isinstance(state, str) else state
+    """A Redis client from a URL (`redis://host:port/db`, no credentials in it), from
+    settings (an ACL user, TLS, Sentinel: `router.config.RedisSettings`), or the client
+    itself; built as every Redis client of the router is (`router.redisclient`)."""
+    if isinstance(state, redis.Redis):
+        return state
+    return redis_client(state if isinstance(state, RedisSettings) else RedisSettings(url=state))
 
 
 class SenderStore:

@@ -142,7 +142,15 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
     )
     return RoutingSteps(
         Classifier(s, ctx.spec.side, ctx.rejected),
-        TableRoute(table, s.routing, ctx.metrics, ctx.holds, ctx.faults, ctx.spec.side == "send"),
+        TableRoute(
+            table,
+            s.routing,
+            ctx.metrics,
+            ctx.holds,
+            ctx.faults,
+            sequenced=ctx.spec.side == "send",
+            fanout=ctx.spec.side == "receive",
+        ),
         emitter,
         table,
         ctx.metrics,

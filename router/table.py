@@ -90,6 +90,9 @@ class ManagementTable(RoomTable, SteerTable):
             raise ValueError(f"a batch ID may not contain '|': {batch!r}")
         if not requests:
             return RouteResult([], 0, 0, 0)
+        for r in requests:
+            if r.targets and not set(r.targets) <= set(self.destinations):
+                raise ValueError(f"multicast to unknown destinations: {r.targets}")
         size = self.chunk_size
         if len(requests) <= size:
             return self._route_chunk(requests, now_ms, batch)

@@ -51,6 +51,8 @@ def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
         + ("g" if r.complete else "")
         + (f"l{r.seq}" if r.seq is not None else "")
     )
+    if r.targets:  # multicast: the token is the target queues
+        return ("", flags + "m", r.ttl_ms, ",".join(r.targets), r.lane)
     return (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
 
 

@@ -143,12 +143,14 @@ def room_lines(t: ManagementTable, limit: int) -> list[str]:
     for gid in shown:
         st = states.get(gid)
         name = f"(ordinary of {gid[1:]})" if room.is_pseudo(gid) else gid
+        target = room.copy_target(gid)  # a queue's multicast copies: they wait for it
+        if target is not None:
+            name = "(multicast copies)"
         since = waiting.get(gid, entries[gid].opened_ms if gid in entries else None)
         age = f"{(now - since) / 1000:9.1f}" if since is not None else f"{'-':>9}"
         staging = st is not None and st.state == room.STAGED
-        dest = admitted.get(
-            gid, "(staged until its final)" if staging else "(waits for a free one)"
-        )
+        wait = f"(waits for {target})" if target is not None else "(waits for a free one)"
+        dest = admitted.get(gid, "(staged until its final)" if staging else wait)
         out.append(f"{name:32} {age} {st.parks if st else 0:7}  {dest}")
     return out
 

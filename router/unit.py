@@ -2,7 +2,8 @@
 decide it, produce it in one transaction with its offsets, settle it once committed;
 rebalancing, holds, back-off. The commit overlap, the session's generation (a batch polled
 before a failure is rewound, never produced) and the leases: docs/routing.md, "A unit's
-loop". Redis or Kafka away: the batch is rewound, the unit backs off, paused but polling.
+loop". Redis or Kafka away (or too few Redis replicas holding the batch's table writes,
+`redis.min_replica_acks`): the batch is rewound, the unit backs off, paused but polling.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from router import clients, kafkaauth
+from router import clients, kafkaauth, topics
 from router.batch import TP, Batch
 from router.bookkeeping import count_committed, forget_committed, tracker
 from router.config import RouterSettings
@@ -24,9 +25,11 @@ from router.emit import Output
 from router.exporter import unit_exporter
 from router.faults import Faults
 from router.holds import Backoff, Holds
+from router.insync import ReplicaCheck
 from router.leases import LeaseLost, Leases
 from router.metrics import Metrics, MetricsPublisher, metrics_key
 from router.redisauth import RedisRefused, check_access
+from router.replicawait import ReplicaAcks
 from router.session import TransactionalSession, TxnFailed, TxnState
 from router.side import SideSpec, table_for
 from router.source import FatalUnitError, Source
@@ -65,6 +68,7 @@ class TransferUnit:
         )  # fmt: skip
         self.steps = steps(ctx)
         self.leases = Leases(table_for(settings, spec.side, self.redis), self.metrics)
+        self.acks = ReplicaAcks(self.redis, settings.redis, self.metrics)
         self._track = tracker(self.rejected)
         self.publisher = MetricsPublisher(
             self.metrics,
@@ -83,9 +87,18 @@ class TransferUnit:
             lambda: Producer(config), self._stop, self.metrics, self.faults
         )
         self.source = Source(
-            clients.consumer_config(settings.kafka, spec.group_id, self.instance),
+            clients.consumer_config(
+                settings.kafka, spec.group_id, self.instance, 2 * u.max_batch_bytes
+            ),
             u.batch_size,
             self.metrics,
+            u.max_batch_bytes,
+        )
+        # A failed transaction's warning names partitions short of in-sync replicas.
+        self.replicas = ReplicaCheck(
+            lambda **kw: self.session.producer.list_topics(**kw),  # noqa: PLW0108 (replaced)
+            [t.name for t in topics.plan(settings)],
+            settings.kafka.min_insync_replicas,
         )
         self._inflight: tuple[Batch, Output] | None = None
         self._rewound: dict[TP, int] = {}  # partitions rewound since the last failure
@@ -169,6 +182,7 @@ class TransferUnit:
             self._batches += 1
             batch = Batch(f"{self.instance}:{self._batches}", generation)
             if generation == self.session.generation:
+                self.acks.begin()
                 self.steps.decide(batch, messages)
             else:
                 for m in messages:
@@ -196,6 +210,7 @@ class TransferUnit:
             session.produce(out.records, self._track)
             append_by = self._keep_leases(batch, out)
             offsets = batch.resume_offsets()  # with the room's low marks (router.drain)
+            self.acks.confirm(session.fail)  # redis.min_replica_acks replicas hold its writes
             session.commit(offsets, self.source.group_metadata(), append_by)
         except TxnFailed as exc:
             self._fail(str(exc), batch)
@@ -248,7 +263,8 @@ class TransferUnit:
             self._rewind_to_committed = True
         ms = self.backoff.start()
         self.source.pause(self.source.assigned)
-        log.warning("%s; backing off %d ms", reason, ms)
+        short = self.replicas.explain() if reason.startswith("Kafka") else None
+        log.warning("%s; backing off %d ms%s", reason, ms, f" ({short})" if short else "")
 
     def _discard(self, batch: Batch) -> None:
         """Rewind a batch that will not be produced. Partitions rewound since the last

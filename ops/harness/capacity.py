@@ -20,7 +20,12 @@ append time (LogAppendTime), never from the router's counters:
   anything) was occupied. Anything else is *disallowed*, whatever the busy policy;
 * a later message of a group is not a placement: it follows its group. Interleaved, it
   is allowed only if every overlap it sits in was allowed, and an overlap of two groups'
-  spans was made by the first record of whichever of the two started later on D.
+  spans was made by the first record of whichever of the two started later on D;
+* a multicast copy (`Placed.copy`, receive side) is placed on the queue it names, and
+  while it is in flight (its decision window, + the release slack) the table keeps
+  other batches' new groups off that queue (a lease): for a group's first record and
+  for a copy, a destination with a copy in flight counts as occupied too (not for an
+  ordinary message, which the table places on such a destination).
 
 Instants are whole milliseconds and intervals are closed: a timestamp of X ms stands for
 some instant in [X, X+1), so intervals that share a millisecond count as overlapping.
@@ -106,6 +111,7 @@ class Placed:
     final: bool
     from_ms: int
     append_ms: int
+    copy: bool = False  # a multicast copy (router/multicast.py)
 
 
 @dataclass
@@ -148,17 +154,23 @@ def judge_side(
     every = sorted(set(destinations) | set(by_dest))
     report = SideReport(side, len(every), sum(map(len, by_dest.values())), release_slack_ms)
     mine = sorted((x for x in disturbances if x.side in (None, side)), key=lambda x: x.start_ms)
-    occupied = {}
+    occupied, busy = {}, {}
     for d in every:
         by_dest[d].sort(key=lambda r: r.offset)
         occupied[d], held = occupancy(by_dest[d], release_slack_ms, mine)
+        busy[d] = merge([*occupied[d], *fenced(by_dest[d], release_slack_ms, mine)])
         report.held_up += held
     for dest in every:
         others = {d: occupied[d] for d in every if d != dest}
         cover: Intervals = [(-FOREVER, FOREVER)]
         for occ in others.values():
             cover = intersect(cover, occ)
-        _judge_destination(report, dest, by_dest[dest], cover, others)
+        cover_new = cover  # for a group's first record and a copy: copies fence too
+        if any(r.copy for recs in by_dest.values() for r in recs):
+            cover_new = [(-FOREVER, FOREVER)]
+            for d in others:
+                cover_new = intersect(cover_new, busy[d])
+        _judge_destination(report, dest, by_dest[dest], cover, others, cover_new)
     report.allowed = report.interleaved - report.disallowed
     return report
 
@@ -183,6 +195,18 @@ def occupancy(
     return merge((f.from_ms, end.get(g, FOREVER)) for g, f in first.items()), held
 
 
+def fenced(
+    records: Sequence[Placed], release_slack_ms: int, disturbances: Sequence[Disturbance] = ()
+) -> Intervals:
+    """When one destination had a multicast copy in flight (decision window to append +
+    the release slack): the table's lease then keeps other batches' new groups off it."""
+    return merge(
+        (r.from_ms, release_by(r.append_ms, release_slack_ms, disturbances)[0])
+        for r in records
+        if r.copy
+    )
+
+
 def release_by(
     final_ms: int, release_slack_ms: int, disturbances: Sequence[Disturbance]
 ) -> tuple[int, bool]:
@@ -205,6 +229,7 @@ def _judge_destination(
     records: Sequence[Placed],
     cover: Intervals,
     others: dict[str, Intervals],
+    cover_new: Intervals | None = None,
 ) -> None:
     opened: dict[str, tuple[int, bool]] = {}  # open group -> (first offset, placement allowed)
     seen: set[str] = set()
@@ -219,7 +244,8 @@ def _judge_destination(
                 ok = all(mine_ok if opened[x][0] < mine else opened[x][1] for x in around)
             else:  # placed here by the router
                 lo, hi = min(r.from_ms, r.append_ms), max(r.from_ms, r.append_ms)
-                ok = meets(cover, lo, hi)
+                new = cover_new is not None and (r.copy or g is not None)
+                ok = meets(cover_new if new and cover_new is not None else cover, lo, hi)
                 report.placements += 1
                 if not ok:
                     report.placements_disallowed += 1

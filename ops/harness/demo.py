@@ -174,6 +174,7 @@ def summary_rows(result: DemoResult) -> list[SummaryItem]:
         ("lost", r.lost_examples),
         ("split", r.split_examples),
         ("reordered", r.reorder_examples),
+        ("duplicated", r.duplicate_examples),
     ):
         if examples:
             items.append(f"  e.g. {name}: {'; '.join(examples)}")
@@ -253,7 +254,8 @@ def run_demo(
         f"(transfer partitions) -> {len(t.receive_queues)} receive queues"
     )
     say(
-        f"   Kafka {pipeline.settings.kafka.bootstrap_servers}, Redis {pipeline.settings.redis.url}"
+        f"   Kafka {pipeline.settings.kafka.bootstrap_servers}, "
+        f"Redis {pipeline.settings.redis.where()}"
     )
     say(
         f"[1/4] creating topics, starting {spec.send_units} send units, {spec.receive_units} "

@@ -66,6 +66,19 @@ class PipelineSpec:
     metrics: bool = False  # each process serves Prometheus metrics on a free port
 
 
+def sentinel_env(base: RouterSettings) -> dict[str, str]:
+    """The Sentinel settings (and the wait for replicas) of `base`, for the processes."""
+    r = base.redis
+    env = {}
+    if r.sentinels:
+        env["ROUTER_REDIS__SENTINELS"] = json.dumps(list(r.sentinels))
+        env["ROUTER_REDIS__SENTINEL_SERVICE"] = str(r.sentinel_service)
+    if r.min_replica_acks:
+        env["ROUTER_REDIS__MIN_REPLICA_ACKS"] = str(r.min_replica_acks)
+        env["ROUTER_REDIS__REPLICA_ACK_TIMEOUT_MS"] = str(r.replica_ack_timeout_ms)
+    return env
+
+
 class Pipeline:
     def __init__(
         self,
@@ -100,6 +113,7 @@ class Pipeline:
             self.env.setdefault("ROUTER_KAFKA__BOOTSTRAP_SERVERS", base.kafka.bootstrap_servers)
             self.env.setdefault("ROUTER_REDIS__URL", base.redis.url)
             self.env.setdefault("ROUTER_REDIS__KEY_PREFIX", base.redis.key_prefix)
+            self.env.update({k: v for k, v in sentinel_env(base).items() if k not in self.env})
         self.settings = self._settings(config_file)
         self.fleet = Fleet(config_file, run_dir / "logs", self.env, metrics=spec.metrics)
         self.exit_codes: dict[str, int] = {}

@@ -13,6 +13,11 @@ counters or logs, so a router bug cannot hide itself. Counts, on the receive que
 * unexpected: received but never sent (leftovers of another run would show here);
 * interleaved: a message received inside another group's open span on its queue.
 
+A multicast message (`Sent.queues`: its target receive queues) is expected once on each
+of them: each copy is judged as its own ordinary message (lost, duplicated on its queue,
+unexpected on a queue it did not target), named `<event ID>@<queue>`, and its receive-side
+decision window starts where the message's one copy on the transfer topic was appended.
+
 With what the transfer topic holds and every record's append time, the interleavings of
 both sides are judged by the capacity rule (`ops.harness.capacity`): one it does not
 allow is a broken guarantee, whatever the busy policy; without append times, every
@@ -22,8 +27,8 @@ interleaving is.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from ops.harness.capacity import (
     RELEASE_SLACK_MS,
@@ -40,6 +45,7 @@ class Sent:
     group: str | None
     seq: int
     final: bool
+    queues: tuple[str, ...] | None = None  # multicast: expected once on each of these
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +75,9 @@ class CapacitySpec:
 
 @dataclass
 class Report:
-    sent: int = 0
+    sent: int = 0  # deliveries expected: a multicast message counts once per target queue
     received: int = 0
+    multicast_sent: int = 0  # multicast messages (their copies are in `sent`)
     groups_sent: int = 0
     groups_complete: int = 0  # every message of the group received, on one queue, in order
     ordinary_sent: int = 0
@@ -84,6 +91,8 @@ class Report:
     lost_examples: list[str] = field(default_factory=list)
     split_examples: list[str] = field(default_factory=list)
     reorder_examples: list[str] = field(default_factory=list)
+    # Each duplicated event's copies, on both sides: where the second copy came from.
+    duplicate_examples: list[str] = field(default_factory=list)
     send: SideReport | None = None  # the capacity rule's verdict per side (None: not judged)
     receive: SideReport | None = None
 
@@ -119,6 +128,30 @@ def first_copies(records: Iterable[Seen]) -> tuple[list[Seen], int]:
     return list(best.values()), extra
 
 
+def duplicate_examples(
+    received: Sequence[Seen], forwarded: Iterable[Seen] | None, most: int = 5
+) -> list[str]:
+    """Up to `most` events received more than once, each with every copy on the receive
+    queues and on the transfer topic (queue@offset, append time): two copies upstream put
+    the second copy before the send side (a sender), one upstream after it (a unit)."""
+    copies: dict[str, list[Seen]] = defaultdict(list)
+    for r in received:
+        copies[r.event_id].append(r)
+    twice = sorted(e for e, c in copies.items() if len(c) > 1)[:most]
+    upstream: dict[str, list[Seen]] = defaultdict(list)
+    for r in forwarded if forwarded is not None else ():
+        if r.event_id in twice:
+            upstream[r.event_id].append(r)
+
+    def where(rs: list[Seen]) -> str:
+        return ", ".join(f"{r.queue}@{r.offset} (appended {r.append_ms})" for r in rs)
+
+    return [
+        f"{e}: received {where(copies[e])}; transfer topic {where(upstream[e]) or 'not read'}"
+        for e in twice
+    ]
+
+
 def _copy_key(r: Seen) -> tuple[int, str, int]:
     return (r.append_ms if r.append_ms is not None else 0, r.queue, r.offset)
 
@@ -134,10 +167,18 @@ def verify(
     the transfer topic holds) and `capacity`, judge both sides' interleavings by the
     capacity rule; every record then needs its append time."""
     report = Report()
+    forwarded = None if forwarded is None else list(forwarded)
     expected: dict[str, Sent] = {}
     group_sizes: dict[str, int] = defaultdict(int)
+    copied: dict[str, tuple[str, ...]] = {}  # multicast event ID -> its target queues
     for s in sent:
-        expected[s.event_id] = s
+        if s.queues is not None:
+            copied[s.event_id] = s.queues
+            report.multicast_sent += 1
+            for q in s.queues:
+                expected[copy_id(s.event_id, q)] = s
+        else:
+            expected[s.event_id] = s
         if s.group is None:
             report.ordinary_sent += 1
         else:
@@ -145,10 +186,15 @@ def verify(
     report.sent = len(expected)
     report.groups_sent = len(group_sizes)
 
-    received = list(seen)
+    received = [
+        replace(r, event_id=copy_id(r.event_id, r.queue)) if r.event_id in copied else r
+        for r in seen
+    ]
     report.received = len(received)
     report.queues_used = len({r.queue for r in received})
     firsts, report.duplicated = first_copies(received)
+    if report.duplicated:
+        report.duplicate_examples = duplicate_examples(received, forwarded)
     report.unexpected = sum(1 for r in firsts if r.event_id not in expected)
     missing = sorted(set(expected) - {r.event_id for r in firsts})
     report.lost, report.lost_examples = len(missing), missing[:5]
@@ -185,8 +231,14 @@ def verify(
         1 for g, size in group_sizes.items() if g not in bad and got[g] == set(range(size))
     )
     if forwarded is not None and capacity is not None:
-        report.send, report.receive = judge_sides(firsts, list(forwarded), capacity)
+        origin = {copy_id(e, q): e for e, queues in copied.items() for q in queues}
+        report.send, report.receive = judge_sides(firsts, list(forwarded), capacity, origin)
     return report
+
+
+def copy_id(event_id: str, queue: str) -> str:
+    """A multicast message's copy on one queue, as the verdict names it."""
+    return f"{event_id}@{queue}"
 
 
 def _interleaved(records: Sequence[Seen]) -> int:
@@ -208,14 +260,19 @@ def _interleaved(records: Sequence[Seen]) -> int:
 
 
 def judge_sides(
-    received: Sequence[Seen], forwarded: Sequence[Seen], capacity: CapacitySpec
+    received: Sequence[Seen],
+    forwarded: Sequence[Seen],
+    capacity: CapacitySpec,
+    origin: Mapping[str, str] | None = None,
 ) -> tuple[SideReport, SideReport]:
     """The capacity rule on both sides: `forwarded` = what the transfer topic holds (send
     side), `received` = what the receive queues hold (receive side). The decision window
     of a record starts, on the send side, at the sender's create time; on the receive
     side, at the append time of its first copy on the transfer topic (an event never seen
-    there: its create time, the earliest anything could have decided it)."""
+    there: its create time, the earliest anything could have decided it). `origin`: a
+    multicast copy's ID -> its message's ID (on the transfer topic)."""
     upstream, _ = first_copies(forwarded)
+    copies = origin or {}
     send = judge_side(
         "send",
         [_placed(r, _created(r)) for r in upstream],
@@ -226,7 +283,10 @@ def judge_sides(
     appended = {r.event_id: _appended(r) for r in upstream}
     receive = judge_side(
         "receive",
-        [_placed(r, appended.get(r.event_id, _created(r))) for r in first_copies(received)[0]],
+        [
+            _placed(r, appended.get(copies.get(r.event_id, r.event_id), _created(r)), copies)
+            for r in first_copies(received)[0]
+        ],
         capacity.receive_destinations,
         capacity.release_slack_ms,
         capacity.disturbances,
@@ -244,5 +304,6 @@ def _created(r: Seen) -> int:
     return r.created_ms if r.created_ms is not None else _appended(r)
 
 
-def _placed(r: Seen, from_ms: int) -> Placed:
-    return Placed(r.queue, r.offset, r.event_id, r.group, r.final, from_ms, _appended(r))
+def _placed(r: Seen, from_ms: int, copies: Mapping[str, str] | None = None) -> Placed:
+    copy = copies is not None and r.event_id in copies
+    return Placed(r.queue, r.offset, r.event_id, r.group, r.final, from_ms, _appended(r), copy)

@@ -74,9 +74,12 @@ local function draining_set(k_draining, dests)
   return out, false
 end
 
--- Admit the oldest waiting groups (by wait start, then ID) to clean destinations: in
--- charge of no group, no ordinary message of any batch in flight to them, and not
--- draining. Each takes the first clean one at or after the cursor, which moves past it.
+-- Admit waiting groups, oldest first (by wait start, then ID: the room's order), while one
+-- can be: a group (or a lane's ordinary messages) to the first clean destination at or
+-- after the cursor, which moves past it (clean: in charge of no group, no ordinary message
+-- of any batch in flight to it, not draining); a destination's multicast copies ('~*<dest>',
+-- router/multicast.py) to that destination once it is in charge of no group. One that
+-- cannot be admitted yet does not stop a younger one that can (router/room.py `admit`).
 -- dests: the side's destination names, in order. Returns the number admitted.
 local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted, dests,
                      k_draining)
@@ -90,10 +93,18 @@ local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted
     leased[string.match(m, '^([^|]*)|')] = true
   end
   local cursor = tonumber(redis.call('GET', k_cursor) or '0') % n
-  local admitted = 0
+  local admitted, moved = 0, false
   while true do
-    local head = redis.call('ZRANGE', k_room, 0, 0)
-    if #head == 0 then break end
+    -- the oldest copies whose destination is in charge of no group (their rank in the room)
+    local gid, d, rank = nil, nil, nil
+    for i = 1, n do
+      if (load[dests[i]] or 0) == 0 then
+        local r = redis.call('ZRANK', k_room, '~*' .. dests[i])
+        if r and (rank == nil or r < rank) then gid, d, rank = '~*' .. dests[i], dests[i], r end
+      end
+    end
+    -- the oldest other waiting group, if a destination is clean (at most n copies groups
+    -- wait, so one of the first n + 1 is another group, if any waits)
     local pick = nil
     for k = 0, n - 1 do
       local i = (cursor + k) % n
@@ -102,9 +113,18 @@ local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted
         break
       end
     end
-    if pick == nil then break end
-    local gid, d = head[1], dests[pick + 1]
-    cursor = (pick + 1) % n
+    if pick ~= nil then
+      for r, member in ipairs(redis.call('ZRANGE', k_room, 0, n)) do
+        if rank ~= nil and r - 1 > rank then break end
+        if string.sub(member, 1, 2) ~= '~*' then
+          gid, d, rank = member, dests[pick + 1], r - 1
+          cursor = (pick + 1) % n
+          moved = true
+          break
+        end
+      end
+    end
+    if gid == nil then break end
     redis.call('ZREM', k_room, gid)
     local e = decode_entry(redis.call('HGET', k_entries, gid))
     e.state, e.dest = 'admitted', d
@@ -114,7 +134,6 @@ local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted
     redis.call('HINCRBY', k_load, d, 1)
     admitted = admitted + 1
   end
-  if admitted > 0 then redis.call('SET', k_cursor, cursor) end
+  if moved then redis.call('SET', k_cursor, cursor) end
   return admitted
 end
-

@@ -7,6 +7,8 @@
 --       shared) or 'dead-letter' (stop the group: its parked and later messages are
 --       dead-lettered; a lane's ordinary messages are always shared)  4 n, then every
 --       destination name of the side
+-- Multicast copies ('~*<dest>', router/multicast.py) never time out: they wait for their
+-- destination's groups to end.
 -- Returns: {now, gid_1, outcome_1, ...}; an outcome is a destination name or '!stop'.
 local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS, K_DRAINING =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9]
@@ -20,7 +22,11 @@ local dests = {}
 for i = 1, tonumber(ARGV[4]) do dests[i] = ARGV[4 + i] end
 local n = #dests
 local out = { string.format('%.0f', now) }
-local due = redis.call('ZRANGEBYSCORE', K_ROOM, '-inf', string.format('%.0f', now - tonumber(ARGV[2])))
+local due = {}
+for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_ROOM, '-inf',
+    string.format('%.0f', now - tonumber(ARGV[2])))) do
+  if string.sub(gid, 1, 2) ~= '~*' then due[#due + 1] = gid end
+end
 if #due == 0 then return out end
 local load = {}
 local raw = redis.call('HGETALL', K_LOAD)

@@ -22,8 +22,9 @@
 --       its group, 'c' continuation: sequence number > 0, 'k' close marker: with 'f' and
 --       'c', never an orphan, 'g' whole-group delivery: a new group is staged in the room
 --       until its final, policy 'wait', 'l<n>' logical order with sequence number n (-1: unreadable): the
---       token is then always the message's source position), TTL ms, token (source
---       position), lane (source partition)
+--       token is then always the message's source position, 'm' multicast: an ordinary
+--       message whose token is its target destinations, comma-separated), TTL ms, token
+--       (source position), lane (source partition)
 -- Returns: {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
 --          ...}; a decision is a destination name, '!h' (held), '!s' (skipped: its lane
 --          is held), '!p' (parked: its group is stopped), '!P<dest>' (the message that
@@ -32,7 +33,10 @@
 --          (its open group lives on another lane), '!D' (logical order: a member of a
 --          group that finished, below its final: a duplicate) or '!w' (parked in the waiting room:
 --          an ordinary one in its lane's pseudo-group '~<lane>'; '!W': parked, and its
---          staged group went over the bound and now waits streamed). reset is 1
+--          staged group went over the bound and now waits streamed) or '!m<d,...>|<d,...>'
+--          (multicast: a copy straight to each destination before the '|', each one after
+--          it parked in the room in the destination's copies pseudo-group '~*<dest>',
+--          router/multicast.py). reset is 1
 --          if the table was lost, entirely (the caller's epoch is gone) or partly (fewer
 --          writes than the caller saw: a crash lost the last ones); a partial loss starts
 --          a new epoch, so that every caller learns it.
@@ -82,7 +86,14 @@ local function finished(gid, seq)
 end
 admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests, K_DRAINING)
 local draining, all_draining = draining_set(K_DRAINING, dests)
+-- Groups (and lanes' ordinary messages) waiting for any destination; multicast copies
+-- wait for their own destination only, and nothing queues behind them.
 local room_n = redis.call('ZCARD', K_ROOM)
+if room_n > 0 then
+  for i = 1, ndest do
+    if redis.call('ZSCORE', K_ROOM, '~*' .. dests[i]) then room_n = room_n - 1 end
+  end
+end
 
 local raw = redis.call('HGETALL', K_LOAD)
 for i = 1, #raw, 2 do load[raw[i]] = tonumber(raw[i + 1]) end
@@ -129,6 +140,16 @@ local cache = {}
 local want = {}
 for m = 0, nmsg - 1 do
   local gid = ARGV[base + m * 5 + 1]
+  local flags = ARGV[base + m * 5 + 2]
+  if has(flags, 'm') then  -- multicast: the copies pseudo-groups of its destinations
+    for d in string.gmatch(ARGV[base + m * 5 + 4], '[^,]+') do
+      if cache['~*' .. d] == nil then
+        cache['~*' .. d] = false
+        want[#want + 1] = '~*' .. d
+      end
+    end
+    gid = ''
+  end
   if gid == '' and wait then gid = '~' .. ARGV[base + m * 5 + 5] end  -- its lane's pseudo-group
   if gid ~= '' and cache[gid] == nil then
     cache[gid] = false
@@ -222,7 +243,7 @@ local function join(gid, flags, ttl, token, lane)
               closing0 = '', lane = lane, state = 'waiting', parks = 0, next = -1, fence = '', origin = '' }
   cache[gid] = e
   joined[gid] = true
-  room_n = room_n + 1
+  if string.sub(gid, 1, 2) ~= '~*' then room_n = room_n + 1 end
   return park(gid, e)
 end
 local function stage(gid, flags, ttl, token, lane)
@@ -265,6 +286,31 @@ for m = 0, nmsg - 1 do
   local seq = tonumber(string.match(flags, 'l(%-?%d+)'))  -- logical order: its sequence number
   if held_lanes[lane] then
     decision = '!s'
+  elseif has(flags, 'm') then
+    -- Multicast (router/multicast.py): a copy straight to each destination in charge of
+    -- no group (but ones closed earlier in this batch) with no earlier copy waiting,
+    -- leased to the batch; the others parked behind the destination's waiting copies.
+    local straight, parked_to = {}, {}
+    for d in string.gmatch(token, '[^,]+') do
+      local pg = '~*' .. d
+      local pe = cache[pg]
+      if not pe and eff(d) == 0 then
+        straight[#straight + 1] = d
+        if not marked[d] then
+          marked[d] = true
+          marks[#marks + 1] = lease_s
+          marks[#marks + 1] = d .. '|' .. batch
+        end
+      else
+        parked_to[#parked_to + 1] = d
+        if pe then
+          parked_message(pg, pe, flags, ttl, '')
+        else
+          join(pg, flags, ttl, '', lane)
+        end
+      end
+    end
+    decision = '!m' .. table.concat(straight, ',') .. '|' .. table.concat(parked_to, ',')
   else
     local e = false
     if gid ~= '' then e = cache[gid] end

@@ -22,7 +22,11 @@ After every step the real table (real Redis) must equal the model, and:
 * steering (`router.placement`): no new group and no ordinary message is placed on a
   draining destination while a non-draining one exists (and the draining set equals the
   model's); a pinned group's messages land on its pinned destination, whatever the
-  policy; an eviction ("@<destination>") removes exactly the entries on it.
+  policy; an eviction ("@<destination>") removes exactly the entries on it;
+* multicast (`router.multicast`, any policy): every target gets the copy straight or
+  parked in its destination's copies pseudo-group, straight only where no group is open
+  (but ones closed earlier in the batch) and no earlier copy waits; copies are admitted
+  to their own destination only.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from router import placement, room
+from router import multicast, placement, room
 from router.model import TableModel
 from router.routing import (
     DUPLICATE,
@@ -60,7 +64,9 @@ UNITS = ["u1", "u2", "u3"]
 LEASE_MS = 3_000
 MAX_STAGED = 2
 
-Message = tuple[str | None, bool, int, str, bool, str, bool, bool, int | None]
+Message = tuple[
+    str | None, bool, int, str, bool, str, bool, bool, int | None, frozenset[int] | None
+]
 message = st.tuples(
     st.one_of(st.none(), st.sampled_from(GIDS)),  # None: an ordinary message
     st.booleans(),  # final (only meaningful with a guarantee ID)
@@ -79,6 +85,8 @@ message = st.tuples(
     # numbers give members in order, gaps, duplicates and IDs reused; -1: a bad member
     # whose number cannot be read
     st.one_of(st.none(), st.none(), st.integers(-1, 3)),
+    # multicast (an ordinary message only): the indexes of its target destinations
+    st.one_of(st.none(), st.none(), st.frozensets(st.integers(0, 3), min_size=1)),
 )
 LANE_OF = {g: LANES[i % len(LANES)] for i, g in enumerate(GIDS)}
 
@@ -125,10 +133,16 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
 
         def _requests(self, batch: list[Message]) -> list[RouteRequest]:
             out = []
-            for gid, final, ttl, drawn_lane, force, drawn_kind, stray, complete, drawn in batch:
+            assert self.model is not None
+            dests = self.model.destinations
+            for gid, final, ttl, drawn_lane, force, drawn_kind, stray, complete, drawn, to in batch:
                 self.counter += 1
                 lane = LANE_OF[gid] if gid is not None and not stray else drawn_lane
                 grouped = gid is not None
+                targets = tuple(d for i, d in enumerate(dests) if i in (to or ()))
+                if not grouped and targets:
+                    out.append(RouteRequest(None, False, ttl, "", lane, force, targets=targets))
+                    continue
                 kind, seq = drawn_kind, None
                 if drawn is not None and grouped and kind != "k":
                     # logical order: any lane, and the continuation flag is the seq's
@@ -205,6 +219,11 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                     assert d in pool, f"wait policy placed {r.guarantee_id} on busy {d}"
             for step in trace:
                 r, d = step.request, step.decision
+                if r.targets and d != SKIPPED:
+                    straight, parked = multicast.split(d)
+                    assert sorted([*straight, *parked]) == sorted(r.targets), step
+                    for dest in straight:  # free, unless draining (a copy ignores it)
+                        assert dest in step.free or dest in step.draining, step
                 if r.guarantee_id in stopped_before:
                     parked = room.WAIT if r.guarantee_id in in_room else PARKED
                     assert d == parked, "a stopped group's message was not parked"
@@ -222,6 +241,11 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                 d
                 for r, d in zip(requests, actual.decisions, strict=True)
                 if r.guarantee_id is None and d[0] != "!"
+            } | {
+                dest
+                for d in actual.decisions
+                if d.startswith(multicast.FANOUT)
+                for dest in multicast.split(d)[0]
             }
             for r, decision in zip(requests, actual.decisions, strict=True):
                 d = decision.removeprefix(STOPPING)

@@ -56,7 +56,13 @@ def test_clients_and_spark() -> None:
         ("GROUP", "LITERAL", "orders.send-units", "DESCRIBE"),
     }
     one = ops("receiver", receive_queues=["orders.recv.2"])
-    assert {n for r, _, n, _ in one if r == "TOPIC"} == {"orders.recv.2"}
+    assert {n for r, _, n, _ in one if r == "TOPIC"} == {
+        "orders.recv.2",
+        "orders.dlq",
+        "orders.events",
+    }
+    assert ("TOPIC", "LITERAL", "orders.recv.2", "WRITE") not in one
+    assert ("TOPIC", "LITERAL", "orders.dlq", "WRITE") in one
     assert ("GROUP", "PREFIXED", "orders.receiver", "READ") in one
     with pytest.raises(ValueError, match="not receive queues"):
         ops("receiver", receive_queues=["orders.transfer"])

@@ -22,8 +22,10 @@ from router.batch import Batch
 from router.classify import Classifier
 from router.emit import Emitter
 from router.model import TableModel
+from router.reassembly import Reassembler
 from router.received import Gatherer
 from router.receiver import OffsetTracker, Receiver, ReceiveTimeout
+from router.redeliveries import Redeliveries
 from router.routing import NO_DEST, STOPPING, RouteRequest
 from router.side import side_spec
 from tests.unit.fakes import FakeMessage, msg
@@ -357,6 +359,10 @@ def fake_receiver(feed: list[FakeMessage | None]) -> Receiver:
     r._offsets = OffsetTracker()
     r._gather = Gatherer()
     r._status = None  # no group statuses kept (Receiver(state=None))
+    r._segments = Reassembler(1 << 30, 120.0)  # segmented messages (Receiver's defaults)
+    # no delivery limit, counts in memory (Receiver(max_deliveries=None, state=None))
+    r._redo = Redeliveries({}, "fake", None, ["q"], None, "router", None, None)
+    r._redo.bind(r._consumer, r._offsets, r._gather)
     return r
 
 

@@ -55,6 +55,11 @@ def test_each_violation_is_counted() -> None:
     r = verify(a + b + o, got)
     assert r.lost == 1 and r.lost_examples == ["o2"]
     assert r.duplicated == 1
+    assert r.duplicate_examples == [
+        "B2: received q3@2 (appended None), q3@3 (appended None); transfer topic not read"
+    ]
+    up = verify(a + b + o, got, forwarded=[seen("transfer[0]", 7, b[2])])
+    assert up.duplicate_examples[0].endswith("transfer topic transfer[0]@7 (appended None)")
     assert r.unexpected == 1
     assert r.reordered == 1
     assert r.split_groups == 1

@@ -60,7 +60,10 @@ def run(
 
 
 def assert_whole(r: Report, senders: Senders, messages: int) -> None:
-    text = f"{r.violations()} sender failures: {senders.failures[:3]}"
+    text = (
+        f"{r.violations()} sender failures: {senders.failures[:3]}; duplicated: "
+        f"{r.duplicate_examples}; lost: {r.lost_examples}"
+    )
     assert senders.failures == [], text
     assert r.sent == messages and r.received == r.sent, text
     assert (r.lost, r.duplicated, r.unexpected, r.reordered, r.split_groups) == (0, 0, 0, 0, 0), (
