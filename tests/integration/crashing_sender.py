@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
             sender.send(f"{gid}:1".encode(), guarantee_id=gid)
         # Kafka acknowledges these; the sender's own checkpoint of them may or may not be
         # written before the kill (once a second): resuming must not depend on it.
-        sender._producer.flush(30)
+        sender._out.producer.flush(30)
         for gid in groups[half:]:
             sender.send(f"{gid}:1".encode(), guarantee_id=gid)  # still buffered at the kill
         print("MID", flush=True)
