@@ -85,32 +85,14 @@ listeners=PLAINTEXT://$HOST:$port
 advertised.listeners=PLAINTEXT://$HOST:$port
 inter.broker.listener.name=PLAINTEXT
 broker.heartbeat.interval.ms=500
-# Replication: three copies; acks=all needs two in sync (one broker may be away).
-default.replication.factor=3
-min.insync.replicas=2
 unclean.leader.election.enable=false
 replica.lag.time.max.ms=10000
 num.replica.fetchers=1
-offsets.topic.replication.factor=3
-offsets.topic.num.partitions=8
-transaction.state.log.replication.factor=3
-transaction.state.log.min.isr=2
-transaction.state.log.num.partitions=8
-share.coordinator.state.topic.replication.factor=3
-share.coordinator.state.topic.min.isr=2
-auto.create.topics.enable=false
-num.partitions=1
 num.network.threads=2
 num.io.threads=2
-group.coordinator.rebalance.protocols=classic,consumer
-group.initial.rebalance.delay.ms=0
-group.consumer.min.session.timeout.ms=6000
-group.consumer.session.timeout.ms=10000
-group.consumer.min.heartbeat.interval.ms=500
-group.consumer.heartbeat.interval.ms=1000
-transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
-log.retention.hours=24
 EOF
+      # Replication: three copies; acks=all needs two in sync (one broker may be away).
+      kafka_common_properties 3 2 8
     fi
   } >"$dir/server.properties"
 }
@@ -126,20 +108,10 @@ cluster_id() {  # one ID for every node, made once
 }
 
 format_node() {  # <node id>: once per data folder
-  local id="$1" dir
-  dir="$(node_dir "$id")"
-  [ -f "$dir/data/meta.properties" ] && return 0
-  java -cp "$KAFKA_JARS/*" -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" \
-    kafka.tools.StorageTool format -t "$(cluster_id)" -c "$dir/server.properties" \
-    >>"$H_LOG_DIR/format.log" 2>&1 \
-    || { log_tail "$H_LOG_DIR/format.log"; die "formatting $dir/data failed."; }
+  kafka_format "$(node_dir "$1")/server.properties" "$(cluster_id)" "$H_LOG_DIR/format.log"
 }
 
 # ---------------------------------------------------------------- nodes
-
-node_answers() {  # <node id>
-  port_open "$(node_port "$1")" && grep -q 'Kafka Server started' "$(node_log "$1")" 2>/dev/null
-}
 
 node_launch() {  # <node id>: start the node (if not running); node_wait waits for it
   local id="$1" name port pidfile logfile heap
@@ -154,29 +126,13 @@ node_launch() {  # <node id>: start the node (if not running); node_wait waits f
   format_node "$id"
   heap="$H_BROKER_HEAP"
   [ "$id" = "$CONTROLLER_ID" ] && heap="$H_CONTROLLER_HEAP"
-  [ -f "$logfile" ] && mv -f "$logfile" "$logfile.1"
-  # setsid: the node outlives the shell that started it and never gets its terminal's signals.
-  setsid nohup java -Xms64m -Xmx"$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-    -XX:CICompilerCount=2 -Djava.awt.headless=true \
-    -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" \
-    -cp "$KAFKA_JARS/*" kafka.Kafka "$(node_dir "$id")/server.properties" \
-    >"$logfile" 2>&1 </dev/null 9>&- &
-  echo $! >"$pidfile"
+  kafka_launch "$(node_dir "$id")/server.properties" "$logfile" "$pidfile" "$heap" -Xms64m \
+    -XX:CICompilerCount=2
 }
 
 node_wait() {  # <node id>: until it answers (dies if it exited or took too long)
-  local id="$1" name pid logfile deadline
-  name="$(node_name "$id")"; logfile="$(node_log "$id")"
-  pid="$(cat "$(node_pid "$id")" 2>/dev/null || true)"
-  deadline=$((SECONDS + START_TIMEOUT))
-  until node_answers "$id"; do
-    # By pid: until the forked shell has exec'd java, its command line is this script's.
-    { [ -n "$pid" ] && proc_running "$pid"; } \
-      || { log_tail "$logfile"; die "$name exited during start-up (log: $logfile)."; }
-    [ $SECONDS -ge $deadline ] && { log_tail "$logfile"; die "$name did not start within ${START_TIMEOUT}s (log: $logfile)."; }
-    sleep 0.2
-  done
-  say "$name up on $HOST:$(node_port "$id")"
+  kafka_wait "$(node_pid "$1")" "$(node_port "$1")" "$(node_log "$1")" "$(node_name "$1")"
+  say "$(node_name "$1") up on $HOST:$(node_port "$1")"
 }
 
 node_stop() {  # <node id> [--kill]

@@ -174,32 +174,12 @@ authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:admin;User:CN=router-broker
 log.dirs=$S_KAFKA_DIR/data
-auto.create.topics.enable=false
-num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
 num.network.threads=2
 num.io.threads=2
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.coordinator.rebalance.protocols=classic,consumer
-group.initial.rebalance.delay.ms=0
-group.consumer.min.session.timeout.ms=6000
-group.consumer.session.timeout.ms=10000
-group.consumer.min.heartbeat.interval.ms=500
-group.consumer.heartbeat.interval.ms=1000
-transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
-log.retention.hours=24
+$(kafka_common_properties 1 1 4)
 EOF
 )
 }
-
-s_kafka_answers() { port_open "$S_KAFKA_PORT" && grep -q 'Kafka Server started' "$S_KAFKA_LOG" 2>/dev/null; }
 
 s_kafka_up() {
   need_java
@@ -230,19 +210,9 @@ s_kafka_up() {
     [ $rc -eq 0 ] || { log_tail "$S_LOG_DIR/kafka-format.log"; die "formatting the secure Kafka storage failed."; }
     say "formatted $S_KAFKA_DIR/data (cluster id $cluster_id, SCRAM user admin)"
   fi
-  [ -f "$S_KAFKA_LOG" ] && mv -f "$S_KAFKA_LOG" "$S_KAFKA_LOG.1"
-  setsid nohup java -Xms128m -Xmx"$S_KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-    -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
-    -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" \
-    -cp "$cp" kafka.Kafka "$S_KAFKA_DIR/server.properties" >"$S_KAFKA_LOG" 2>&1 </dev/null 9>&- &
-  local started=$!
-  echo "$started" >"$S_KAFKA_PID"
-  local deadline=$((SECONDS + START_TIMEOUT))
-  until s_kafka_answers; do
-    proc_running "$started" || { log_tail "$S_KAFKA_LOG"; die "the secure Kafka broker exited during start-up (log: $S_KAFKA_LOG)."; }
-    [ $SECONDS -ge $deadline ] && { log_tail "$S_KAFKA_LOG"; die "the secure Kafka broker did not start within ${START_TIMEOUT}s."; }
-    sleep 0.2
-  done
+  kafka_launch "$S_KAFKA_DIR/server.properties" "$S_KAFKA_LOG" "$S_KAFKA_PID" "$S_KAFKA_HEAP" \
+    -Xms128m -XX:TieredStopAtLevel=1
+  kafka_wait "$S_KAFKA_PID" "$S_KAFKA_PORT" "$S_KAFKA_LOG" "the secure Kafka broker"
   say "kafka up on SASL_SSL://$HOST:$S_KAFKA_PORT (SCRAM-SHA-512; admin password in $(secret kafka-admin))"
 }
 

@@ -2,7 +2,12 @@
 group or an ordinary message.
 
 Backlog = high watermark - the send units' committed offset, read with one admin request
-per refresh (every `refresh_s`), plus what this sender produced since. Backlogs within
+per refresh (every `refresh_s`), plus what this sender produced since. A refresh that
+fails (a leader away) keeps the estimates and backs off, doubling up to `MAX_BACKOFF_S`:
+the measure runs on the send path, and librdkafka's admin ListOffsets busy-polls while a
+leader it asked is down (about one core for the request's duration, measured on the
+three-broker cluster with a broker SIGKILLed), so each attempt is also bounded by
+`REQUEST_TIMEOUT_S`. Backlogs within
 `slack` messages of the least count as equal, and among equals a new group goes where
 this sender's previous group went: one sender's consecutive groups then sit in one
 partition and are consumed in the order sent, instead of being opened at once from
@@ -24,6 +29,9 @@ log = logging.getLogger("router.sender")
 
 TP = tuple[str, int]
 
+REQUEST_TIMEOUT_S = 2.0  # one measure's admin request and committed-offsets read
+MAX_BACKOFF_S = 30.0  # between refresh attempts while they fail
+
 
 class Backlog:
     """Estimated unconsumed messages per send-queue partition, and the least of them."""
@@ -44,6 +52,7 @@ class Backlog:
         self.partitions = partitions
         self._estimate: dict[TP, int] = dict.fromkeys(partitions, 0)
         self._refresh = Every(refresh_s)
+        self._refresh_s = refresh_s
         self._slack = slack
         self._last_group_tp: TP | None = None
         self.ends: dict[TP, int] = {}  # high watermarks as last measured
@@ -58,16 +67,30 @@ class Backlog:
         if self._refresh.due():
             try:
                 self._estimate = self._measure()
+                self._refresh.interval = self._refresh_s
             except (KafkaException, TimeoutError) as exc:
-                log.warning("could not refresh send-queue backlog, keeping estimates: %s", exc)
+                self._refresh.interval = min(
+                    max(self._refresh.interval * 2, self._refresh_s), MAX_BACKOFF_S
+                )
+                log.warning(
+                    "could not refresh send-queue backlog, keeping estimates (next try in"
+                    " %.0f s): %s",
+                    self._refresh.interval,
+                    exc,
+                )
         return self._estimate
 
     def _measure(self) -> dict[TP, int]:
         tps = [TopicPartition(t, p) for t, p in self.partitions]
-        latest = self._admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})
-        ends = {(tp.topic, tp.partition): f.result(timeout=10).offset for tp, f in latest.items()}
+        latest = self._admin.list_offsets(
+            {tp: OffsetSpec.latest() for tp in tps}, request_timeout=REQUEST_TIMEOUT_S
+        )
+        ends = {
+            (tp.topic, tp.partition): f.result(timeout=REQUEST_TIMEOUT_S + 1).offset
+            for tp, f in latest.items()
+        }
         self.ends = ends
-        done = self._committed.read(self._units_group, tps, timeout=10)
+        done = self._committed.read(self._units_group, tps, timeout=REQUEST_TIMEOUT_S)
         return {tp: max(ends[tp] - done.get(tp, 0), 0) for tp in self.partitions}
 
     def least(self) -> TP:

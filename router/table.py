@@ -272,7 +272,8 @@ class ManagementTable(RoomTable, SteerTable):
         return int(seconds) * 1000 + int(micros) // 1000
 
     def drop(self) -> None:
-        """Delete the whole table (operators: `router table drop`; tests)."""
+        """Delete the whole table (the drivers between runs; tests). Operators have no command
+        for this: `router table release`, `evict` and `drain` act on one group or destination."""
         self._r.delete(*self.keys.all())
 
     def renew(self, batch: str, dests: Iterable[str]) -> bool:

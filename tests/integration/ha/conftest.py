@@ -10,7 +10,6 @@ short topic-replication check."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,29 +19,16 @@ from ops.harness.hacluster import HaCluster
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from router.config import RedisSettings, RouterSettings
 from tests.helpers import unique
+from tests.integration.private import heavy_only_with, private_servers
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("ROUTER_TEST_HA"):
-        return
-    skip = pytest.mark.skip(reason="heavy replication test: run by make test-ha")
-    for item in items:
-        if item.get_closest_marker("ha") is not None:
-            item.add_marker(skip)
+pytest_collection_modifyitems = heavy_only_with(
+    "ha", "ROUTER_TEST_HA", "heavy replication test: run by make test-ha"
+)
 
 
 @pytest.fixture(scope="session")
 def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaCluster]:
-    if os.environ.get("ROUTER_STACK", "local") != "local":
-        pytest.skip("the replicated cluster is the project's own local one (ops/ha.sh)")
-    cluster = HaCluster.private(ROOT / "ops" / "ha.sh", tmp_path_factory.mktemp("ha"))
-    try:
-        cluster.up()
-        yield cluster
-    finally:
-        cluster.down()
+    yield from private_servers(HaCluster.private, "ha.sh", tmp_path_factory, "replicated cluster")
 
 
 @pytest.fixture

@@ -8,33 +8,23 @@ short ones."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from ops.harness.securestack import SecureStack
+from tests.integration.private import heavy_only_with, private_servers
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("ROUTER_TEST_SECURE"):
-        return
-    skip = pytest.mark.skip(reason="heavy security test: run by make test-secure")
-    for item in items:
-        if item.get_closest_marker("secure") is not None:
-            item.add_marker(skip)
+pytest_collection_modifyitems = heavy_only_with(
+    "secure", "ROUTER_TEST_SECURE", "heavy security test: run by make test-secure"
+)
 
 
 @pytest.fixture(scope="session")
 def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
-    if os.environ.get("ROUTER_STACK", "local") != "local":
-        pytest.skip("the secured stack is the project's own local one (ops/secure.sh)")
-    stack = SecureStack.private(ROOT / "ops" / "secure.sh", tmp_path_factory.mktemp("secure"))
-    yield stack
-    stack.down()
+    yield from private_servers(
+        SecureStack.private, "secure.sh", tmp_path_factory, "secured stack", start=False
+    )
 
 
 @pytest.fixture(scope="session")

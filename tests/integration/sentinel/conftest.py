@@ -9,7 +9,6 @@ messages, the cost of waiting for replicas): they run with `make test-sentinel`
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,29 +19,16 @@ from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.sentinelset import SentinelSet
 from router.config import KafkaSettings, RouterSettings
 from tests.helpers import unique
+from tests.integration.private import heavy_only_with, private_servers
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("ROUTER_TEST_SENTINEL"):
-        return
-    skip = pytest.mark.skip(reason="heavy Redis failover test: run by make test-sentinel")
-    for item in items:
-        if item.get_closest_marker("sentinel") is not None:
-            item.add_marker(skip)
+pytest_collection_modifyitems = heavy_only_with(
+    "sentinel", "ROUTER_TEST_SENTINEL", "heavy Redis failover test: run by make test-sentinel"
+)
 
 
 @pytest.fixture(scope="session")
 def sentinel_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]:
-    if os.environ.get("ROUTER_STACK", "local") != "local":
-        pytest.skip("the Sentinel set is the project's own local one (ops/sentinel.sh)")
-    s = SentinelSet.private(ROOT / "ops" / "sentinel.sh", tmp_path_factory.mktemp("sentinel"))
-    try:
-        s.up()
-        yield s
-    finally:
-        s.down()
+    yield from private_servers(SentinelSet.private, "sentinel.sh", tmp_path_factory, "Sentinel set")
 
 
 @pytest.fixture

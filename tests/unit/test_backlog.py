@@ -1,0 +1,79 @@
+"""The sender's backlog estimate keeps its last figures and backs off while a refresh
+fails (a leader away), and measures every `refresh_s` again once one succeeds."""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from router import backlog
+from router.backlog import Backlog
+
+
+class Offsets:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class Admin:
+    def __init__(self) -> None:
+        self.fail = False
+        self.end = 10
+        self.calls: list[float] = []
+
+    def list_offsets(self, request: dict[Any, Any], request_timeout: float) -> dict[Any, Any]:
+        self.calls.append(request_timeout)
+        out = {}
+        for tp in request:
+            f: Future[Offsets] = Future()
+            if self.fail:
+                f.set_exception(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+            else:
+                f.set_result(Offsets(self.end))
+            out[tp] = f
+        return out
+
+
+class Committed:
+    def read(self, group: str, tps: Any, timeout: float) -> dict[tuple[str, int], int]:
+        return {("q", 0): 4}
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    now = [1000.0]
+    monkeypatch.setattr("router.clock.time.monotonic", lambda: now[0])
+    return now
+
+
+def test_a_failing_refresh_keeps_the_estimate_and_backs_off_then_recovers(
+    clock: list[float],
+) -> None:
+    admin = Admin()
+    b = Backlog(admin, Committed(), "units", [("q", 0)], refresh_s=1.0, slack=0)  # type: ignore[arg-type]
+    assert b.current() == {("q", 0): 6}
+    assert admin.calls == [backlog.REQUEST_TIMEOUT_S]
+
+    admin.fail, admin.end = True, 50
+    tries = []
+    for _ in range(200):  # 100 s in 0.5 s steps
+        clock[0] += 0.5
+        n = len(admin.calls)
+        assert b.current() == {("q", 0): 6}  # the last good figures
+        if len(admin.calls) > n:
+            tries.append(clock[0])
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert gaps[:5] == [2.0, 4.0, 8.0, 16.0, 30.0]  # doubling from refresh_s, capped
+    assert max(gaps) == backlog.MAX_BACKOFF_S
+
+    admin.fail = False
+    clock[0] += backlog.MAX_BACKOFF_S
+    assert b.current() == {("q", 0): 46}
+    n = len(admin.calls)
+    clock[0] += 1.0
+    b.current()
+    assert len(admin.calls) == n + 1  # every refresh_s again
