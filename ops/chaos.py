@@ -5,8 +5,11 @@
     .venv/bin/python -m ops.chaos --messages 20000 --kills 10 --private-stack
     .venv/bin/python -m ops.chaos --policy wait      # the waiting room: 0 interleavings
     .venv/bin/python -m ops.chaos --whole            # every group whole (policy wait)
+    .venv/bin/python -m ops.chaos --multicast 0 --expiring 0   # no QoS shares
 
-Exits non-zero if anything was lost, duplicated, reordered or split. By default it uses
+By default 5 % of the ordinary messages are multicast and 5 % of the messages have a
+lifetime. Exits non-zero if anything was lost, duplicated, reordered or split, a multicast
+copy lost or doubled, or a message neither delivered nor expired (or both). By default it uses
 (and restarts!) the local stack of this checkout (`make stack-up`); --private-stack starts
 a dedicated one on free ports instead and removes it afterwards.
 """
@@ -41,6 +44,18 @@ def main() -> int:
     parser.add_argument("--send-units", type=int, default=d.send_units)
     parser.add_argument("--receive-units", type=int, default=d.receive_units)
     parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument(
+        "--multicast",
+        type=float,
+        default=d.multicast_fraction,
+        help="share of the ordinary messages sent multicast",
+    )
+    parser.add_argument(
+        "--expiring",
+        type=float,
+        default=d.expiring_fraction,
+        help="share of the messages (finals excepted) sent with a lifetime",
+    )
     parser.add_argument(
         "--policy",
         choices=["share", "hold", "wait"],
@@ -77,6 +92,8 @@ def main() -> int:
         send_units=args.send_units,
         receive_units=args.receive_units,
         seed=args.seed,
+        multicast_fraction=args.multicast,
+        expiring_fraction=args.expiring,
         busy_policy=args.policy,
         delivery="complete" if args.whole else "stream",
         **(

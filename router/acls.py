@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from router.config import RouterSettings
+from router.priority import band_topics
 
 ROLES = ("send-unit", "receive-unit", "sweeper", "sender", "receiver", "spark")
 # Spark's Kafka source names its consumer groups so unless given groupIdPrefix.
@@ -70,10 +71,14 @@ def role_acls(
     rooms = [t.room_topic("send"), t.room_topic("receive")]
     out: list[Acl] = []
 
+    banded = {*t.send_queues, t.transfer_topic, *t.receive_queues}  # router.priority
+    bands = settings.priority.bands
+
     def topics(names: Iterable[str], *ops: str) -> None:
-        for name in names:
-            for op in {*ops, "DESCRIBE"}:
-                out.append(Acl(principal, "TOPIC", "LITERAL", name, op))
+        for base in names:
+            for name in band_topics(base, bands) if base in banded else [base]:
+                for op in {*ops, "DESCRIBE"}:
+                    out.append(Acl(principal, "TOPIC", "LITERAL", name, op))
 
     def group(name: str, op: str, pattern: str = "LITERAL") -> None:
         out.append(Acl(principal, "GROUP", pattern, name, op))

@@ -14,7 +14,7 @@ from functools import partial
 
 from confluent_kafka import Message
 
-from router import contract, lifetime, multicast, schemas, segments
+from router import contract, lifetime, multicast, priority, schemas, segments
 from router.batch import Batch, Item
 from router.config import RouterSettings
 from router.contract import CONTROL, BadInput
@@ -68,7 +68,7 @@ class Classifier:
                 value, key = m.value(), m.key()
                 size = (len(value) if value else 0) + (len(key) if key else 0)
                 control: bytes | None = None
-                fan = cut = False
+                fan = cut = ranked = False
                 if headers:
                     for k, v in headers:
                         size += len(k) + (len(v) if v else 0)
@@ -78,6 +78,8 @@ class Classifier:
                             fan = True
                         elif k in segments.HEADERS:
                             cut = True
+                        elif k == priority.PRIORITY:
+                            ranked = True
                 if control is not None:
                     if self.side == "send" or r.guarantee_id is None:
                         raise r.bad(
@@ -91,6 +93,11 @@ class Classifier:
                         item.close = True
                     items.append(item)
                     continue
+                if ranked and self.side == "send":  # checked where it enters the path
+                    try:
+                        priority.read(headers)
+                    except BadInput as malformed:
+                        raise r.bad(malformed.code, malformed.detail) from None
                 if cut and (why := segments.problem(headers, r.guarantee_id, r.final)):
                     raise r.bad("bad-segment", why)
                 if fan:

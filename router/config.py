@@ -21,6 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from router import bandsched
 from router.serversettings import (  # re-exported: one place to import settings from
     SECRET_CLIENT_KEYS,
     KafkaSettings,
@@ -35,6 +36,7 @@ __all__ = [
     "SECRET_CLIENT_KEYS",
     "KafkaSettings",
     "MetricsSettings",
+    "PrioritySettings",
     "RedisSettings",
     "RouterSettings",
     "RoutingSettings",
@@ -231,6 +233,21 @@ class SweeperSettings(_Section):
     closing_grace_ms: int = Field(5_000, ge=0)
 
 
+class PrioritySettings(_Section):
+    # Priority bands (router/priority.py, docs/priority.md): 1 = none; N > 1 adds the
+    # topics <topic>.p1 .. <topic>.p<N-1> beside every send queue, the transfer topic and
+    # every receive queue. Header message-priority 0..9 falls in band priority * N // 10.
+    bands: int = Field(1, ge=1, le=10)
+    # Each lower band with a backlog gets at least this share of a unit's batches
+    # (router/bandsched.py); at most 0.5 / (bands - 1).
+    min_share: float = Field(0.1, gt=0, le=0.5)
+
+    @model_validator(mode="after")
+    def _shares_fit(self) -> PrioritySettings:
+        bandsched.check(self.bands, self.min_share)
+        return self
+
+
 class MetricsSettings(_Section):
     # Prometheus metrics, /healthz and /readyz over HTTP (`router.prom`); 0: not served.
     # One port per process: give each process on a host its own.
@@ -256,6 +273,7 @@ class RouterSettings(BaseSettings):
     unit: UnitSettings = Field(default_factory=UnitSettings)
     sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    priority: PrioritySettings = Field(default_factory=PrioritySettings)
 
     @classmethod
     def settings_customise_sources(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from router import contract
+from router import contract, priority
 from router.batch import Item, where
 
 if TYPE_CHECKING:
@@ -63,6 +63,9 @@ def marker(
             headers.append((contract.ORDER, b"logical"))
         out.skip_markers += 1
     headers += [(contract.CONTROL, kind), (contract.ORIGIN, origin.encode())]
+    band = priority.stamped_band(item.headers)
+    if band:  # a marker follows its group's band (router.bands)
+        headers.append((priority.BAND, str(band).encode()))
     if r is not None:
         headers.append((contract.TTL_MS, str(r.ttl_ms).encode()))
     topic, partition = emitter.spec.target(dest)

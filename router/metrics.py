@@ -73,6 +73,7 @@ MetricName = Literal[
     "expired",  # not forwarded: their lifetime ended (ExpiredMessage events)
     "multicast",  # receive unit: multicast messages fanned out to their queues
     "multicast_copies",  # ... their copies, written straight or parked in the waiting room
+    "band_share_turns",  # priority: batches given to a lower band by its minimum share
 ]
 
 # Timings, as Prometheus histograms (seconds); labels in `router.prom`.

@@ -13,6 +13,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from router import contract
 
 log = logging.getLogger("router.receiver")
@@ -50,12 +52,18 @@ class Received:
 @dataclass(frozen=True, slots=True)
 class ReceivedGroup:
     """A group's messages in order (one ordinary message: `guarantee_id` None). `complete`:
-    its final is among them; an incomplete one was returned after `incomplete_after`
-    seconds without a new member (its final never came: see docs/routing.md)."""
+    its final is among them and no member is missing; an incomplete one was returned after
+    `incomplete_after` seconds without a new member (its final never came: see
+    docs/routing.md), or misses members the receiver found expired (`expired_seqs`: their
+    `guarantee-seq`; an expired final, or one under `expire-group`, ends it at once), or
+    numbers that never reached it (`missing_seqs`: a numbered group's `guarantee-seq`s
+    below its final that none of its members has: dead-lettered or expired upstream)."""
 
     guarantee_id: str | None
     messages: tuple[Received, ...]
     complete: bool
+    expired_seqs: tuple[int, ...] = ()
+    missing_seqs: tuple[int, ...] = ()
 
     @property
     def values(self) -> list[bytes | None]:
@@ -100,6 +108,10 @@ class OffsetTracker:
             return False
         held = pending[offset]
         return token is None or held is None or held is token
+
+    def open_below(self, tp: TP, offset: int) -> list[int]:
+        """The offsets received and not done below `offset` on the partition."""
+        return [o for o in self._open.get(tp, {}) if o < offset]
 
     def knows(self, tp: TP) -> bool:
         """Whether anything was received from the partition since it was assigned."""
@@ -155,6 +167,19 @@ def from_message(m: Any) -> Received:
     )
 
 
+def usable(m: Any) -> bool:
+    """Whether a consumed record is a message (not an error or a partition's end); a
+    fatal error is raised, others are logged."""
+    err = m.error()
+    if err is None:
+        return True
+    if err.fatal():
+        raise KafkaException(err)
+    if err.code() != KafkaError._PARTITION_EOF:
+        log.warning("consumer error: %s", err)
+    return False
+
+
 def _where(m: Any) -> tuple[str, int, int]:
     return str(m.topic()), int(m.partition()), int(m.offset())
 
@@ -166,10 +191,13 @@ class Gatherer:
     def __init__(self) -> None:
         self._open: dict[tuple[str, int, str], tuple[list[Received], float]] = {}
         self._ready: deque[ReceivedGroup] = deque()
+        self._gaps: dict[tuple[str, int, str], list[int | None]] = {}  # members expired
+        self._used = False  # fed by receive_group: until then, no gap is kept
 
     def next_ready(self, now: float, incomplete_after: float) -> ReceivedGroup | None:
         """The oldest whole group, else a group with no new member for `incomplete_after`
         seconds (returned with `complete=False`), else None."""
+        self._used = True
         if self._ready:
             return self._ready.popleft()
         for key, (members, last) in list(self._open.items()):
@@ -178,12 +206,14 @@ class Gatherer:
                 log.warning(
                     "group %r incomplete after %.0f s: returned as it is", key[2], now - last
                 )
-                return ReceivedGroup(key[2], tuple(members), False)
+                gaps = _seqs(self._gaps.pop(key, []))
+                return ReceivedGroup(key[2], tuple(members), False, gaps)
         return None
 
     def add(self, m: Received, now: float) -> ReceivedGroup | None:
         """Take one received message: an ordinary one comes back at once, as a group of
         its own; a member is kept (its group is ready once its final comes)."""
+        self._used = True
         if m.guarantee_id is None:
             return ReceivedGroup(None, (m,), True)
         key = (m.topic, m.partition, m.guarantee_id)
@@ -191,18 +221,37 @@ class Gatherer:
         members.append(m)
         if m.final:
             self._open.pop(key, None)
+            gaps = _seqs(self._gaps.pop(key, []))
+            missing = _missing(members, gaps)
             # a tail whose head was returned incomplete is not a whole group either
-            whole = members[0].seq in (None, 0)
-            self._ready.append(ReceivedGroup(m.guarantee_id, tuple(members), whole))
+            whole = members[0].seq in (None, 0) and not gaps and not missing
+            self._ready.append(ReceivedGroup(m.guarantee_id, tuple(members), whole, gaps, missing))
         else:
             self._open[key] = (members, now)
         return None
+
+    def expired(self, m: Received, ends_group: bool) -> None:
+        """Member `m` was found expired (never handed out): its group misses it; if it
+        ends the group (its final, or `expire-group`), what was gathered is ready now."""
+        if m.guarantee_id is None or not self._used:
+            return
+        key = (m.topic, m.partition, m.guarantee_id)
+        gaps = self._gaps.setdefault(key, [])
+        gaps.append(m.seq)
+        if not ends_group:
+            return
+        del self._gaps[key]
+        members, _ = self._open.pop(key, ([], 0.0))
+        if members:
+            self._ready.append(ReceivedGroup(m.guarantee_id, tuple(members), False, _seqs(gaps)))
 
     def forget(self, tp: TP) -> None:
         """The partition was revoked: drop what was gathered from it (another receiver
         reads it again from the commit offset)."""
         for k in [k for k in self._open if k[:2] == tp]:
             del self._open[k]
+        for k in [k for k in self._gaps if k[:2] == tp]:
+            del self._gaps[k]
         kept = [g for g in self._ready if (g.messages[0].topic, g.messages[0].partition) != tp]
         self._ready = deque(kept)
 
@@ -226,3 +275,18 @@ class Gatherer:
             if kept and g.guarantee_id is not None:
                 self._open[(*tp, g.guarantee_id)] = (kept, now)
         self._ready = ready
+
+
+def _seqs(gaps: list[int | None]) -> tuple[int, ...]:
+    return tuple(s for s in gaps if s is not None)
+
+
+def _missing(members: list[Received], expired: tuple[int, ...]) -> tuple[int, ...]:
+    """The numbers below a numbered group's last that no member has (a reassembled one
+    has one per segment) nor an expired member; () if a member has no number."""
+    have = set(expired)
+    for m in members:
+        if m.seq is None:
+            return ()
+        have.update(range(m.seq, m.seq + max(len(m.parts), 1)))
+    return tuple(sorted(set(range(max(have) + 1)) - have)) if have else ()

@@ -10,7 +10,8 @@ skips it. `process(handler)` is the loop: receive, handle, done. With `state`, e
 group's status (last sequence number done, complete or not) is kept in Redis, and read
 back by `group_status` after a restart (`router.groupstatus`, `router.statestore`).
 `abandon` puts a message back at the head of its partition, up to `max_deliveries`
-(`router.redeliveries`; the counts in Redis with `state`).
+(`router.redeliveries`; the counts in Redis with `state`). A message whose lifetime ended
+is not handed out: its ExpiredMessage event is flushed, then it is passed (`expiry`).
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ from router import clientconfig, clients
 from router.config import RouterSettings
 from router.groupstatus import GroupStatus
 from router.reassembly import Reassembler, SegmentError, is_segment
-from router.received import Gatherer, OffsetTracker, Received, ReceivedGroup, from_message
+from router.received import Gatherer, OffsetTracker, Received, ReceivedGroup, from_message, usable
+from router.receiverbands import ReceiverBands
+from router.receiverlifetime import ExpiryOptions
 from router.redeliveries import Redeliveries, offsets_of, token_of
 from router.redelivery import MAX_DELIVERIES, RedeliveryOptions
 from router.statestore import State, StatusStore
 
 __all__ = [
+    "ExpiryOptions",
     "GroupStatus",
     "Hook",
     "OffsetTracker",
@@ -67,6 +71,8 @@ class Receiver:
     Leaving the `with` block commits what was done and leaves the group.
     `Receiver.from_settings` builds one from the router's settings instead."""
 
+    _bands: ReceiverBands | None = None  # priority bands, if the queues have them
+
     def __init__(
         self,
         config: Mapping[str, Any],
@@ -82,6 +88,7 @@ class Receiver:
         redelivery: RedeliveryOptions | None = None,
         segment_timeout_s: float = 120.0,
         max_message_bytes: int = 1 << 30,
+        expiry: ExpiryOptions | None = ExpiryOptions(),  # noqa: B008 (frozen)
     ) -> None:
         """`config`: librdkafka properties, as for `confluent_kafka.Consumer`, with the
         `group.id` whose committed offsets record what was processed (see
@@ -98,6 +105,8 @@ class Receiver:
         and delivery counts. `max_deliveries` (0 or None: no limit): the most times an
         abandoned message is handed out; then it is dead-lettered (`max-deliveries`).
         `redelivery`: poison policies, the counts' TTL, topics (`router.redelivery`).
+        `expiry`: lifetime bounds and the default group outcome (None: lifetimes are not
+        checked; `router.receiverlifetime`, docs/receiver.md).
 
         A segmented message is handed out whole, its checksum verified; a broken one
         raises SegmentError (`router.reassembly`): a set with no new segment for
@@ -108,14 +117,11 @@ class Receiver:
         group_id = str(config.get("group.id") or "")
         self._status = None if state is None else StatusStore(state, group_id, state_prefix)
         self._redo = Redeliveries(
-            config, cid, topology, queues, self._status, state_prefix, max_deliveries, redelivery
-        )
-        settings = {
-            "logger": clients.LIBRDKAFKA_LOGGER,
-            **config,
-            "on_commit": self._redo.on_commit,
-        }
-        self._consumer = Consumer(clientconfig.consumer_config(settings, cid))
+            config, cid, topology, queues, self._status, state_prefix, max_deliveries,
+            redelivery, expiry,
+        )  # fmt: skip
+        conf = {"logger": clients.LIBRDKAFKA_LOGGER, **config, "on_commit": self._redo.on_commit}
+        self._consumer = Consumer(clientconfig.consumer_config(conf, cid))
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self.received = 0
         self._offsets = OffsetTracker()
@@ -130,13 +136,16 @@ class Receiver:
             self._consumer.close()
             what = missing or f"{topology}.recv.<n>"
             raise RuntimeError(f"no receive queues {what} (run `router topics create` first)")
+        # priority bands: every band topic of the queues, highest first (router.receiverbands)
+        self._bands = ReceiverBands.of(self._consumer, self.queues, meta)
+        topics = self._bands.topics if self._bands is not None else self.queues
         if assign:
-            parts = [TopicPartition(q, p) for q in self.queues for p in meta[q].partitions]
+            parts = [TopicPartition(q, p) for q in topics for p in meta[q].partitions]
             self._consumer.assign(parts)
             self._assigned(self._consumer, parts)
         else:
             self._consumer.subscribe(
-                self.queues, on_assign=self._assigned, on_revoke=self._revoke, on_lost=self._lost
+                topics, on_assign=self._assigned, on_revoke=self._revoke, on_lost=self._lost
             )
 
     @classmethod
@@ -152,10 +161,12 @@ class Receiver:
         on_revoke: Hook | None = None,
         keep_status: bool = False,
         max_deliveries: int | None = MAX_DELIVERIES,
+        check_lifetimes: bool = True,
     ) -> Receiver:
         """A receiver of `queues` (default: every receive queue of the topology) as
         consumer group `group_id`, with the Kafka settings of the router's settings
-        (`keep_status`: group statuses and delivery counts in the settings' Redis)."""
+        (`keep_status`: group statuses and delivery counts in the settings' Redis;
+        `check_lifetimes=False`: hand out expired messages too, as a checker must)."""
         config: dict[str, Any] = {**settings.kafka.common(), "group.id": group_id}
         if client_id is not None:
             config["client.id"] = client_id
@@ -169,6 +180,7 @@ class Receiver:
             state_prefix=settings.redis.key_prefix,
             max_deliveries=max_deliveries,
             redelivery=RedeliveryOptions.of(settings),
+            expiry=ExpiryOptions.of(settings) if check_lifetimes else None,
         )
 
     def __enter__(self) -> Receiver:
@@ -217,22 +229,16 @@ class Receiver:
             self._gather.forget(key)
             self._segments.forget(key)
             self._redo.forget(key)
+            if self._bands is not None:
+                self._bands.forget(key)
 
     # ------------------------------------------------------------------ reading
-
-    def _usable(self, m: Message) -> bool:
-        err = m.error()
-        if err is None:
-            return True
-        if err.fatal():
-            raise KafkaException(err)
-        if err.code() != KafkaError._PARTITION_EOF:
-            log.warning("consumer error: %s", err)
-        return False
 
     def _received(self, m: Message) -> Received | None:
         """The message to hand out; None if it was dead-lettered instead (done)."""
         message = from_message(m)
+        if self._bands is not None and not self._bands.admit(message):
+            return None  # another band while a group is handed out: read again after it
         token = None if is_segment(message) else message  # a segment's bytes are not kept
         self._offsets.received((message.topic, message.partition), message.offset, token)
         if not self._redo.admit(message):
@@ -249,13 +255,15 @@ class Receiver:
             if ready is not None:
                 return ready
             self._redo.resume_due()
+            if self._bands is not None:
+                self._bands.before_poll()
             m = self._consumer.poll(max(deadline - time.monotonic(), 0))
             if m is None:
                 self._segments.expire(time.monotonic())  # nothing waits: sets may time out
                 if self._segments:
                     continue
                 return None
-            if self._usable(m) and (message := self._received(m)) is not None:
+            if usable(m) and (message := self._received(m)) is not None:
                 self._segments.add(message, time.monotonic())
                 if self._segments:
                     continue
@@ -281,7 +289,7 @@ class Receiver:
             more.reverse()
             while more:  # let go of each record as it is taken: segments are large
                 m = more.pop()
-                if self._usable(m) and (r := self._received(m)) is not None:
+                if usable(m) and (r := self._received(m)) is not None:
                     self._segments.add(r, time.monotonic())
             live = self._live
             while len(batch) < num_messages:
@@ -332,8 +340,9 @@ class Receiver:
         members: tuple[Received, ...] = (
             (message,) if isinstance(message, Received) else message.messages
         )
-        if self._status is not None:
-            self._status.record(members)  # first: a status is never behind the commit
+        if self._status is not None:  # first: a status is never behind the commit
+            self._status.record(members)
+            self._redo.expiry.before_done(members)
         for m in members:
             for offset in offsets_of(m):  # a reassembled message: each segment's
                 position = self._offsets.done((m.topic, m.partition), offset, token_of(m))

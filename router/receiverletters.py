@@ -1,4 +1,4 @@
-"""The receiver library's dead letters and GroupStopped events (Kafka I/O).
+"""The receiver library's dead letters, GroupStopped and ExpiredMessage events (Kafka I/O).
 
 The same records the units write (`router.events`, docs/events.md), with side
 `RECEIVER`: the original key, value and headers, the receive-queue position, and the
@@ -41,7 +41,8 @@ def group_stopped_reason(m: Received, stop_offset: int) -> BadInput:
     bad = BadInput(
         "group-stopped",
         f"group {m.guarantee_id!r} stopped at {m.topic}[{m.partition}]@{stop_offset} "
-        "(max-deliveries, policy stop-group)",
+        "(max-deliveries under stop-group, or an expired member under expire-group: "
+        "see its GroupStopped event)",
     )
     return _of(bad, m)
 
@@ -132,6 +133,31 @@ class ReceiverLetters:
         )
         headers = [(schemas.SCHEMA_HEADER, events.GROUP_STOPPED.encode())]
         self._produce(self.events_topic, gid.encode(), record, headers)
+
+    def expired(self, m: Received, bad: BadInput, expires_ms: int, on_expiry: str | None) -> None:
+        """Queue `m`'s ExpiredMessage event (hop RECEIVER; sent by the next `flush`)."""
+        if self.events_topic is None:
+            raise DeadLetterFailed(f"no events topic for {m.topic}: its expiry cannot be told")
+        record = events.expired_message(
+            bad,
+            hop="receiver",
+            topology=self.topology,
+            unit=self.unit,
+            topic=m.topic,
+            partition=m.partition,
+            offset=m.offset,
+            timestamp_ms=m.timestamp_ms,
+            expires_ms=expires_ms,
+            on_expiry=on_expiry,
+            key=m.key,
+            value=m.value,
+            headers=m.headers,
+            now_ms=int(time.time() * 1000),
+        )
+        headers = [(schemas.SCHEMA_HEADER, events.EXPIRED_MESSAGE.encode())]
+        key = m.guarantee_id.encode() if m.guarantee_id else m.key
+        log.warning("expired %s[%d]@%d: %s", m.topic, m.partition, m.offset, bad.detail)
+        self._produce(self.events_topic, key, record, headers)
 
     def flush(self, timeout: float = FLUSH_TIMEOUT_S) -> None:
         """Wait until Kafka acknowledged everything queued; DeadLetterFailed otherwise."""

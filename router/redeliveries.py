@@ -8,7 +8,8 @@ again, in order, ahead of anything later. At the limit the message is dead-lette
 instead (`router.receiverletters`; flushed before its offset is stored for the commit)
 and the consumer seeks past it. `admit` judges each message read before it is handed
 out: skipped if its dead letter was written already, dead-lettered if its group was
-stopped or its count reached the limit before a restart.
+stopped or its count reached the limit before a restart, expired (`router.receiverexpiry`:
+its ExpiredMessage event flushed first) if its lifetime ended.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from router import clients
 from router import redelivery as rules
 from router.deliverycounts import Counts, DeliveryCounts, MemoryCounts
 from router.received import Gatherer, OffsetTracker, Received, ReceivedGroup
+from router.receiverexpiry import ReceiverExpiry
 from router.receiverletters import (
     ReceiverLetters,
     group_stopped_reason,
     max_deliveries_reason,
 )
+from router.receiverlifetime import ExpiryOptions
 from router.redelivery import TP, Ledger, RedeliveryOptions
 from router.statestore import StatusStore
 
@@ -62,10 +65,12 @@ class Redeliveries:
         prefix: str,
         max_deliveries: int | None,
         options: RedeliveryOptions | None,
+        expiry: ExpiryOptions | None = None,
     ) -> None:
         """`config`, `client_id`: the receiver's; `topology` or `queues`: what it reads
         (the topics' names); `status`: its group statuses' store, whose Redis keeps the
-        counts too (else they are kept in this process only)."""
+        counts too (else they are kept in this process only); `expiry`: lifetimes are
+        checked (None: not; nor without an events topic to report them, logged)."""
         self.max_deliveries = rules.check_max_deliveries(max_deliveries)
         self.options = o = options or RedeliveryOptions()
         group_id = str(config.get("group.id") or "")
@@ -95,6 +100,10 @@ class Redeliveries:
                 f"{list(queues or ())} are not <name>.recv.<n>; give the topology's name, or "
                 "RedeliveryOptions(dead_letter_topic=...), or max_deliveries=None"
             )
+        if expiry is not None and self._letters.events_topic is None:
+            log.warning("no events topic for %s: lifetimes are not checked", list(queues or ()))
+            expiry = None
+        self.expiry = ReceiverExpiry(expiry, self._letters, self.counts, self.ledger, status)
         self._consumer: Any = None
         self._offsets = OffsetTracker()
         self._gather = Gatherer()
@@ -102,6 +111,7 @@ class Redeliveries:
     def bind(self, consumer: Any, offsets: OffsetTracker, gather: Gatherer) -> None:
         """The receiver's consumer and bookkeeping."""
         self._consumer, self._offsets, self._gather = consumer, offsets, gather
+        self.expiry.gather, self.expiry.offsets = gather, offsets
 
     def on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
         """librdkafka's commit report: committed offsets let the counts of messages now
@@ -131,6 +141,7 @@ class Redeliveries:
         self._held.pop(tp, None)
         self._backoff.pop(tp, None)
         self._reading.discard(tp)
+        self.expiry.forget(tp)
 
     def _load(self, tp: TP) -> None:
         if self.ledger.loaded(tp):
@@ -190,9 +201,10 @@ class Redeliveries:
         self._load(tp)
         verdict = self.ledger.verdict(tp, m.offset, m.guarantee_id)
         if verdict == rules.DELIVER:
-            return True
-        if verdict == rules.SKIP:
-            log.info("%s[%d]@%d was dead-lettered already: skipped", *tp, m.offset)
+            if not self.expiry.expired(tp, m):
+                return True
+        elif verdict == rules.SKIP:
+            log.info("%s[%d]@%d was dead-lettered or expired already: skipped", *tp, m.offset)
         elif verdict == rules.LIMIT:
             self._dead_letter(tp, (m,), self.ledger.failed(tp, m.offset))
         else:

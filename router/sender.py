@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from router import clientconfig, clients, segments, sendgroups
+from router import priority as prio
 from router.backlog import Backlog
 from router.clock import Every
 from router.config import RouterSettings, RoutingSettings
@@ -114,6 +115,8 @@ class Sender:
         self._committed = CommittedOffsets(connection, cid, stable=False)
         queues, partitions = clientconfig.discover_send_queues(self._admin, send_queues, topology)
         self._queues = queues
+        # priority bands: `<queue>.p<b>` beside each queue (router.priority)
+        self._bands = prio.bands_in(self._admin.list_topics(timeout=30).topics, queues[0])
         self._backlog = Backlog(
             self._admin,
             self._committed,
@@ -220,6 +223,7 @@ class Sender:
         headers: Sequence[tuple[str, str | bytes | None]] = (),
         on_delivery: OnDelivery | None = None,
         delivery: Literal["stream", "complete"] | None = None,
+        priority: int | None = None,
     ) -> SendReceipt:
         """Send one message; a group's messages go to one partition, numbered, in the
         order sent. Asynchronous, like `Producer.produce`: `flush()` (or leaving the
@@ -238,7 +242,12 @@ class Sender:
         segments, one group member each (an ordinary message: a group of its own), with
         at most `segment_window` unacknowledged; a receiver of this library gets it back
         whole. `on_delivery` is called for each segment, and the receipt says how many
-        numbers of the group it took."""
+        numbers of the group it took.
+
+        `priority` (0..9, or a `message-priority` header in `headers`; default 0): on a
+        topology with priority bands, the message goes to its band's send queue
+        `<queue>.p<band>` and overtakes lower bands' backlog (docs/priority.md). A group
+        keeps its first message's band: later members' priorities are ignored."""
         r = sendgroups.request(
             headers,
             guarantee_id=guarantee_id,
@@ -252,25 +261,29 @@ class Sender:
             value = value.encode("utf-8")
         elif value is not None and not isinstance(value, bytes):
             value = memoryview(value).cast("B")
+        band, ranked = prio.sender_band(priority, headers, self._bands)
         if value is not None and len(value) > self._segment_bytes:
-            return self._send_segments(memoryview(value).cast("B"), r, key, on_delivery)
+            view = memoryview(value).cast("B")
+            return self._send_segments(view, r, key, on_delivery, band, ranked)
         if isinstance(value, memoryview):
             value = value.tobytes()  # produce() takes bytes
-        tp, seq, track = self._place(r)
+        tp, seq, track = self._place(r, band)
         routing = sendgroups.routing_headers(r, seq)
-        self._out.produce(tp, key, value, [*routing, *r.others], on_delivery, track)
+        self._out.produce(tp, key, value, [*routing, *r.others, *ranked], on_delivery, track)
         self._backlog.sent(tp)
         self._sync_journal()
         return SendReceipt(tp[0], tp[1], seq)
 
     def _place(
-        self, r: sendgroups.Request, record: bool = True
+        self, r: sendgroups.Request, band: int = 0, record: bool = True
     ) -> tuple[TP, int | None, Track | None]:
-        """The partition, number and journal track of message `r` (`record`: journal it)."""
+        """The partition (of `band`'s send queue), number and journal track of message
+        `r` (`record`: journal it). A group's later members follow its first one's lane."""
         if r.guarantee_id is None:
-            return self._backlog.least(), None, None
+            return prio.lane(self._backlog.least(), band), None, None
         new = r.guarantee_id not in self._groups
-        tp, seq = self._groups.place(r, time.monotonic(), self._backlog.new_group)
+        new_lane = self._backlog.new_group
+        tp, seq = self._groups.place(r, time.monotonic(), lambda: prio.lane(new_lane(), band))
         if self._journal is None or not record:
             return tp, seq, None
         end = self._backlog.end_bound(tp)
@@ -282,7 +295,13 @@ class Sender:
             raise
 
     def _send_segments(
-        self, view: memoryview, r: sendgroups.Request, key: bytes | None, on: OnDelivery | None
+        self,
+        view: memoryview,
+        r: sendgroups.Request,
+        key: bytes | None,
+        on: OnDelivery | None,
+        band: int = 0,
+        ranked: Sequence[tuple[str, bytes]] = (),
     ) -> SendReceipt:
         """`view` in segments (`router.segments.plan`), at most a window unacknowledged."""
         digest = hashlib.sha256(view).hexdigest()
@@ -290,8 +309,9 @@ class Sender:
         receipt: SendReceipt | None = None
         try:
             for part in plan.parts:
-                tp, seq, track = self._place(part.request, record=not plan.own)
+                tp, seq, track = self._place(part.request, band, record=not plan.own)
                 headers = [*sendgroups.routing_headers(part.request, seq), *part.headers]
+                headers += ranked
                 value = view[part.start : part.end].tobytes()  # one segment at a time
                 self._out.produce(tp, key, value, headers, on, track)
                 self._backlog.sent(tp)

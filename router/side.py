@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import redis
 
 from router.config import RouterSettings
+from router.priority import band_topics
 from router.table import ManagementTable, Side, TableKeys
 
 
@@ -33,17 +34,21 @@ class SideSpec:
 
 
 def side_spec(settings: RouterSettings, side: Side) -> SideSpec:
-    t = settings.topology
-    if side == "send":
+    t, n = settings.topology, settings.priority.bands
+    if side == "send":  # every band's topic of each source (router.priority)
         return SideSpec(
             "send",
-            tuple(t.send_queues),
+            tuple(b for q in t.send_queues for b in band_topics(q, n)),
             t.send_group,
             tuple(str(p) for p in range(t.receive_units)),
             t.transfer_topic,
         )
     return SideSpec(
-        "receive", (t.transfer_topic,), t.receive_group, tuple(t.receive_queues), t.transfer_topic
+        "receive",
+        tuple(band_topics(t.transfer_topic, n)),
+        t.receive_group,
+        tuple(t.receive_queues),
+        t.transfer_topic,
     )
 
 

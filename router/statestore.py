@@ -30,6 +30,7 @@ import redis
 
 from router.clock import Every
 from router.groupstatus import GroupStatus, advance
+from router.groupstatus import expired as expired_status
 from router.redisclient import redis_client
 from router.senderstate import GroupRecord
 from router.serversettings import RedisSettings
@@ -147,6 +148,18 @@ class StatusStore:
         if self._prune.due():
             self.prune()
 
+    def expired(self, m: Any, stopped: bool) -> None:
+        """Member `m` (`router.received.Received`) found expired, not handed out: its
+        group's status moves past it (`router.groupstatus.expired`)."""
+        g = m.guarantee_id
+        if g is None:
+            return
+        new = expired_status(
+            self.get(g), g, m.topic, m.partition, m.offset, m.seq, m.final, stopped
+        )
+        if new is not None:
+            self.write([new])
+
     def write(self, statuses: Iterable[GroupStatus]) -> None:
         """One round trip: the statuses, and finished groups' times; prunes what finished
         more than `retention_s` ago."""
@@ -156,7 +169,7 @@ class StatusStore:
             doc = asdict(s)
             del doc["gid"]
             pipe.hset(self.groups_key, s.gid, json.dumps(doc, separators=(",", ":")))
-            if s.complete:
+            if s.finished:
                 pipe.zadd(self.done_key, {s.gid: now})
             else:
                 pipe.zrem(self.done_key, s.gid)

@@ -12,6 +12,7 @@ from typing import Protocol
 import redis
 from confluent_kafka import Message
 
+from router.bands import BandStep, GroupBands
 from router.batch import Batch
 from router.classify import Classifier
 from router.config import RouterSettings
@@ -52,8 +53,10 @@ class RoutingSteps:
         table: ManagementTable,
         metrics: Metrics,
         room: Drain | None = None,
+        bands: BandStep | None = None,
     ) -> None:
         self.room = room
+        self.bands = bands  # priority bands (router.bands), if the topology has them
         self.classifier = classifier
         self.route = route
         self.emitter = emitter
@@ -65,7 +68,9 @@ class RoutingSteps:
         if self.room is not None:
             messages = self.room.take(messages)  # room records are drained, not routed
         self.classifier.classify(batch, messages)
-        if batch.items:
+        if self.bands is not None and self.bands.table is not None:  # the send side
+            self.bands.assign(batch)
+        if batch.items and batch.failure is None:
             self.route.route(batch)
         self.metrics.observe("batch_route_seconds", time.perf_counter() - t0)
 
@@ -77,6 +82,8 @@ class RoutingSteps:
             except redis.RedisError as exc:
                 self.metrics.inc("redis_errors")
                 log.warning("the waiting room cannot be drained now: %s", exc)
+        if self.bands is not None:
+            self.bands.retarget(out)
         return out
 
     def settle(self, batch: Batch, out: Output) -> None:
@@ -86,6 +93,8 @@ class RoutingSteps:
         split meanwhile, a destination is only freed late."""
         if self.room is not None:
             self.room.settle(batch)
+        if self.bands is not None:
+            self.bands.settle(batch, out)
         if not (
             out.finals or out.ordinary_dests or out.stopped or out.drains or out.parked_in_room
         ):
@@ -140,6 +149,16 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
         s.routing.gap_timeout_ms,
         s.routing.gap_policy,
     )
+    bands = None
+    if s.priority.bands > 1:
+        send = ctx.spec.side == "send"
+        t = s.topology
+        bands = BandStep(
+            s.priority.bands,
+            t.send_queues if send else (),
+            [t.transfer_topic] if send else t.receive_queues,
+            GroupBands(ctx.redis, table.keys, s.routing.max_ttl_ms) if send else None,
+        )
     return RoutingSteps(
         Classifier(s, ctx.spec.side, ctx.rejected),
         TableRoute(
@@ -155,4 +174,5 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
         table,
         ctx.metrics,
         room,
+        bands,
     )

@@ -81,6 +81,10 @@ class TableKeys:
     done: str
     done_at: str
     draining: str  # set: destinations nothing new is placed on (`router.placement`)
+    # send side, priority bands (`router.bands`): group -> 'band|call', its last use, calls
+    bands: str
+    bands_at: str
+    bands_calls: str
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:

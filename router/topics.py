@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from router.config import KafkaSettings, RouterSettings
+from router.priority import band_topics
 
 log = logging.getLogger("router.topics")
 
@@ -53,12 +54,22 @@ def plan(settings: RouterSettings, brokers: int = 1) -> list[TopicSpec]:
         "message.timestamp.type": "CreateTime",
     }
     dead = {**base, "max.message.bytes": str(2 * k.max_message_bytes + HEADROOM)}
-    specs = [TopicSpec(q, t.send_queue_partitions, base, "send queue") for q in t.send_queues]
+    n = settings.priority.bands  # every band of a queue has its own topic (router.priority)
+    specs = [
+        TopicSpec(b, t.send_queue_partitions, base, "send queue")
+        for q in t.send_queues
+        for b in band_topics(q, n)
+    ]
     # One partition per receive-side transfer unit; adding units adds partitions safely
     # because the send side addresses partitions explicitly.
-    specs.append(TopicSpec(t.transfer_topic, t.receive_units, base, "transfer", may_grow=True))
+    specs += [
+        TopicSpec(b, t.receive_units, base, "transfer", may_grow=True)
+        for b in band_topics(t.transfer_topic, n)
+    ]
     # A receive queue is one partition: one receiver, one order.
-    specs += [TopicSpec(q, 1, base, "receive queue") for q in t.receive_queues]
+    specs += [
+        TopicSpec(b, 1, base, "receive queue") for q in t.receive_queues for b in band_topics(q, n)
+    ]
     # The waiting rooms (router/room.py): never compacted; kept longer than any group waits.
     rooms = settings.routing.room_partitions
     specs += [

@@ -17,6 +17,7 @@ import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from router import clients, kafkaauth, topics
+from router.bandsource import BandSource
 from router.batch import TP, Batch
 from router.bookkeeping import count_committed, forget_committed, tracker
 from router.config import RouterSettings
@@ -86,10 +87,11 @@ class TransferUnit:
         self.session = TransactionalSession(
             lambda: Producer(config), self._stop, self.metrics, self.faults
         )
+        consumer_config = clients.consumer_config(  # not `config`: the lambda above reads it
+            settings.kafka, spec.group_id, self.instance, 2 * u.max_batch_bytes
+        )
         self.source = Source(
-            clients.consumer_config(
-                settings.kafka, spec.group_id, self.instance, 2 * u.max_batch_bytes
-            ),
+            BandSource.tuned(settings, consumer_config),
             u.batch_size,
             self.metrics,
             u.max_batch_bytes,
@@ -100,6 +102,8 @@ class TransferUnit:
             [t.name for t in topics.plan(settings)],
             settings.kafka.min_insync_replicas,
         )
+        # Priority bands (router.bandsource): higher bands first, a minimum share each.
+        self.bands = BandSource.of(settings, spec.side, self.source.consumer, self.metrics)
         self._inflight: tuple[Batch, Output] | None = None
         self._rewound: dict[TP, int] = {}  # partitions rewound since the last failure
         self._rewind_to_committed = False
@@ -168,6 +172,9 @@ class TransferUnit:
         if inflight is not None and (inflight[0].held_at or not self.settings.unit.overlap_commit):
             self._complete()  # held partitions are rewound before polling on
         self.source.resume(self.holds.due(time.monotonic()))
+        turn = None
+        if self.bands is not None:
+            turn = self.bands.before_poll(self.source.assigned, self.holds.waiting())
         # A rebalance callback inside the poll may complete the batch in flight; if that
         # fails, what this poll returns is stale: the session's generation moved on.
         generation = self.session.generation
@@ -176,6 +183,8 @@ class TransferUnit:
         wait_s = self.settings.unit.poll_timeout_ms / 1000
         if room is not None and room.busy():
             wait_s = min(wait_s, IDLE_S)
+        if turn is not None and turn.share:
+            eager = False  # a lower band's turn: wait for its partitions' fetch
         messages = self.source.poll(0.0 if eager else wait_s)
         batch = None
         if messages or (room is not None and room.due() and self.backoff.until is None):
@@ -304,6 +313,8 @@ class TransferUnit:
         self.backoff.until = None
         waiting = self.holds.waiting()
         self.source.resume(tp for tp in self.source.assigned if tp not in waiting)
+        if self.bands is not None:
+            self.bands.reset()
         log.info("resuming after back-off")
 
     # ------------------------------------------------------------------ rebalancing
@@ -314,6 +325,8 @@ class TransferUnit:
         self.metrics.inc("rebalances")
         log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
         self.source.assign(partitions, paused=self.backoff.until is not None)
+        if self.bands is not None:
+            self.bands.forget(partitions)
         if self.steps.room is not None:
             self.steps.room.assign([(tp.topic, tp.partition) for tp in partitions])
 
@@ -323,6 +336,8 @@ class TransferUnit:
         for tp in partitions:
             self.holds.forget((tp.topic, tp.partition))
         self.source.revoke(partitions)
+        if self.bands is not None:
+            self.bands.forget(partitions)
         if self.steps.room is not None:
             self.steps.room.revoke([(tp.topic, tp.partition) for tp in partitions])
         self.metrics.inc("rebalances")

@@ -4,11 +4,16 @@ While senders send, unit processes are killed with SIGKILL at random moments and
 restarted; some are restarted with a fault-injection point armed (`router.faults`), so
 they kill themselves exactly between routing and producing, between producing and
 committing, or between committing and settling. The broker is restarted once and Redis
-once (with its append-only file) mid-run. At the end the units are stopped, every
+once (with its append-only file) mid-run. A share of the messages is multicast (to every
+receive queue, or to a named subset) and a share has a lifetime (some long gone, some
+short, some long; `ops.harness.workload`). At the end the units are stopped, every
 destination of both sides (transfer topic, receive queues) is read from the beginning to
 its end with read_committed once the transaction timeout has passed, and checked against
 what Kafka acknowledged to the senders: nothing lost, duplicated, reordered or split, and
-every interleaving judged by the capacity rule (`ops.harness.capacity`). A unit exit that
+every interleaving judged by the capacity rule (`ops.harness.capacity`); every multicast
+message once on each of its queues; with the events and dead-letter topics, every message
+delivered, expired (one ExpiredMessage event) or dead-lettered, never two of them
+(`ops.harness.accounts`). A unit exit that
 was neither our kill nor an armed fault injection fails the run too.
 """
 
@@ -25,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ops.harness.capacity import Disturbance
-from ops.harness.collect import Collector, read_sides, verdict
+from ops.harness.collect import Collector, read_accounts, read_sides, verdict
 from ops.harness.console import Console, Row, SummaryItem, summary_lines
 from ops.harness.demo import interleaving_rows
 from ops.harness.fleet import Proc
 from ops.harness.localstack import LocalStack
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from ops.harness.verify import Report
+from ops.harness.verify import Report, deliveries
 from ops.harness.workload import Senders, WorkloadSpec
 from router.config import RouterSettings
 from router.faults import POINTS
@@ -59,6 +64,10 @@ class ChaosSpec:
     open_per_sender: int = 1
     # "complete": every group whole (routing.default_delivery; needs busy_policy "wait")
     delivery: str = "stream"
+    # Delivery QoS shares (ops.harness.workload): of the ordinary messages, multicast; of
+    # the others (finals excepted), with a lifetime.
+    multicast_fraction: float = 0.05
+    expiring_fraction: float = 0.05
 
 
 @dataclass
@@ -217,6 +226,9 @@ def run_chaos(
         rate=spec.rate,
         seed=spec.seed,
         open_per_sender=spec.open_per_sender,
+        multicast_fraction=spec.multicast_fraction,
+        expiring_fraction=spec.expiring_fraction,
+        receive_queues=tuple(t.receive_queues),
     )
     collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
     collector.start()
@@ -269,14 +281,14 @@ def run_chaos(
                 )
                 time.sleep(0.1)  # the driver's own pacing of events
         say(f"   all sent ({len(senders.sent)} acknowledged); letting the units catch up")
-        expected = len(senders.sent)
+        expected = deliveries(senders.sent)  # received or expired
         deadline = time.monotonic() + 600
         with console.progress("received", expected) as bar:
-            while collector.count() < expected and time.monotonic() < deadline:
+            while collector.accounted() < expected and time.monotonic() < deadline:
                 supervisor.check()  # injected faults may still fire
-                bar.update(collector.count())
+                bar.update(collector.accounted())
                 time.sleep(0.2)
-            bar.update(collector.count())
+            bar.update(collector.accounted())
         # The fault points stay armed until a replacement dies: disarm by letting the
         # final stop take every process down gracefully.
         collector.stop()
@@ -288,8 +300,15 @@ def run_chaos(
             f"transaction timeout ({spec.transaction_timeout_ms} ms) has passed"
         )
         send, receive = read_sides(pipeline.settings, pipeline.stopped_at)
+        accounts = read_accounts(pipeline.settings)
         result = ChaosResult(
-            verdict(senders.sent, send, receive, disturbances=tuple(supervisor.disturbances)),
+            verdict(
+                senders.sent,
+                send,
+                receive,
+                disturbances=tuple(supervisor.disturbances),
+                accounts=accounts,
+            ),
             supervisor.deaths,
             {k: n - restarts_before.get(k, 0) for k, n in stack.restarts.items()},
             time.monotonic() - t0,
@@ -326,13 +345,18 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
     r = result.report
     items: list[SummaryItem] = [
         "Chaos summary",
-        Row("sent", f"{r.sent}", "(acknowledged by Kafka)"),
+        Row(
+            "sent",
+            f"{r.sent}",
+            "(acknowledged by Kafka" + ("; a multicast copy each)" if r.multicast_sent else ")"),
+        ),
         Row("received", f"{r.received}", "(read_committed, read again from the start)"),
         Row("groups", f"{r.groups_sent}", f"complete, in order, on one queue: {r.groups_complete}"),
         Row("lost", f"{r.lost}"),
         Row("duplicated", f"{r.duplicated}"),
         Row("reordered", f"{r.reordered}"),
         Row("split groups", f"{r.split_groups}"),
+        *qos_rows(r),
         *interleaving_rows(r, result.shared),
         Row(
             "unit deaths",
@@ -348,13 +372,47 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
     if result.crashes:
         items.append(Row("unexpected exits", f"{len(result.crashes)} (see below)"))
         items.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])
+    if r.accounts is not None and r.accounts.examples:
+        items.extend(f"    {e}" for e in r.accounts.examples)
     v = result.violations()
     items.append(
         "RESULT: "
         + (
-            "PASS - nothing lost, duplicated, reordered or split; no disallowed interleaving"
+            "PASS - nothing lost, duplicated, reordered or split; no disallowed interleaving; "
+            "every message delivered, expired or dead-lettered once"
             if not v
             else "FAIL - " + "; ".join(v)
         )
     )
     return items
+
+
+def qos_rows(r: Report) -> list[SummaryItem]:
+    """Multicast and lifetimes: what the queues and the events topic hold."""
+    rows: list[SummaryItem] = []
+    if r.multicast_sent:
+        rows.append(
+            Row(
+                "multicast",
+                f"{r.multicast_sent}",
+                f"messages, {r.multicast_copies} copies expected; lost and duplicated "
+                "copies are counted above",
+            )
+        )
+    a = r.accounts
+    if a is not None:
+        rows.append(Row("with a lifetime", f"{a.expiring_sent}", a.accounted()))
+        rows.append(
+            Row(
+                "expired",
+                f"{a.expired}",
+                f"twice {a.expired_twice}, also delivered {a.expired_and_delivered}, "
+                f"without a lifetime {a.expired_unexpected}, early {a.expired_early}",
+            )
+        )
+        rows.append(Row("dead-lettered", f"{a.dead_lettered}", _reasons(a.dead_reasons)))
+    return rows
+
+
+def _reasons(reasons: Counter[str]) -> str:
+    return ", ".join(f"{k}: {n}" for k, n in sorted(reasons.items()))

@@ -12,6 +12,8 @@
   at every partition's high watermark (which it cannot pass while a transaction is open)
   and the watermarks stay put.
 * `read_to_end`: that read for any partitions (the tests use it).
+* `read_accounts`: the events and dead-letter topics, read the same way: ExpiredMessage
+  events and dead letters of the workload (`ops.harness.accounts`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, Message, TopicPartition
 
+from ops.harness.accounts import EVENT_ID_HEADER, ExpiredSeen, LetterSeen
 from ops.harness.capacity import RELEASE_SLACK_MS, Disturbance
 from ops.harness.verify import CapacitySpec, Report, Seen, Sent, verify
 from ops.harness.workload import ORDER_EVENT
-from router import contract, schemas
+from router import contract, events, schemas
 from router.config import KafkaSettings, RouterSettings
 from router.receiver import Receiver
 
@@ -64,13 +69,15 @@ def to_seen(
 
 
 class Collector:
-    """A background reader of all receive queues from the beginning."""
+    """A background reader of all receive queues from the beginning, and of the events
+    topic (the messages expired on the way: `accounted`)."""
 
     def __init__(self, settings: RouterSettings, group_id: str) -> None:
         self.settings = settings
         self.group_id = group_id
         self.seen: list[Seen] = []
         self.undecodable = 0
+        self.expired: set[str] = set()  # event IDs with an ExpiredMessage event
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="collector", daemon=True)
@@ -82,12 +89,30 @@ class Collector:
         with self._lock:
             return len(self.seen)
 
+    def accounted(self) -> int:
+        """Records received, and messages expired on the way."""
+        with self._lock:
+            return len(self.seen) + len(self.expired)
+
     def _run(self) -> None:
-        receiver = Receiver.from_settings(self.settings, group_id=self.group_id, assign=True)
+        t = self.settings.topology
+        receiver = Receiver.from_settings(
+            self.settings,
+            [*t.receive_queues, t.events_topic],
+            group_id=self.group_id,
+            assign=True,
+            check_lifetimes=False,
+        )
         try:
             while not self._stop.is_set():
                 m = receiver.poll(0.2)
                 if m is None:
+                    continue
+                if m.topic == t.events_topic:
+                    gone = expired_id(m.headers, m.value)
+                    if gone is not None:
+                        with self._lock:
+                            self.expired.add(gone)
                     continue
                 seen = to_seen(m.topic, m.offset, m.value)
                 with self._lock:
@@ -99,12 +124,12 @@ class Collector:
             receiver.close()
 
     def wait_for(self, expected: int, timeout: float) -> bool:
-        """Until `expected` records arrived, or `timeout`; True if they did. (Whether
-        anything more arrives is for the final read to say.)"""
+        """Until `expected` records arrived or expired, or `timeout`; True if they did.
+        (Whether anything more arrives is for the final read to say.)"""
         deadline = time.monotonic() + timeout
-        while self.count() < expected and time.monotonic() < deadline:
+        while self.accounted() < expected and time.monotonic() < deadline:
             self._stop.wait(0.1)
-        return self.count() >= expected
+        return self.accounted() >= expected
 
     def stop(self) -> None:
         self._stop.set()
@@ -229,8 +254,8 @@ def read_sides(
         read = SideRead(side, tuple(partitions))
         for name in partitions:
             for m in messages[name]:
-                if side == "send" and (contract.CONTROL, contract.CLOSE) in (m.headers() or []):
-                    continue  # a close marker: the router's own, not a message
+                if side == "send" and any(k == contract.CONTROL for k, _ in m.headers() or []):
+                    continue  # a close or skip marker: the router's own, not a message
                 kind = m.timestamp()[0]
                 if kind != TIMESTAMP_LOG_APPEND_TIME:
                     raise ValueError(
@@ -252,10 +277,62 @@ def verdict(
     receive: SideRead,
     release_slack_ms: int = RELEASE_SLACK_MS,
     disturbances: Sequence[Disturbance] = (),
+    accounts: tuple[list[ExpiredSeen], list[LetterSeen]] | None = None,
 ) -> Report:
     """`verify` over both sides' final reads, interleavings judged by the capacity rule
-    (`disturbances`: what the driver did that may have held releases up)."""
+    (`disturbances`: what the driver did that may have held releases up); with
+    `accounts` (`read_accounts`), every message delivered, expired or dead-lettered."""
     capacity = CapacitySpec(
         send.destinations, receive.destinations, release_slack_ms, tuple(disturbances)
     )
-    return verify(sent, receive.records, forwarded=send.records, capacity=capacity)
+    expired, dead = accounts if accounts is not None else (None, None)
+    return verify(
+        sent, receive.records, forwarded=send.records, capacity=capacity, expired=expired, dead=dead
+    )
+
+
+def expired_id(headers: Sequence[tuple[str, bytes | None]], value: bytes | None) -> str | None:
+    """The workload's event ID of an ExpiredMessage event record (None: another event,
+    or an expired message without the header)."""
+    if dict(headers).get(schemas.SCHEMA_HEADER) != events.EXPIRED_MESSAGE.encode():
+        return None
+    return expired_seen(schemas.decode(events.EXPIRED_MESSAGE, value or b"")).event_id
+
+
+def expired_seen(e: dict[str, Any]) -> ExpiredSeen:
+    """A decoded ExpiredMessage event, as `ops.harness.accounts` judges it."""
+    raw = next((h["value"] for h in e["headers"] if h["key"] == EVENT_ID_HEADER), None)
+    expires: datetime | None = e["expires_at"]  # timestamp-millis: fastavro's datetimes
+    expired: datetime = e["expired_at"]
+    return ExpiredSeen(
+        raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None,
+        str(e["hop"]),
+        f"{e['source_topic']}[{e['source_partition']}]@{e['source_offset']}",
+        None if expires is None else round(expires.timestamp() * 1000),
+        round(expired.timestamp() * 1000),
+    )
+
+
+def read_accounts(
+    settings: RouterSettings, timeout: float = 120.0
+) -> tuple[list[ExpiredSeen], list[LetterSeen]]:
+    """The ExpiredMessage events and the dead letters (each named by its payload's event
+    ID), read to the end with read_committed: call it after `read_sides` (which waited
+    for the transactions left open to end)."""
+    t = settings.topology
+    parts = {
+        "events": TopicPartition(t.events_topic, 0),
+        "dlq": TopicPartition(t.dead_letter_topic, 0),
+    }
+    got = read_to_end(settings.kafka, parts, timeout)
+    expired = [
+        expired_seen(schemas.decode(events.EXPIRED_MESSAGE, m.value()))
+        for m in got["events"]
+        if dict(m.headers() or []).get(schemas.SCHEMA_HEADER) == events.EXPIRED_MESSAGE.encode()
+    ]
+    dead = []
+    for m in got["dlq"]:
+        letter = schemas.decode(events.DEAD_LETTER, m.value())
+        seen = to_seen(t.dead_letter_topic, m.offset(), letter["value"])
+        dead.append(LetterSeen(seen.event_id if seen else None, str(letter["reason_code"])))
+    return expired, dead

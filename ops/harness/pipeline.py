@@ -41,6 +41,7 @@ from ops.harness.fleet import Fleet
 from router import clients
 from router.config import RouterSettings, load_settings
 from router.metrics import read_all
+from router.priority import band_topics
 from router.side import side_spec, table_for
 from router.table import Side
 from router.topics import ensure_topics, plan
@@ -183,8 +184,8 @@ class Pipeline:
     def use_append_time(self, timeout: float = 30.0) -> None:
         """LogAppendTime on the transfer topic and the receive queues (see the module's
         docstring); returns once the broker describes them so."""
-        t = self.settings.topology
-        names = [t.transfer_topic, *t.receive_queues]
+        t, bands = self.settings.topology, self.settings.priority.bands
+        names = [b for n in (t.transfer_topic, *t.receive_queues) for b in band_topics(n, bands)]
         entry = ConfigEntry(
             "message.timestamp.type",
             "LogAppendTime",

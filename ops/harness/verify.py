@@ -18,6 +18,11 @@ of them: each copy is judged as its own ordinary message (lost, duplicated on it
 unexpected on a queue it did not target), named `<event ID>@<queue>`, and its receive-side
 decision window starts where the message's one copy on the transfer topic was appended.
 
+A message with a lifetime (`Sent.expires`) is delivered or expired: with what the events
+and dead-letter topics hold (`expired`, `dead`), every message must be delivered, expired
+or dead-lettered, each exactly one of them (`ops.harness.accounts`); an expired member
+counts as present when its group's completeness is judged.
+
 With what the transfer topic holds and every record's append time, the interleavings of
 both sides are judged by the capacity rule (`ops.harness.capacity`): one it does not
 allow is a broken guarantee, whatever the busy policy; without append times, every
@@ -30,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ops.harness.accounts import Accounts, ExpiredSeen, LetterSeen, account
 from ops.harness.capacity import (
     RELEASE_SLACK_MS,
     Disturbance,
@@ -46,6 +52,7 @@ class Sent:
     seq: int
     final: bool
     queues: tuple[str, ...] | None = None  # multicast: expected once on each of these
+    expires: bool = False  # sent with a lifetime: delivered or expired, either is right
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,7 @@ class Report:
     sent: int = 0  # deliveries expected: a multicast message counts once per target queue
     received: int = 0
     multicast_sent: int = 0  # multicast messages (their copies are in `sent`)
+    multicast_copies: int = 0  # ... and their copies
     groups_sent: int = 0
     groups_complete: int = 0  # every message of the group received, on one queue, in order
     ordinary_sent: int = 0
@@ -95,6 +103,7 @@ class Report:
     duplicate_examples: list[str] = field(default_factory=list)
     send: SideReport | None = None  # the capacity rule's verdict per side (None: not judged)
     receive: SideReport | None = None
+    accounts: Accounts | None = None  # expired and dead-lettered (None: not read)
 
     @property
     def sides(self) -> list[SideReport]:
@@ -111,7 +120,20 @@ class Report:
                 out.append(f"{side.side} side: {side.disallowed} disallowed interleavings")
         if self.receive is None and self.interleaved:
             out.append(f"interleaved={self.interleaved}, not judged by the capacity rule")
+        if self.accounts is not None:
+            out += self.accounts.violations()
         return out
+
+    @property
+    def accounted(self) -> int:
+        """Deliveries expected and not lost: received (first copies) or accounted for."""
+        return self.sent - self.lost
+
+
+def deliveries(sent: Iterable[Sent]) -> int:
+    """Records the receive queues should hold if nothing expired: one per message, one
+    per target queue for a multicast one."""
+    return sum(len(s.queues) if s.queues is not None else 1 for s in sent)
 
 
 def first_copies(records: Iterable[Seen]) -> tuple[list[Seen], int]:
@@ -162,11 +184,15 @@ def verify(
     *,
     forwarded: Iterable[Seen] | None = None,
     capacity: CapacitySpec | None = None,
+    expired: Iterable[ExpiredSeen] | None = None,
+    dead: Iterable[LetterSeen] | None = None,
 ) -> Report:
     """Judge `seen` (what the receive queues hold) against `sent`. With `forwarded` (what
     the transfer topic holds) and `capacity`, judge both sides' interleavings by the
-    capacity rule; every record then needs its append time."""
+    capacity rule; every record then needs its append time. With `expired` and `dead`
+    (the ExpiredMessage events and dead letters), account for every message."""
     report = Report()
+    sent = list(sent)
     forwarded = None if forwarded is None else list(forwarded)
     expected: dict[str, Sent] = {}
     group_sizes: dict[str, int] = defaultdict(int)
@@ -175,6 +201,7 @@ def verify(
         if s.queues is not None:
             copied[s.event_id] = s.queues
             report.multicast_sent += 1
+            report.multicast_copies += len(s.queues)
             for q in s.queues:
                 expected[copy_id(s.event_id, q)] = s
         else:
@@ -196,7 +223,12 @@ def verify(
     if report.duplicated:
         report.duplicate_examples = duplicate_examples(received, forwarded)
     report.unexpected = sum(1 for r in firsts if r.event_id not in expected)
-    missing = sorted(set(expected) - {r.event_id for r in firsts})
+    delivered = {r.event_id for r in firsts}
+    accounted: set[str] = set()
+    if expired is not None or dead is not None:
+        lifetimes = {s.event_id: s.expires for s in sent}
+        report.accounts, accounted = account(lifetimes, delivered, expired or (), dead or ())
+    missing = sorted(set(expected) - delivered - accounted)
     report.lost, report.lost_examples = len(missing), missing[:5]
 
     by_queue: dict[str, list[Seen]] = defaultdict(list)
@@ -227,6 +259,9 @@ def verify(
             bad.add(g)
             if len(report.split_examples) < 5:
                 report.split_examples.append(f"{g} on {sorted(queues)}")
+    for s in sent:
+        if s.group is not None and s.event_id in accounted:
+            got[s.group].add(s.seq)  # expired (or dead-lettered: a violation of its own)
     report.groups_complete = sum(
         1 for g, size in group_sizes.items() if g not in bad and got[g] == set(range(size))
     )

@@ -4,6 +4,19 @@ updates (ordinary messages), payloads in Avro (`schemas/demo/OrderEvent.avsc`).
 `plan()` is a pure, seeded generator of one sender's messages in send order; `Senders`
 runs one thread per sender, each with its own `router.sender.Sender`, and records every
 message Kafka acknowledged (`Sent`), which is what the verifier expects to receive.
+
+Delivery QoS shares (`WorkloadSpec.multicast_fraction`, `expiring_fraction`), drawn from a
+random stream of their own so the rest of a seeded plan stays the same:
+
+* multicast: an ordinary message with `message-delivery: multicast`, to every receive
+  queue or (half of them) to a named subset (`multicast-queues`); expected once on each;
+* expiring: an ordinary message, or a group member that is not the final, with a
+  lifetime (`message-on-expiry: skip` on a member) and the workload's `event-id` header,
+  by which its ExpiredMessage event names it. A third already expired
+  (`message-expires-at` in 1970), a third with 2 s (delivered or expired, as the run
+  goes), a third with 10 minutes. A final never expires: its group would end without it,
+  and the verifier judges a group's span on a queue from its first record to its final.
+  A message is never both multicast and expiring.
 """
 
 from __future__ import annotations
@@ -19,8 +32,9 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from ops.harness.accounts import EVENT_ID_HEADER
 from ops.harness.verify import Sent
-from router import schemas
+from router import lifetime, multicast, schemas
 from router.clients import idempotent_producer_config
 from router.config import RouterSettings
 from router.contract import headers_for
@@ -44,6 +58,9 @@ class WorkloadSpec:
     # A plain Kafka producer with the README's headers only (no router client): sender i
     # writes to send queue i (mod their number), a group's messages keyed by its ID
     plain: bool = False
+    multicast_fraction: float = 0.0  # of the ordinary messages: multicast
+    expiring_fraction: float = 0.0  # of the others (finals excepted): with a lifetime
+    receive_queues: tuple[str, ...] = ()  # the topology's: multicast's targets
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +108,49 @@ def encode_event(
     return raw
 
 
+LIFETIMES: tuple[tuple[str, bytes], ...] = (
+    (lifetime.EXPIRES_AT, b"1000"),  # long gone: expired at the first hop
+    (lifetime.LIFETIME_MS, b"2000"),  # delivered or expired, as the run goes
+    (lifetime.LIFETIME_MS, b"600000"),  # delivered, unless the run stalls for 10 minutes
+)
+Headers = list[tuple[str, bytes]]
+
+
+def qos(
+    spec: WorkloadSpec, rng: random.Random, event_id: str, group: str | None, final: bool
+) -> tuple[Headers, tuple[str, ...] | None, bool]:
+    """A message's QoS headers, its multicast targets (None: point-to-point) and whether
+    it has a lifetime."""
+    roll = rng.random()
+    if group is None and roll < spec.multicast_fraction:
+        queues = spec.receive_queues
+        if not queues:
+            raise ValueError("multicast_fraction needs the topology's receive_queues")
+        headers: Headers = [(multicast.DELIVERY, multicast.MULTICAST.encode())]
+        if len(queues) > 2 and rng.random() < 0.5:
+            chosen = set(rng.sample(queues, rng.randint(1, len(queues) - 1)))
+            targets = tuple(q for q in queues if q in chosen)
+            headers.append((multicast.QUEUES, ",".join(targets).encode()))
+            return headers, targets, False
+        return headers, tuple(queues), False
+    if group is None:
+        expiring = roll < spec.multicast_fraction + spec.expiring_fraction
+    else:
+        expiring = not final and roll < spec.expiring_fraction
+    if expiring:
+        headers = [rng.choice(LIFETIMES), (EVENT_ID_HEADER, event_id.encode())]
+        if group is not None:
+            headers.append((lifetime.ON_EXPIRY, b"skip"))
+        return headers, None, True
+    return [], None, False
+
+
 def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]]:
-    """One sender's messages in send order: (what the verifier expects, how to build it)."""
+    """One sender's messages in send order: (what the verifier expects, how to build it:
+    `ctx["headers"]`, the QoS headers)."""
     rng = random.Random(f"{spec.seed}-{index}")
+    extra = random.Random(f"{spec.seed}-{index}-qos")  # QoS draws: the plan stays the same
+    shares = spec.multicast_fraction > 0 or spec.expiring_fraction > 0
     sender = f"s{index}"
     quota = spec.messages // spec.senders + (1 if index < spec.messages % spec.senders else 0)
     open_groups: dict[str, list[int]] = {}  # group -> [next seq, size]
@@ -123,7 +180,11 @@ def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]
             if final:
                 del open_groups[group]
         event_id = f"{spec.run_id}-{sender}-{n}"
-        yield Sent(event_id, group, seq, final), {"sender": sender, "rng": rng}
+        headers, targets, expires = (
+            qos(spec, extra, event_id, group, final) if shares else ([], None, False)
+        )
+        ctx = {"sender": sender, "rng": rng, "headers": headers}
+        yield Sent(event_id, group, seq, final, targets, expires), ctx
         n += 1
 
 
@@ -199,7 +260,13 @@ class Senders:
                 key = (expected.group or expected.event_id).encode()
                 if isinstance(sender, PlainSender):
                     sender.send(
-                        payload, expected.group, expected.final, key, delivered, expected.seq
+                        payload,
+                        expected.group,
+                        expected.final,
+                        key,
+                        delivered,
+                        expected.seq,
+                        ctx["headers"],
                     )
                 else:
                     sender.send(
@@ -208,6 +275,7 @@ class Senders:
                         final=expected.final,
                         key=key,
                         on_delivery=delivered,
+                        headers=ctx["headers"],
                     )
                 with self._lock:
                     self.attempted += 1
@@ -277,6 +345,7 @@ class PlainSender:
         key: bytes,
         on_delivery: Any,
         seq: int = 0,
+        extra: Headers | None = None,
     ) -> None:
         def delivered(err: Any, msg: Any) -> None:
             if err is not None:
@@ -284,6 +353,7 @@ class PlainSender:
             on_delivery(err, msg)
 
         headers = headers_for(guarantee_id, seq=seq if guarantee_id else None, final=final)
+        headers = [*headers, *(extra or [])]
         while True:
             try:
                 self.producer.produce(

@@ -7,7 +7,10 @@ restart; then the units are stopped and every destination of both sides (transfe
 topic, receive queues) is read from the start to its end with read_committed, once the
 transaction timeout has passed. Nothing lost, duplicated, reordered or split; no unit exit
 that was not a kill or an armed fault injection; no interleaving the capacity rule does
-not allow. On a private stack, so the restarts disturb nothing else.
+not allow. ChaosSpec's QoS shares are in every run: 5 % of the ordinary messages multicast
+(each once on each of its queues) and 5 % of the messages with a lifetime (each delivered,
+or expired with one ExpiredMessage event, never both: `check_qos`). On a private stack,
+so the restarts disturb nothing else.
 """
 
 from __future__ import annotations
@@ -16,11 +19,25 @@ from pathlib import Path
 
 import pytest
 
-from ops.harness.chaos import ChaosSpec, run_chaos, summary
+from ops.harness.chaos import ChaosResult, ChaosSpec, run_chaos, summary
 from ops.harness.localstack import LocalStack
 from router.config import RouterSettings
 
 pytestmark = pytest.mark.slow
+
+
+def check_qos(result: ChaosResult, spec: ChaosSpec, report: str) -> None:
+    """The shares were sent and judged: every message delivered or expired (none dead-
+    lettered), each multicast copy counted as a delivery of its own."""
+    r, a = result.report, result.report.accounts
+    assert a is not None, "the events and dead-letter topics were read"
+    assert r.sent - r.multicast_copies + r.multicast_sent == spec.messages, report
+    assert r.multicast_sent > 0 and r.multicast_copies > r.multicast_sent, report
+    assert a.expiring_sent > 0 and a.expired > 0 and a.expiring_delivered > 0, report
+    assert a.expiring_delivered + a.expired == a.expiring_sent, report
+    assert r.received + a.expired == r.sent and a.dead_lettered == 0, report
+    assert r.send is not None
+    assert r.send.records == spec.messages - a.expired_by_hop["SEND_UNIT"], report
 
 
 def test_short_chaos_run_loses_duplicates_reorders_and_splits_nothing(
@@ -31,17 +48,16 @@ def test_short_chaos_run_loses_duplicates_reorders_and_splits_nothing(
     result = run_chaos(private_settings, private_stack, spec, tmp_path, say=lines.append)
     report = "\n".join(lines + summary(result))
     r = result.report
-    assert r.sent == spec.messages, report
     assert (r.lost, r.duplicated, r.reordered, r.split_groups, r.unexpected) == (0, 0, 0, 0, 0), (
         report
     )
-    assert r.received == r.sent and r.groups_complete == r.groups_sent, report
+    assert r.groups_complete == r.groups_sent, report
+    check_qos(result, spec, report)
     assert result.kills >= 10, report
     assert result.restarts == {"kafka": 1, "redis": 1}, report
     assert not result.sender_failures and not result.undecodable, report
     assert result.crashes == [], report
     assert r.send is not None and r.receive is not None, "both sides judged"
-    assert r.send.records == r.sent, report
     assert result.violations() == [], report  # unexpected exits, disallowed interleavings
 
 
@@ -68,11 +84,11 @@ def test_short_chaos_run_under_the_waiting_room_interleaves_nothing(
     result = run_chaos(private_settings, private_stack, spec, tmp_path, say=lines.append)
     report = "\n".join(lines + summary(result))
     r = result.report
-    assert r.sent == spec.messages, report
     assert (r.lost, r.duplicated, r.reordered, r.split_groups, r.unexpected) == (0, 0, 0, 0, 0), (
         report
     )
-    assert r.received == r.sent and r.groups_complete == r.groups_sent, report
+    assert r.groups_complete == r.groups_sent, report
+    check_qos(result, spec, report)
     assert result.kills >= 6, report
     assert result.restarts == {"kafka": 1, "redis": 1}, report
     assert result.crashes == [], report

@@ -11,6 +11,7 @@ from router import metrics, prom
 from router.config import (
     KafkaSettings,
     MetricsSettings,
+    PrioritySettings,
     RedisSettings,
     RoutingSettings,
     SweeperSettings,
@@ -70,6 +71,7 @@ def test_every_setting_is_documented_in_configuration() -> None:
         "kafka": KafkaSettings,
         "redis": RedisSettings,
         "metrics": MetricsSettings,
+        "priority": PrioritySettings,
     }
     missing = [
         f"{section}.{key}"

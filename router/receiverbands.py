@@ -1,0 +1,169 @@
+"""The receiver library's priority bands (docs/priority.md): read every band topic of its
+queues (`<queue>`, `<queue>.p1`, ...), the highest band with a backlog first, each lower
+band keeping its minimum share (`router.bandsched`), and never switch bands in the middle
+of a group it is handing out.
+
+The router appends nothing to any band of a queue while a group is open there, so a
+record of another band that comes while a group is being handed out was appended after
+the group's final: it is read again later (the consumer seeks back to it, and its
+partition is paused) once the group's final was handed out. The application therefore
+sees each group whole, with nothing of another band inside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from router.bandsched import BandScheduler
+from router.priority import band_topic, band_topics, bands_in, split
+from router.received import Received
+
+log = logging.getLogger("router.receiver")
+
+TP = tuple[str, int]
+MIN_SHARE = 0.1
+HOLD_IDLE_S = 10.0  # a group being handed out holds its queue's other bands at most this
+# long after its band had nothing more to read
+
+
+class ReceiverBands:
+    def __init__(self, consumer: Any, queues: Sequence[str], bands: int) -> None:
+        self.consumer = consumer
+        self.bases = frozenset(queues)
+        self.bands = bands
+        self.topics = [b for q in queues for b in band_topics(q, bands)]
+        self.scheduler = BandScheduler(bands, min(MIN_SHARE, 0.5 / max(bands - 1, 1)))
+        self.open: dict[str, int] = {}  # queue -> the band of the group being handed out
+        self.paused: set[TP] = set()  # paused here
+        self.rewound: set[TP] = set()  # sought back until its queue's group ends
+        self.starts: dict[TP, int] = {}  # where a partition read nothing of yet starts
+        self.lag: dict[TP, int] = {}  # as last measured
+        self.idle: dict[str, float] = {}  # queue -> since when its held band had nothing
+        self.hold_idle_s = HOLD_IDLE_S
+
+    @classmethod
+    def of(
+        cls, consumer: Any, queues: Sequence[str], topics: Collection[str]
+    ) -> ReceiverBands | None:
+        """Band selection for `queues` if the topology has band topics (from the broker's
+        topic list `topics`); None if it has one band."""
+        bands = min(bands_in(topics, q) for q in queues) if queues else 1
+        return cls(consumer, queues, bands) if bands > 1 else None
+
+    def _backlog(self, assigned: list[TopicPartition]) -> list[int]:
+        """Each band's backlog: high watermark (as last fetched) less the position (the
+        committed offset, or the low watermark, until something was read)."""
+        out = [0] * self.bands
+        for tp in self.consumer.position(assigned):
+            band = split(tp.topic, self.bases)[1]
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            at = tp.offset if tp.offset >= 0 else self._start_of(tp)
+            self.lag[(tp.topic, tp.partition)] = high - at if at >= 0 else 0
+            if at >= 0 and high > at:
+                out[band] += high - at
+        return out
+
+    def _release_idle(self) -> None:
+        """A group whose band of its queue has had nothing more to read for `hold_idle_s`
+        (its sender stopped, the router swept it) no longer holds the queue's other bands:
+        nothing of them can belong inside it."""
+        now = time.monotonic()
+        for queue, band in list(self.open.items()):
+            topic = band_topic(queue, band)
+            if any(lag > 0 for (t, _), lag in self.lag.items() if t == topic):
+                self.idle.pop(queue, None)
+                continue
+            since = self.idle.setdefault(queue, now)
+            if now - since >= self.hold_idle_s:
+                log.warning(
+                    "%s: a group in band %d has had nothing more for %.0f s; reading the "
+                    "queue's other bands again",
+                    queue,
+                    band,
+                    now - since,
+                )
+                self.open.pop(queue)
+                self.idle.pop(queue)
+
+    def _start_of(self, tp: TopicPartition) -> int:
+        key = (tp.topic, tp.partition)
+        if key not in self.starts:
+            part = TopicPartition(tp.topic, tp.partition)
+            try:
+                (got,) = self.consumer.committed([part], timeout=5)
+                start = got.offset
+                if start < 0:
+                    start = self.consumer.get_watermark_offsets(part, timeout=5)[0]
+            except KafkaException as exc:
+                log.debug("no start for %s[%d]: %s", tp.topic, tp.partition, exc)
+                return -1
+            self.starts[key] = start
+        return self.starts[key]
+
+    def before_poll(self) -> None:
+        """Pause and resume band topics for the next read."""
+        try:
+            assigned = self.consumer.assignment()
+            backlog = self._backlog(assigned) if assigned else None
+        except KafkaException as exc:  # a rebalance under way: decide next time
+            log.debug("no backlog to decide bands by: %s", exc)
+            return
+        if backlog is None:
+            return
+        self._release_idle()
+        turn = self.scheduler.next(backlog)
+        stop, go = [], []
+        for tp in assigned:
+            key = (tp.topic, tp.partition)
+            queue, band = split(tp.topic, self.bases)
+            held = self.open.get(queue)
+            wanted = band == held if held is not None else band in turn.bands
+            if held is None or band == held:
+                self.rewound.discard(key)
+            wanted = wanted and key not in self.rewound
+            if not wanted:
+                stop.append(key)
+            elif key in self.paused:
+                go.append(key)
+        if stop:
+            self.consumer.pause([TopicPartition(*k) for k in stop])
+            self.paused.update(stop)
+        if go:
+            self.consumer.resume([TopicPartition(*k) for k in go])
+            self.paused.difference_update(go)
+
+    def admit(self, message: Received) -> bool:
+        """Whether `message` may be handed out now. A record of another band of a queue
+        whose group is being handed out is read again after the group (and so is every
+        record after it on its partition, already fetched or not)."""
+        queue, band = split(message.topic, self.bases)
+        key = (message.topic, message.partition)
+        if key in self.rewound:
+            return False
+        held = self.open.get(queue)
+        if held is not None and band != held:
+            tp = TopicPartition(message.topic, message.partition, message.offset)
+            self.consumer.seek(tp)  # read again from here
+            self.consumer.pause([TopicPartition(message.topic, message.partition)])
+            self.paused.add(key)
+            self.rewound.add(key)
+            return False
+        if message.guarantee_id is not None:
+            if message.final:
+                self.open.pop(queue, None)
+            else:
+                self.open[queue] = band
+        return True
+
+    def forget(self, key: TP) -> None:
+        self.paused.discard(key)
+        self.starts.pop(key, None)
+        self.lag.pop(key, None)
+        self.rewound.discard(key)
+        queue, _ = split(key[0], self.bases)
+        self.open.pop(queue, None)
