@@ -5,14 +5,15 @@ Business records arrive as JSON lines, one record per line, `type` saying what i
 * `purchase_order`: `order_id`, `customer_id`, `currency`, `lines` (`sku`, `quantity`,
   `unit_price_cents`). Its lines are one group, guarantee ID `po/<order_id>`: one
   consumer must process them together and in line order (PurchaseOrderLine.avsc).
-* `document`: `document_id`, `name`, `content_base64`. A large document is split into
-  segments of at most `segment_bytes`, one group `doc/<document_id>`, reassembled by the
-  receiver and checked against its SHA-256 (DocumentSegment.avsc).
+* `document`: `document_id`, `name`, `content_base64`. One ordinary message (Document.avsc);
+  a document larger than `segment_bytes` travels as segments of the router's contract
+  (`router.segments`: a group of its own whose guarantee ID is its segment ID), which the
+  receiver reassembles and checks against their length and SHA-256.
 * `stock_update`: `update_id`, `sku`, `warehouse`, `delta`. An ordinary message with no
   group, free to go anywhere (StockUpdate.avsc).
 
 Every message carries a `record_id` in its payload, derived from the business key
-(`<order_id>/<line_no>`, `<document_id>/<segment_no>`, `<update_id>`), so a replayed
+(`<order_id>/<line_no>`, `<document_id>`, `<update_id>`), so a replayed
 micro-batch produces the very same messages and a checker needs no router header to
 count what was lost or duplicated. `expected_messages` is the plain-Python statement of
 which messages a record becomes; the tests and the demo check the Spark sender against it.
@@ -25,7 +26,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from router import schemas
+from router import schemas, segments
 
 PURCHASE_ORDER = "purchase_order"
 DOCUMENT = "document"
@@ -33,12 +34,15 @@ STOCK_UPDATE = "stock_update"
 RECORD_TYPES = (PURCHASE_ORDER, DOCUMENT, STOCK_UPDATE)
 
 ORDER_LINE = "router.demo.PurchaseOrderLine"
-DOCUMENT_SEGMENT = "router.demo.DocumentSegment"
+DOCUMENT_MESSAGE = "router.demo.Document"
 STOCK = "router.demo.StockUpdate"
-PAYLOAD_SCHEMAS = {PURCHASE_ORDER: ORDER_LINE, DOCUMENT: DOCUMENT_SEGMENT, STOCK_UPDATE: STOCK}
+PAYLOAD_SCHEMAS = {PURCHASE_ORDER: ORDER_LINE, DOCUMENT: DOCUMENT_MESSAGE, STOCK_UPDATE: STOCK}
 
 ORDER_PREFIX = "po/"
-DOCUMENT_PREFIX = "doc/"
+# Every message of the demo also carries its creation time (ms since the epoch, the
+# payload's `created_at`) in this header: the receiver's event time for a record it
+# cannot decode alone (a segment), and what the demo's checks date a segment by.
+CREATED_HEADER = "created-ms"
 
 # The JSON lines the sender reads (Spark needs the schema of a streaming file source).
 INPUT_SCHEMA = (
@@ -49,8 +53,9 @@ INPUT_SCHEMA = (
     "_corrupt_record STRING"
 )
 
-DEFAULT_SEGMENT_BYTES = 64 * 1024
-MAX_SEGMENT_BYTES = 900 * 1024  # well below the router's default 1 MiB message limit
+DEFAULT_SEGMENT_BYTES = 64 * 1024  # of the Avro-encoded document
+MIN_SEGMENT_BYTES = segments.MIN_SEGMENT_BYTES
+MAX_SEGMENT_BYTES = segments.DEFAULT_SEGMENT_BYTES  # well under the 1 MiB record limit
 
 
 class Expected(NamedTuple):
@@ -71,33 +76,23 @@ def order_group(order_id: str) -> str:
     return ORDER_PREFIX + order_id
 
 
-def document_group(document_id: str) -> str:
-    return DOCUMENT_PREFIX + document_id
-
-
-def segment_count(size: int, segment_bytes: int) -> int:
-    """Segments of a document of `size` bytes (an empty document is one empty segment)."""
-    return max(1, -(-size // segment_bytes))
-
-
-def expected_messages(record: dict[str, Any], segment_bytes: int) -> list[Expected]:
-    """The messages the sender must emit for one valid business record, in send order."""
+def expected_messages(record: dict[str, Any], segment_bytes: int = 0) -> list[Expected]:
+    """The messages the sender must emit for one valid business record, in send order
+    (a document is one message: its segments are the contract's, not the domain's)."""
     kind = record["type"]
     if kind == PURCHASE_ORDER:
         n = len(record["lines"])
         gid = order_group(record["order_id"])
         return [Expected(f"{record['order_id']}/{i}", gid, i, i == n - 1) for i in range(n)]
-    if kind == DOCUMENT:
-        size = len(base64.b64decode(record["content_base64"], validate=True))
-        n = segment_count(size, segment_bytes)
-        gid = document_group(record["document_id"])
-        return [Expected(f"{record['document_id']}/{i}", gid, i, i == n - 1) for i in range(n)]
+    if kind == DOCUMENT:  # one message, however many segments it travels in
+        base64.b64decode(record["content_base64"], validate=True)
+        return [Expected(record["document_id"], None, 0, False)]
     if kind == STOCK_UPDATE:
         return [Expected(record["update_id"], None, 0, False)]
     raise ValueError(f"unknown record type {kind!r}")
 
 
-def expected_from_lines(lines: Iterable[str], segment_bytes: int) -> list[Expected]:
+def expected_from_lines(lines: Iterable[str], segment_bytes: int = 0) -> list[Expected]:
     return [
         m
         for line in lines

@@ -24,7 +24,8 @@ OUTCOME_SCHEMA = (
     "partition INT, offset BIGINT, seq BIGINT, final BOOLEAN, created_ms BIGINT, "
     "value BINARY, reason STRING, members_record_id ARRAY<STRING>, members_seq ARRAY<BIGINT>, "
     "members_offset ARRAY<BIGINT>, members_created_ms ARRAY<BIGINT>, "
-    "members_value ARRAY<BINARY>"
+    "members_value ARRAY<BINARY>, multicast BOOLEAN, parts ARRAY<BIGINT>, "
+    "members_parts ARRAY<ARRAY<BIGINT>>"
 )
 _COLUMNS = [column.split()[0] for column in OUTCOME_SCHEMA.split(", ")]
 
@@ -36,7 +37,7 @@ def _frame(guarantee_id: str | None, outcomes: list[groups.Outcome]) -> Any:
         m = o.message if o.message is not None else o.members[-1]
         members = o.members or None
         columns["output"].append(o.output)
-        columns["guarantee_id"].append(guarantee_id)
+        columns["guarantee_id"].append(None if o.ordinary else guarantee_id)
         columns["record_id"].append(None if members else (m.record_id or None))
         columns["schema"].append(m.schema or None)
         columns["queue"].append(m.queue)
@@ -52,7 +53,19 @@ def _frame(guarantee_id: str | None, outcomes: list[groups.Outcome]) -> Any:
         columns["members_offset"].append(members and [x.offset for x in members])
         columns["members_created_ms"].append(members and [x.created_ms for x in members])
         columns["members_value"].append(members and [x.value for x in members])
+        columns["multicast"].append(m.multicast)
+        columns["parts"].append(None if members or not m.parts else list(m.parts))
+        columns["members_parts"].append(members and [list(x.parts or (x.offset,)) for x in members])
     return pd.DataFrame(columns)
+
+
+def _segment(row: Any) -> groups.Seg | None:
+    if row.segment_id is None:
+        return None
+    total = None if pd.isna(row.segment_bytes) else int(row.segment_bytes)
+    return groups.Seg(
+        row.segment_id, int(row.segment_index), bool(row.segment_last), total, row.segment_sha256
+    )
 
 
 def _message(row: Any) -> groups.Message:
@@ -68,6 +81,10 @@ def _message(row: Any) -> groups.Message:
         int(row.created_ms) if pd.notna(row.created_ms) else 0,
         b"" if row.value is None else bytes(row.value),
         bool(row.complete),
+        _segment(row),
+        row.expired,
+        bool(row.expire_group),
+        bool(row.multicast),
     )
 
 

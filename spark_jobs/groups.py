@@ -11,10 +11,22 @@ with no gap; the message with the final flag completes the group. Outcomes:
   same ordinary record ID) - what a repeated send produces; not a broken guarantee;
 * VIOLATION: a broken guarantee, with the reason: a message on a second queue (split), a
   gap or reversal in the sequence (order), a second message with one seq but another
-  record ID (conflict), a message after the group was finished, or a group left
-  incomplete for longer than the group timeout (in event time: see `group_state`). Once
-  broken, a group's accepted messages and every later one are reported as violations
-  too, so every message is accounted for.
+  record ID (conflict), a message after the group was finished, a group left
+  incomplete for longer than the group timeout (in event time: see `group_state`), or a
+  segmented message that does not add up (`segmented`: `segment-missing`,
+  `checksum-mismatch`, ...). Once broken, a group's accepted messages and every later one
+  are reported as violations too, so every message is accounted for;
+* EXPIRED: a message whose lifetime (`router.lifetime`'s headers) had ended when the
+  receiver read it: never delivered. In a group, `message-on-expiry: skip` (default)
+  skips the member and the group goes on without it (its GROUP row shows the gap in
+  `seq`); `expire-group` ends the group there: its members so far and every later one
+  are EXPIRED too. An expired segment expires its whole message (every segment).
+
+Segments (`router.segments`' contract): a large message travels as consecutive members
+of its group; the GROUP row holds it once, reassembled and checked (`segmented`), and a
+large *ordinary* message, carried as a group of its own (guarantee ID = segment ID), is
+a RECORD, with no group. Multicast copies are told apart by queue before they get here
+(`api.complete_groups` keys an ordinary multicast message by record ID and queue).
 
 A finished group (or ordinary record) is remembered for the dedupe horizon, then forgotten.
 
@@ -31,96 +43,35 @@ micro-batch ends, only what the state holds meanwhile does.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import replace
 
-GROUP = "group"
-RECORD = "record"
-DUPLICATE = "duplicate"
-VIOLATION = "violation"
+from spark_jobs import segmented
+from spark_jobs.message import (
+    DUPLICATE,
+    EXPIRED,
+    GROUP,
+    RECORD,
+    VIOLATION,
+    Message,
+    Outcome,
+    Seg,
+    State,
+)
 
-Status = Literal["open", "done", "broken"]
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    record_id: str
-    schema: str
-    queue: str
-    partition: int
-    offset: int
-    seq: int  # 0 for an ordinary message
-    final: bool
-    created_ms: int
-    value: bytes
-    # Sent with `guarantee-delivery: complete`. Only a new group's first call reads it, so
-    # it is not kept with the members a state holds (nor in their stored form).
-    complete: bool = False
-
-    @property
-    def where(self) -> str:
-        return f"{self.queue}[{self.partition}]@{self.offset}"
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    output: str  # GROUP, RECORD, DUPLICATE or VIOLATION
-    message: Message | None  # the message (None for GROUP)
-    reason: str | None = None
-    members: tuple[Message, ...] = ()  # GROUP: every message, in sequence
-
-
-@dataclass
-class State:
-    status: Status
-    queue: str = ""
-    partition: int = 0
-    members: list[Message] = field(default_factory=list)  # open: accepted so far
-    seen: list[str] = field(default_factory=list)  # done: record IDs by seq
-    reason: str = ""  # broken: why
-
-    # ------------------------------------------------------------ (de)serialising
-
-    def dump(self) -> tuple[str, bytes]:
-        """(metadata JSON, payload bytes): what Spark's state store keeps."""
-        meta = {
-            "status": self.status,
-            "queue": self.queue,
-            "partition": self.partition,
-            "seen": self.seen,
-            "reason": self.reason,
-            "members": [
-                [m.record_id, m.schema, m.offset, m.seq, m.final, m.created_ms, len(m.value)]
-                for m in self.members
-            ],
-        }
-        return json.dumps(meta, separators=(",", ":")), b"".join(m.value for m in self.members)
-
-    @classmethod
-    def load(cls, meta_json: str, blob: bytes) -> State:
-        meta = json.loads(meta_json)
-        members = []
-        at = 0
-        for record_id, schema, offset, seq, final, created_ms, size in meta["members"]:
-            members.append(
-                Message(
-                    record_id,
-                    schema,
-                    meta["queue"],
-                    meta["partition"],
-                    offset,
-                    seq,
-                    final,
-                    created_ms,
-                    blob[at : at + size],
-                )
-            )
-            at += size
-        return cls(
-            meta["status"], meta["queue"], meta["partition"], members, meta["seen"], meta["reason"]
-        )
+__all__ = [
+    "DUPLICATE",
+    "EXPIRED",
+    "GROUP",
+    "RECORD",
+    "VIOLATION",
+    "Message",
+    "Outcome",
+    "Seg",
+    "State",
+    "expire",
+    "step",
+]
 
 
 def _order(messages: Iterable[Message]) -> list[Message]:
@@ -136,7 +87,7 @@ def step(
         return _ordinary(state, ordered)
     if not ordered:
         raise ValueError("step() needs at least one message")
-    if state is None and (whole := _whole(ordered)) is not None:
+    if state is None and (whole := _whole(guarantee_id, ordered)) is not None:
         return whole
     if state is None:
         # A new group's queue is where its lowest seq is; with no order across queues,
@@ -148,7 +99,7 @@ def step(
     out: list[Outcome] = []
     for m in ordered:
         if state.status == "open":
-            state = _open(state, m, out)
+            state = _open(guarantee_id, state, m, out)
         elif state.status == "done":
             if m.seq < len(state.seen) and state.seen[m.seq] == m.record_id:
                 out.append(Outcome(DUPLICATE, m, f"copy of seq {m.seq} of a finished group"))
@@ -156,15 +107,17 @@ def step(
                 out.append(
                     Outcome(VIOLATION, m, f"seq {m.seq} ({m.record_id}) after the group's final")
                 )
+        elif state.status == "expired":
+            out.append(Outcome(EXPIRED, m, f"in an expired group: {state.reason}"))
         else:
             out.append(Outcome(VIOLATION, m, f"in a broken group: {state.reason}"))
     return state, out
 
 
-def _whole(ordered: list[Message]) -> tuple[State, list[Outcome]] | None:
+def _whole(gid: str, ordered: list[Message]) -> tuple[State, list[Outcome]] | None:
     """A new group sent whole (its seq 0 asks for whole-group delivery) whose messages,
-    in offset order, are all of it: one queue, seq 0, 1, ... and the final last. Its
-    GROUP outcome, and the finished marker as its state (no payloads); else None."""
+    in offset order, are all of it: one queue, seq 0, 1, ... and the final last, none
+    expired. Its outcome, and the finished marker as its state (no payloads); else None."""
     first = ordered[0]
     if not first.complete:
         return None
@@ -172,19 +125,16 @@ def _whole(ordered: list[Message]) -> tuple[State, list[Outcome]] | None:
     for i, m in enumerate(ordered):
         if (m.queue, m.partition) != (first.queue, first.partition):
             return None
-        if m.seq != i or m.final != (i == last):
+        if m.seq != i or m.final != (i == last) or m.expired is not None:
             return None
-    seen = [m.record_id for m in ordered]
-    return State("done", first.queue, first.partition, seen=seen), [
-        Outcome(GROUP, None, None, tuple(ordered))
-    ]
+    return _finish(gid, State("open", first.queue, first.partition, list(ordered)))
 
 
 def _ordinary(state: State | None, messages: list[Message]) -> tuple[State, list[Outcome]]:
     out = []
     for m in messages:
         if state is None:
-            out.append(Outcome(RECORD, m))
+            out.append(Outcome(RECORD, m) if m.expired is None else Outcome(EXPIRED, m, m.expired))
             state = State("done", m.queue, m.partition, seen=[m.record_id])
         else:
             out.append(Outcome(DUPLICATE, m, f"copy of ordinary record {m.record_id}"))
@@ -192,27 +142,86 @@ def _ordinary(state: State | None, messages: list[Message]) -> tuple[State, list
     return state, out
 
 
-def _open(state: State, m: Message, out: list[Outcome]) -> State:
-    expected = len(state.members)
+def _open(gid: str, state: State, m: Message, out: list[Outcome]) -> State:
+    expected = state.next_seq
     if (m.queue, m.partition) != (state.queue, state.partition):
         return _break(
             state, m, f"split: seq {m.seq} on {m.where}, the group is on {state.queue}", out
         )
     if m.seq < expected:
-        first = state.members[m.seq]
-        if first.record_id == m.record_id:
-            out.append(Outcome(DUPLICATE, m, f"copy of seq {m.seq} at {first.where}"))
+        record_id, where = state.record_at(m.seq)
+        if record_id == m.record_id:
+            out.append(Outcome(DUPLICATE, m, f"copy of seq {m.seq} at {where}"))
             return state
-        return _break(
-            state, m, f"conflict: seq {m.seq} is {m.record_id}, was {first.record_id}", out
-        )
+        return _break(state, m, f"conflict: seq {m.seq} is {m.record_id}, was {record_id}", out)
     if m.seq > expected:
         return _break(state, m, f"order: seq {m.seq} arrived where seq {expected} was due", out)
-    state.members.append(m)
+    if m.segment is not None and m.segment.set_id in state.expired_sets:
+        m = _expired_with_its_message(m)
+    if m.expired is not None:
+        if m.expire_group or (m.segment is not None and m.segment.set_id == gid):
+            return _expire_group(state, m, out)
+        _skip(state, m, out)
+    else:
+        state.members.append(m)
     if not m.final:
         return state
-    out.append(Outcome(GROUP, None, None, tuple(state.members)))
-    return State("done", state.queue, state.partition, seen=[x.record_id for x in state.members])
+    state, found = _finish(gid, state)
+    out.extend(found)
+    return state
+
+
+def _expired_with_its_message(m: Message) -> Message:
+    assert m.segment is not None
+    why = f"expired: a segment of message {m.segment.set_id!r}, whose lifetime ended"
+    return replace(m, expired=why)
+
+
+def _skip(state: State, m: Message, out: list[Outcome]) -> None:
+    """Skip expired member `m` (and, if it is a segment, its whole message)."""
+    state.skipped[m.seq] = m.record_id
+    if m.segment is not None:
+        set_id = m.segment.set_id
+        if set_id not in state.expired_sets:
+            state.expired_sets.append(set_id)
+        earlier = [x for x in state.members if x.segment is not None and x.segment.set_id == set_id]
+        for x in earlier:
+            state.members.remove(x)
+            state.skipped[x.seq] = x.record_id
+            out.append(Outcome(EXPIRED, x, f"expired: its message {set_id!r} expired at {m.where}"))
+    out.append(Outcome(EXPIRED, m, m.expired))
+
+
+def _expire_group(state: State, m: Message, out: list[Outcome]) -> State:
+    reason = f"seq {m.seq} at {m.where} {m.expired}"
+    for earlier in state.members:
+        out.append(Outcome(EXPIRED, earlier, f"in an expired group: {reason}"))
+    out.append(Outcome(EXPIRED, m, m.expired))
+    return State("expired", state.queue, state.partition, reason=reason)
+
+
+def _finish(gid: str, state: State) -> tuple[State, list[Outcome]]:
+    """The group's final came: its GROUP outcome, segments reassembled (a RECORD for an
+    ordinary message carried as a group of its own), or the violations if a segmented
+    message does not add up. The finished marker keeps every seq's record ID."""
+    seen_at = {m.seq: m.record_id for m in state.members} | state.skipped
+    seen = [seen_at.get(i, "") for i in range(max(seen_at) + 1)]
+    done = State("done", state.queue, state.partition, seen=seen)
+    members = state.members
+    if not members:  # every member expired
+        return done, []
+    whole = segmented.assemble(members)
+    if isinstance(whole, segmented.Broken):
+        reason = whole.text
+        bad = {id(x) for x in whole.records}
+        out = [
+            Outcome(VIOLATION, x, reason if id(x) in bad else f"in a broken group: {reason}")
+            for x in members
+        ]
+        return State("broken", state.queue, state.partition, reason=reason), out
+    if len(whole) == 1 and segmented.implicit(gid, members):
+        return done, [Outcome(RECORD, whole[0], ordinary=True)]
+    return done, [Outcome(GROUP, None, None, tuple(whole))]
 
 
 def _break(state: State, m: Message, reason: str, out: list[Outcome]) -> State:
@@ -228,6 +237,6 @@ def expire(state: State, idle_ms: int) -> list[Outcome]:
         return []
     reason = (
         f"incomplete: no final message within {idle_ms} ms of event time "
-        f"(received seq 0..{len(state.members) - 1})"
+        f"(received seq 0..{state.next_seq - 1})"
     )
     return [Outcome(VIOLATION, m, reason) for m in state.members]

@@ -9,16 +9,21 @@ that log, so it sees every committed batch whole and nothing of an attempt that 
 committed. (A tool that lists the directory itself, ignoring the log, may see leftovers
 of such attempts.)
 
-* `groups`: each complete group once: `guarantee_id`, `kind` (`purchase_order` or
-  `document`), `queue`, `partition`, `first_offset`, `offset` (its last), `messages`,
-  `members` (seq, record ID, offset, creation time), and the business object: the
-  purchase order with its lines and total, or the document reassembled and checked
-  against its size and SHA-256;
-* `records`: each ordinary record once (a stock update: `sku`, `warehouse`, `delta`);
+* `groups`: each complete group once: `guarantee_id`, `kind` (`purchase_order`),
+  `queue`, `partition`, `first_offset`, `offset` (its last), `messages`, `members` (seq,
+  record ID, offset, creation time), and the business object: the purchase order with
+  its lines and total;
+* `records`: each ordinary record once: a stock update (`sku`, `warehouse`, `delta`) or
+  a document (`document`: its bytes, size, SHA-256 and how many `segments` it came in,
+  reassembled from the router's segments and checked against their `segment-bytes`
+  and `segment-sha256`; `parts`: the segments' offsets); each multicast copy once per
+  queue (`multicast`);
 * `duplicates`: copies of messages already received, with the `reason`;
+* `expired`: messages whose lifetime had ended when the receiver read them, with the
+  `reason` and the raw `value`: never delivered;
 * `violations`: every message that breaks a guarantee or cannot be read, with the
-  `reason` and the raw `value`; a document whose reassembly does not match its size and
-  SHA-256 is one row with its `members`.
+  `reason` and the raw `value`; every segment of a document whose segments do not add
+  up (`segment-missing`, `checksum-mismatch`, ...) is one, with the reason.
 
 `messages` is the number of messages a row accounts for (1, or a group's members).
 """
@@ -32,13 +37,12 @@ from pyspark.sql.avro.functions import from_avro
 
 from spark_jobs import domain, groups
 
-OUTPUTS = ("groups", "records", "duplicates", "violations")
-REASSEMBLY = "reassembly: the document does not match its size and SHA-256"
+OUTPUTS = ("groups", "records", "duplicates", "violations", "expired")
 
 
-def _business_objects(lines: Any, segments: Any) -> tuple[Any, Any]:
-    first_line, first_segment = F.get(lines, 0), F.get(segments, 0)
-    order = F.struct(
+def _purchase_order(lines: Any) -> Any:
+    first_line = F.get(lines, 0)
+    return F.struct(
         first_line["order_id"].alias("order_id"),
         first_line["customer_id"].alias("customer_id"),
         first_line["currency"].alias("currency"),
@@ -57,18 +61,6 @@ def _business_objects(lines: Any, segments: Any) -> tuple[Any, Any]:
             lambda acc, x: acc + x["quantity"] * x["unit_price_cents"],
         ).alias("total_cents"),
     )
-    document = F.struct(
-        first_segment["document_id"].alias("document_id"),
-        first_segment["name"].alias("name"),
-        first_segment["document_bytes"].alias("size"),
-        first_segment["document_sha256"].alias("sha256"),
-        F.col("content"),
-        (
-            (F.sha2("content", 256) == first_segment["document_sha256"])
-            & (F.octet_length("content") == first_segment["document_bytes"])
-        ).alias("checksum_ok"),
-    )
-    return order, document
 
 
 def output_rows(outcomes: Any) -> Any:
@@ -77,18 +69,36 @@ def output_rows(outcomes: Any) -> Any:
     stateful step before it runs once."""
     output = F.col("output")
     is_group = output == groups.GROUP
+    is_record = output == groups.RECORD
+    permissive = {"mode": "PERMISSIVE"}
+    named_document = is_record & (F.col("schema") == domain.DOCUMENT_MESSAGE)
+    doc = from_avro(
+        F.when(named_document, F.col("value")),
+        domain.avro_json(domain.DOCUMENT_MESSAGE),
+        permissive,
+    )
     is_order = is_group & (F.col("schema") == domain.ORDER_LINE)
-    is_document = is_group & (F.col("schema") == domain.DOCUMENT_SEGMENT)
+    # A reassembled message was not decoded before: one that is not a valid document is a
+    # violation, not a record.
+    unreadable = (
+        is_record
+        & F.col("parts").isNotNull()
+        & F.coalesce(F.col("schema") != domain.DOCUMENT_MESSAGE, F.lit(True))
+    )
+    unreadable = unreadable | (named_document & doc["record_id"].isNull())
+    is_record = is_record & ~unreadable
+    is_document = is_record & (F.col("schema") == domain.DOCUMENT_MESSAGE)
     lines = F.transform(
         "members_value", lambda v: from_avro(v, domain.avro_json(domain.ORDER_LINE))
     )
-    segments = F.transform(
-        "members_value", lambda v: from_avro(v, domain.avro_json(domain.DOCUMENT_SEGMENT))
+    document = F.struct(
+        doc["document_id"].alias("document_id"),
+        doc["name"].alias("name"),
+        F.octet_length(doc["content"]).alias("size"),
+        F.sha2(doc["content"], 256).alias("sha256"),
+        doc["content"].alias("content"),
+        F.coalesce(F.size("parts"), F.lit(1)).alias("segments"),
     )
-    content = F.aggregate(
-        segments, F.lit(b"").cast("binary"), lambda acc, s: F.concat(acc, s["data"])
-    )
-    order, document = _business_objects(lines, segments)
     members = F.transform(
         F.arrays_zip("members_seq", "members_record_id", "members_offset", "members_created_ms"),
         lambda m: F.struct(
@@ -98,26 +108,23 @@ def output_rows(outcomes: Any) -> Any:
             F.timestamp_millis(m["members_created_ms"]).alias("created_at"),
         ),
     )
-    is_record = output == groups.RECORD
     update = from_avro(F.col("value"), domain.avro_json(domain.STOCK))
-    df = outcomes.withColumn("content", F.when(is_document, content)).withColumn(
-        "document", F.when(is_document, document)
-    )
-    corrupt = F.coalesce(~F.col("document.checksum_ok"), F.lit(False))
     where = (
-        F.when(is_group & ~corrupt, F.lit("groups"))
+        F.when(is_group, F.lit("groups"))
         .when(is_record, F.lit("records"))
         .when(output == groups.DUPLICATE, F.lit("duplicates"))
+        .when(output == groups.EXPIRED, F.lit("expired"))
         .otherwise(F.lit("violations"))
     )
     single = ~is_group
-    return df.select(
+    stock = is_record & (F.col("schema") == domain.STOCK)
+    return outcomes.select(
         where.alias("output"),
         "guarantee_id",
-        F.when(single, F.col("record_id")).alias("record_id"),
+        F.when(is_document, doc["record_id"]).when(single, F.col("record_id")).alias("record_id"),
         F.when(is_order, F.lit(domain.PURCHASE_ORDER))
         .when(is_document, F.lit(domain.DOCUMENT))
-        .when(is_record, F.lit(domain.STOCK_UPDATE))
+        .when(stock, F.lit(domain.STOCK_UPDATE))
         .alias("kind"),
         "queue",
         "partition",
@@ -127,15 +134,27 @@ def output_rows(outcomes: Any) -> Any:
         F.when(single, F.col("final")).alias("final"),
         F.when(is_group, F.size("members_seq")).otherwise(F.lit(1)).alias("messages"),
         F.when(is_group, members).alias("members"),
-        F.when(is_order, order).alias("purchase_order"),
-        F.when(~corrupt, F.col("document")).alias("document"),
+        F.when(is_order, _purchase_order(lines)).alias("purchase_order"),
+        F.when(is_document, document).alias("document"),
         F.timestamp_millis("created_ms").alias("created_at"),
         "received_at",
-        F.when(is_record, update["sku"]).alias("sku"),
-        F.when(is_record, update["warehouse"]).alias("warehouse"),
-        F.when(is_record, update["delta"]).alias("delta"),
-        F.when(corrupt, F.lit(REASSEMBLY)).otherwise(F.col("reason")).alias("reason"),
-        F.when(output == groups.VIOLATION, F.col("value")).alias("value"),
+        F.when(stock, update["sku"]).alias("sku"),
+        F.when(stock, update["warehouse"]).alias("warehouse"),
+        F.when(stock, update["delta"]).alias("delta"),
+        F.when(
+            unreadable,
+            F.concat(
+                F.lit("undecodable: the reassembled message is not a valid "),
+                F.coalesce(F.col("schema"), F.lit("(no schema header)")),
+            ),
+        )
+        .otherwise(F.col("reason"))
+        .alias("reason"),
+        F.when(output.isin(groups.VIOLATION, groups.EXPIRED) | unreadable, F.col("value")).alias(
+            "value"
+        ),
+        "multicast",
+        F.when(single, F.col("parts")).alias("parts"),
     )
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
+from router.priority import band_topics
 from router.schemas import SCHEMA_HEADER
 from spark_jobs import api, domain, outputs
 from spark_jobs.session import (
@@ -88,36 +89,46 @@ def read_queues(spark: Any, config: ReceiverConfig) -> Any:
 def parse(messages: Any) -> Any:
     """Messages with their routing headers (`api.read_router_queues`) -> the same, with
     the demo domain's payload decoded: `record_id`, `schema`, `created_at`, and `problem`
-    saying why a message cannot go on (null if it can)."""
+    saying why a message cannot go on (null if it can). A segment (a piece of a large
+    document) is not decoded: its message is, once `check_groups` has reassembled it
+    (`outputs`); its creation time is its `created-ms` header."""
     permissive = {"mode": "PERMISSIVE"}
     schema = api.header_value(SCHEMA_HEADER)
+    whole = F.col("segment_id").isNull()
 
     def decode(name: str) -> Any:
-        return F.when(schema == name, from_avro(F.col("value"), domain.avro_json(name), permissive))
+        return F.when(
+            whole & (schema == name),
+            from_avro(F.col("value"), domain.avro_json(name), permissive),
+        )
 
     df = messages.select(
         "*",
         schema.alias("schema"),
         decode(domain.ORDER_LINE).alias("po"),
-        decode(domain.DOCUMENT_SEGMENT).alias("doc"),
+        decode(domain.DOCUMENT_MESSAGE).alias("doc"),
         decode(domain.STOCK).alias("stock"),
     )
     po, doc, stock = F.col("po"), F.col("doc"), F.col("stock")
+    created_header = api.header_value(domain.CREATED_HEADER).try_cast("bigint")
     df = df.select(
         "*",
         F.coalesce(po["record_id"], doc["record_id"], stock["record_id"]).alias("record_id"),
+        F.concat(F.lit(domain.ORDER_PREFIX), po["order_id"]).alias("body_group"),
+        po["line_no"].alias("body_seq"),
+        po["line_count"].alias("body_count"),
         F.coalesce(
-            F.concat(F.lit(domain.ORDER_PREFIX), po["order_id"]),
-            F.concat(F.lit(domain.DOCUMENT_PREFIX), doc["document_id"]),
-        ).alias("body_group"),
-        F.coalesce(po["line_no"], doc["segment_no"]).alias("body_seq"),
-        F.coalesce(po["line_count"], doc["segment_count"]).alias("body_count"),
-        F.coalesce(po["created_at"], doc["created_at"], stock["created_at"]).alias("created_at"),
+            po["created_at"],
+            doc["created_at"],
+            stock["created_at"],
+            F.timestamp_millis(created_header),
+        ).alias("created_at"),
     )
     gid, body_group, body_seq = F.col("guarantee_id"), F.col("body_group"), F.col("body_seq")
     last = body_seq == F.col("body_count") - 1
     problem = (
-        F.when(F.col("value").isNull(), F.lit("undecodable: no value"))
+        F.when(~whole, F.lit(None).cast("string"))
+        .when(F.col("value").isNull(), F.lit("undecodable: no value"))
         .when(F.col("schema").isNull(), F.lit(f"undecodable: no {SCHEMA_HEADER!r} header"))
         .when(
             ~F.col("schema").isin(*domain.PAYLOAD_SCHEMAS.values()),
@@ -222,7 +233,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="Parquet outputs go here (any Hadoop path)")
     p.add_argument("--checkpoint", required=True, help="Checkpoint directory (any Hadoop path)")
     p.add_argument(
-        "--receive-queues", help="Comma-separated receive queues (default: the topology's)"
+        "--receive-queues",
+        help="Comma-separated receive queues (default: the topology's, with their priority "
+        "band topics)",
     )
     p.add_argument(
         "--group-timeout-seconds",
@@ -269,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     queues = (
         tuple(q for q in args.receive_queues.split(",") if q)
         if args.receive_queues
-        else tuple(settings.topology.receive_queues)
+        else tuple(
+            band
+            for q in settings.topology.receive_queues
+            for band in band_topics(q, settings.priority.bands)
+        )
     )
     config = ReceiverConfig(
         receive_queues=queues,

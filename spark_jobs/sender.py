@@ -7,9 +7,10 @@
 * Input: a directory where JSON-lines files are dropped over time (move finished files
   in; names starting with `.` or `_` are ignored), or Spark's rate source for load. A
   line that is not a valid record goes to the rejects output, verbatim, with the reason.
-* Groups: a purchase order's lines and a document's segments each form a group; the
-  guarantee ID comes from the business key, `guarantee-seq` is the position, and
-  `guarantee-final` is true on the last message (see `domain`).
+* Groups: a purchase order's lines form a group; the guarantee ID comes from the business
+  key, `guarantee-seq` is the position, and `guarantee-final` is true on the last message
+  (see `domain`). A document is one ordinary message; one larger than `--segment-bytes`
+  goes as segments of the router's contract (`router.segments`, a group of its own).
 * Kafka: the send queue is a stable hash of the key (the guarantee ID, or the record ID
   of an ordinary message) over the send queues, and the key keeps a group on one
   partition, so the send units see it in order. Each micro-batch is written through
@@ -153,7 +154,7 @@ def validate(records: Any, max_guarantee_id_bytes: int = 256) -> Any:
     )
     gid = F.when(
         t == domain.PURCHASE_ORDER, F.concat(F.lit(domain.ORDER_PREFIX), F.col("order_id"))
-    ).when(t == domain.DOCUMENT, F.concat(F.lit(domain.DOCUMENT_PREFIX), F.col("document_id")))
+    )
     reason = (
         F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed JSON line"))
         .when(t.isNull() | ~t.isin(*domain.RECORD_TYPES), F.lit("unknown record type"))
@@ -195,12 +196,22 @@ def validate(records: Any, max_guarantee_id_bytes: int = 256) -> Any:
     return records.withColumn("reject_reason", reason)
 
 
-MESSAGE_COLUMNS = ("guarantee_id", "seq", "final", "key", "record_id", "schema", "value")
+MESSAGE_COLUMNS = (
+    "guarantee_id",
+    "seq",
+    "final",
+    "key",
+    "record_id",
+    "schema",
+    "value",
+    "created_ms",
+)
 
 
-def to_messages(records: Any, segment_bytes: int) -> Any:
+def to_messages(records: Any) -> Any:
     """One row per message, in send order within each record: guarantee_id, seq, final,
-    key, record_id, schema, value (Avro bytes). `records` must be valid."""
+    key, record_id, schema, value (Avro bytes), created_ms. `records` must be valid. A
+    document is one message, however large: `to_kafka_rows` cuts it into segments."""
     now = F.current_timestamp()  # the micro-batch's timestamp: the same when it is repeated
     t = F.col("type")
 
@@ -232,39 +243,20 @@ def to_messages(records: Any, segment_bytes: int) -> Any:
         to_avro(order_line, domain.avro_json(domain.ORDER_LINE)).alias("value"),
     )
 
-    docs = (
-        records.where(t == domain.DOCUMENT)
-        .withColumn("content", F.try_to_binary("content_base64", F.lit("base64")))
-        .withColumn("size", F.octet_length("content"))
-        .withColumn("n", F.greatest(F.lit(1), F.ceil(F.col("size") / segment_bytes)).cast("int"))
-        .select(
-            "document_id",
-            "name",
-            "content",
-            "size",
-            "n",
-            F.sha2("content", 256).alias("sha256"),
-            F.posexplode(F.sequence(F.lit(0), F.col("n") - 1)).alias("pos", "i"),
-        )
-    )
-    segment = F.struct(
-        F.concat_ws("/", "document_id", F.col("pos").cast("string")).alias("record_id"),
+    document = F.struct(
+        F.col("document_id").alias("record_id"),
         F.col("document_id"),
         F.col("name"),
-        F.col("pos").cast("int").alias("segment_no"),
-        F.col("n").alias("segment_count"),
-        F.substring("content", F.col("i") * segment_bytes + 1, segment_bytes).alias("data"),
-        F.col("size").cast("bigint").alias("document_bytes"),
-        F.col("sha256").alias("document_sha256"),
         now.alias("created_at"),
+        F.try_to_binary("content_base64", F.lit("base64")).alias("content"),
     )
-    segment_messages = docs.select(
-        F.concat(F.lit(domain.DOCUMENT_PREFIX), "document_id").alias("guarantee_id"),
-        F.col("pos").cast("int").alias("seq"),
-        (F.col("pos") == F.col("n") - 1).alias("final"),
-        segment["record_id"].alias("record_id"),
-        F.lit(domain.DOCUMENT_SEGMENT).alias("schema"),
-        to_avro(segment, domain.avro_json(domain.DOCUMENT_SEGMENT)).alias("value"),
+    document_messages = records.where(t == domain.DOCUMENT).select(
+        F.lit(None).cast("string").alias("guarantee_id"),
+        F.lit(None).cast("int").alias("seq"),
+        F.lit(False).alias("final"),
+        F.col("document_id").alias("record_id"),
+        F.lit(domain.DOCUMENT_MESSAGE).alias("schema"),
+        to_avro(document, domain.avro_json(domain.DOCUMENT_MESSAGE)).alias("value"),
     )
 
     update = F.struct(
@@ -283,16 +275,24 @@ def to_messages(records: Any, segment_bytes: int) -> Any:
         to_avro(update, domain.avro_json(domain.STOCK)).alias("value"),
     )
     return (
-        order_messages.unionByName(segment_messages)
+        order_messages.unionByName(document_messages)
         .unionByName(update_messages)
         .withColumn("key", F.coalesce("guarantee_id", "record_id"))
+        .withColumn("created_ms", F.unix_millis(now))
     )
 
 
-def to_kafka_rows(messages: Any, send_queues: tuple[str, ...], delivery: str | None = None) -> Any:
+def to_kafka_rows(
+    messages: Any,
+    send_queues: tuple[str, ...],
+    delivery: str | None = None,
+    segment_bytes: int = domain.DEFAULT_SEGMENT_BYTES,
+) -> Any:
     """The columns of Spark's Kafka sink (topic, key, value, headers) through
     `api.to_router_rows`: one task per group, in sequence; a `schema` header names the
-    payload's Avro schema; `delivery` (`stream`, `complete`) every group's delivery."""
+    payload's Avro schema and a `created-ms` header its creation time; `delivery`
+    (`stream`, `complete`) every group's delivery; a payload larger than `segment_bytes`
+    (a large document) goes as segments of the router's contract."""
     return api.to_router_rows(
         messages,
         group_id="guarantee_id",
@@ -302,7 +302,8 @@ def to_kafka_rows(messages: Any, send_queues: tuple[str, ...], delivery: str | N
         key="key",
         queues=send_queues,
         delivery=None if delivery is None else F.lit(delivery),
-        headers={SCHEMA_HEADER: "schema"},
+        headers={SCHEMA_HEADER: "schema", domain.CREATED_HEADER: "created_ms"},
+        segment_bytes=segment_bytes,
     )
 
 
@@ -319,7 +320,7 @@ def sender_stream(records: Any, config: SenderConfig) -> Any:
     checked = validate(records, config.max_guarantee_id_bytes)
     good = checked.where(checked["reject_reason"].isNull())
     bad = checked.where(checked["reject_reason"].isNotNull())
-    messages = to_messages(good, config.segment_bytes)
+    messages = to_messages(good)
     return messages.unionByName(to_rejects(bad), allowMissingColumns=True)
 
 
@@ -354,7 +355,12 @@ class SendBatch:
             if n:
                 messages = df.where(df["reject_reason"].isNull()).select(*MESSAGE_COLUMNS)
                 (
-                    to_kafka_rows(messages, self.config.send_queues, self.config.delivery)
+                    to_kafka_rows(
+                        messages,
+                        self.config.send_queues,
+                        self.config.delivery,
+                        self.config.segment_bytes,
+                    )
                     .write.format("kafka")
                     .options(**self.config.kafka)
                     # Idempotent: a retried request never duplicates or reorders a group.
@@ -400,7 +406,8 @@ def parser() -> argparse.ArgumentParser:
         "--segment-bytes",
         type=int,
         default=domain.DEFAULT_SEGMENT_BYTES,
-        help="Largest document segment (default: %(default)s)",
+        help="A payload larger than this (a large document) goes as segments of this size, "
+        "the router's segment contract (default: %(default)s)",
     )
     p.add_argument(
         "--delivery",
@@ -421,8 +428,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.source == "files" and not args.input:
         parser().error("--input is required with --source files")
-    if not 0 < args.segment_bytes <= domain.MAX_SEGMENT_BYTES:
-        parser().error(f"--segment-bytes must be in 1..{domain.MAX_SEGMENT_BYTES}")
+    if not domain.MIN_SEGMENT_BYTES <= args.segment_bytes <= domain.MAX_SEGMENT_BYTES:
+        parser().error(
+            f"--segment-bytes must be in {domain.MIN_SEGMENT_BYTES}..{domain.MAX_SEGMENT_BYTES}"
+        )
     settings = router_settings(args)
     queues = (
         tuple(q for q in args.send_queues.split(",") if q)

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from router.config import load_settings
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,11 @@ def build_session(options: SparkOptions) -> Any:
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.streaming.metricsEnabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # State off the JVM heap (RocksDB), each micro-batch's changes checkpointed as a
+        # changelog rather than a full snapshot (issue 16, item 3). A query keeps the
+        # provider its checkpoint was started with.
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         **options.conf,
         # Pinned, whatever `conf` says: `api.to_router_rows` has one task write a whole
         # group in order; a speculative copy of that task would write the group again,

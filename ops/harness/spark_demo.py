@@ -34,8 +34,8 @@ from ops.harness.console import Console
 from ops.harness.demo import SUMMARY_WIDTH, DemoResult, summary_rows
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.verify import CapacitySpec, Seen, Sent, judge_sides, verify
-from router import clients, schemas
-from router.config import RouterSettings, load_settings
+from router import clients, contract, schemas, segments
+from router.config import RouterSettings, RoutingSettings, load_settings
 from spark_jobs import domain, outputs, receiver, sender, workload
 from spark_jobs.session import (
     SparkOptions,
@@ -125,8 +125,29 @@ def read_output(spark: Any, output: Path) -> ReceiverOutput:
 
 def spark_message(dest: str, m: Message) -> Seen | None:
     """A message of the Spark sender, identified by its payload (its schema named by the
-    sender's schema header), with its append time on `dest`."""
+    sender's schema header), with its append time on `dest`. A segment of a large
+    document (a piece of its payload) is identified by its segment headers instead
+    (`<segment-id>#<index>`, in the group of its own that carries it) and dated by the
+    sender's `created-ms` header."""
     headers = dict(m.headers() or [])
+    try:
+        seg = segments.read(list(headers.items()))
+        routing = contract.parse(list(headers.items()), RoutingSettings()) if seg else None
+    except (segments.BadSegment, contract.BadInput):
+        return None
+    if seg is not None and routing is not None:
+        created = headers.get(domain.CREATED_HEADER) or b""
+        return Seen(
+            dest,
+            m.offset(),
+            f"{seg.set_id}#{seg.index}",
+            routing.guarantee_id,
+            routing.seq if routing.seq is not None else seg.index,
+            routing.final,
+            None,
+            m.timestamp()[1],
+            int(created) if created.isdigit() else None,
+        )
     name = (headers.get(schemas.SCHEMA_HEADER) or b"").decode()
     try:
         p = schemas.decode(name, m.value())
@@ -137,12 +158,6 @@ def spark_message(dest: str, m: Message) -> Seen | None:
             domain.order_group(p["order_id"]),
             p["line_no"],
             p["line_no"] == p["line_count"] - 1,
-        )
-    elif name == domain.DOCUMENT_SEGMENT:
-        group, seq, final = (
-            domain.document_group(p["document_id"]),
-            p["segment_no"],
-            p["segment_no"] == p["segment_count"] - 1,
         )
     else:
         group, seq, final = None, 0, False
@@ -365,7 +380,12 @@ def parser() -> argparse.ArgumentParser:
         "(exit 1 if a guarantee broke).",
     )
     p.add_argument("--orders", type=int, default=200, help="Purchase orders (groups)")
-    p.add_argument("--documents", type=int, default=40, help="Documents (segmented groups)")
+    p.add_argument(
+        "--documents",
+        type=int,
+        default=40,
+        help="Documents (one message each; large ones go as segments)",
+    )
     p.add_argument("--updates", type=int, default=600, help="Stock updates (ordinary)")
     p.add_argument("--max-lines", type=int, default=40)
     p.add_argument("--max-document-bytes", type=int, default=200_000)

@@ -8,7 +8,7 @@ import hashlib
 
 from confluent_kafka import Producer
 
-from router import contract, schemas
+from router import contract, schemas, segments, sendgroups
 from spark_jobs import domain
 
 NOW = dt.datetime.now(dt.UTC)
@@ -32,20 +32,15 @@ def order_line(order: str, line: int, count: int, created: dt.datetime = NOW) ->
     )
 
 
-def segment(doc: str, content: bytes, i: int, size: int) -> bytes:
-    n = domain.segment_count(len(content), size)
+def document(doc: str, content: bytes, created: dt.datetime = NOW) -> bytes:
     return schemas.encode(
-        domain.DOCUMENT_SEGMENT,
+        domain.DOCUMENT_MESSAGE,
         {
-            "record_id": f"{doc}/{i}",
+            "record_id": doc,
             "document_id": doc,
             "name": f"{doc}.bin",
-            "segment_no": i,
-            "segment_count": n,
-            "data": content[i * size : (i + 1) * size],
-            "document_bytes": len(content),
-            "document_sha256": hashlib.sha256(content).hexdigest(),
-            "created_at": NOW,
+            "created_at": created,
+            "content": content,
         },
     )
 
@@ -78,6 +73,53 @@ class Queues:
             headers.append((schemas.SCHEMA_HEADER, schema.encode()))
         self.producer.produce(topic, value, key=gid, headers=headers)
         self.count += 1
+
+    def segmented(
+        self,
+        topic: str,
+        value: bytes,
+        size: int,
+        schema: str | None,
+        *,
+        gid: str | None = None,
+        first_seq: int = 0,
+        final: bool = True,
+        set_id: str = "",
+        created: dt.datetime = NOW,
+    ) -> list[tuple[str, list[tuple[str, bytes]], bytes]]:
+        """`value` in segments of `size` bytes as `router.segments.plan` cuts them (a
+        group member, or an ordinary message's group of its own), with the `schema` and
+        `created-ms` headers; returns what it produced (topic, headers, value), so that a
+        test may produce a broken variant instead."""
+        request = sendgroups.request(
+            [],
+            guarantee_id=gid,
+            final=final and gid is not None,
+            message_type=None,
+            ttl_ms=None,
+            delivery=None,
+        )
+        digest = hashlib.sha256(value).hexdigest()
+        plan = segments.plan(request, len(value), digest, size, set_id)
+        out = []
+        for i, part in enumerate(plan.parts):
+            r = part.request
+            headers = contract.headers_for(r.guarantee_id, final=r.final, seq=first_seq + i)
+            headers += [
+                (k, v if isinstance(v, bytes) else str(v).encode()) for k, v in part.headers
+            ]
+            if schema is not None:
+                headers.append((schemas.SCHEMA_HEADER, schema.encode()))
+            ms = round(created.timestamp() * 1000)
+            headers.append((domain.CREATED_HEADER, str(ms).encode()))
+            out.append((topic, headers, value[part.start : part.end]))
+        return out
+
+    def produce(self, records: list[tuple[str, list[tuple[str, bytes]], bytes]]) -> None:
+        for topic, headers, value in records:
+            gid = dict(headers).get(contract.GUARANTEE_ID)
+            self.producer.produce(topic, value, key=gid, headers=headers)
+            self.count += 1
 
     def order(self, topic: str, order: str, lines: int, *, skip: int | None = None) -> None:
         for i in range(lines):

@@ -44,29 +44,15 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
             "created_at": AT,
         },
     ],
-    domain.DOCUMENT_SEGMENT: [
+    domain.DOCUMENT_MESSAGE: [
         {
-            "record_id": "D-1/3",
+            "record_id": "D-1",
             "document_id": "D-1",
             "name": "contract.pdf",
-            "segment_no": 3,
-            "segment_count": 4,
-            "data": bytes(range(256)) * 3,
-            "document_bytes": 3_000_000_000,
-            "document_sha256": "ab" * 32,
             "created_at": AT,
+            "content": bytes(range(256)) * 3,
         },
-        {
-            "record_id": "D-2/0",
-            "document_id": "D-2",
-            "name": "",
-            "segment_no": 0,
-            "segment_count": 1,
-            "data": b"",
-            "document_bytes": 0,
-            "document_sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-            "created_at": AT,
-        },
+        {"record_id": "D-2", "document_id": "D-2", "name": "", "created_at": AT, "content": b""},
     ],
     domain.STOCK: [
         {
@@ -83,9 +69,8 @@ SPARK_TYPES = {
     domain.ORDER_LINE: "record_id STRING, order_id STRING, customer_id STRING, line_no INT, "
     "line_count INT, sku STRING, quantity INT, unit_price_cents BIGINT, currency STRING, "
     "created_at TIMESTAMP",
-    domain.DOCUMENT_SEGMENT: "record_id STRING, document_id STRING, name STRING, "
-    "segment_no INT, segment_count INT, data BINARY, document_bytes BIGINT, "
-    "document_sha256 STRING, created_at TIMESTAMP",
+    domain.DOCUMENT_MESSAGE: "record_id STRING, document_id STRING, name STRING, "
+    "created_at TIMESTAMP, content BINARY",
     domain.STOCK: "record_id STRING, sku STRING, warehouse STRING, delta INT, created_at TIMESTAMP",
 }
 

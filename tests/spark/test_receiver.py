@@ -22,7 +22,7 @@ from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
 from tests.conftest import TopicFactory
 from tests.helpers import unique, wait_until
-from tests.spark.messages import NOW, Queues, order_line, segment, stock
+from tests.spark.messages import NOW, Queues, document, order_line, stock
 
 pytestmark = pytest.mark.spark
 
@@ -44,9 +44,8 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     q1, q2 = new_topic("spark-recv"), new_topic("spark-recv")
     w = Queues(kafka_bootstrap)
     w.order(q1, "GOOD", 3)
-    content = bytes(range(256)) * 9  # 2304 bytes, three segments of 1000
-    for i in range(3):
-        w.send(q2, segment("DOC", content, i, 1000), domain.DOCUMENT_SEGMENT, "doc/DOC", i, i == 2)
+    content = bytes(range(256)) * 9  # 2304 bytes: a document in three segments of 1024
+    w.produce(w.segmented(q2, document("DOC", content), 1024, domain.DOCUMENT_MESSAGE))
     w.send(q1, stock("SU-1"), domain.STOCK)
     w.send(q2, stock("SU-1"), domain.STOCK)  # the same record again: a duplicate
     w.send(q1, order_line("DUP", 0, 2), domain.ORDER_LINE, "po/DUP", 0)
@@ -72,8 +71,9 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     )
     job = _start(spark, config)
     try:
+        messages = w.count - 2  # the document's three segments are one message
         wait_until(
-            lambda: job.metric("messages") >= w.count, 120, f"{w.count} messages accounted for"
+            lambda: job.metric("messages") >= messages, 120, f"{messages} messages accounted for"
         )
         # A copy of SU-1, created with it, arrives after the watermark passed: dropped by
         # Spark, and counted.
@@ -87,17 +87,18 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     out = _outputs(spark, tmp_path / "output")
 
     groups = {g.guarantee_id: g for g in out["groups"]}
-    assert sorted(groups) == ["doc/DOC", "po/DUP", "po/GOOD"]
+    assert sorted(groups) == ["po/DUP", "po/GOOD"]
     good = groups["po/GOOD"]
     assert (good.kind, good.queue, good.messages) == ("purchase_order", q1, 3)
     assert [m.record_id for m in good.members] == ["GOOD/0", "GOOD/1", "GOOD/2"]
     assert [line.quantity for line in good.purchase_order.lines] == [1, 2, 3]
     assert good.purchase_order.total_cents == 600
-    doc = groups["doc/DOC"].document
-    assert bytes(doc.content) == content
-    assert doc.checksum_ok
+    (doc,) = [r for r in out["records"] if r.kind == "document"]
+    assert (doc.record_id, doc.guarantee_id, doc.queue) == ("DOC", None, q2)
+    assert bytes(doc.document.content) == content and doc.document.segments == 3
+    assert len(doc.parts) == 3
 
-    assert sorted(r.record_id for r in out["records"]) == ["SU-1", "TICK"]
+    assert sorted(r.record_id for r in out["records"]) == ["DOC", "SU-1", "TICK"]
     assert sorted(d.record_id for d in out["duplicates"]) == ["DUP/0", "SU-1"]
 
     reasons = {(v.guarantee_id, v.record_id): v.reason for v in out["violations"]}
@@ -118,7 +119,7 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     accounted = sum(g.messages for g in out["groups"]) + sum(
         len(out[n]) for n in ("records", "duplicates", "violations")
     )
-    assert accounted == w.count - 1  # all but the late copy
+    assert accounted == w.count - 1 - 2  # all but the late copy; three segments, one record
 
 
 def test_a_batch_replayed_after_a_kill_reaches_a_streaming_reader_once(

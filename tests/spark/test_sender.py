@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from router import contract, schemas
+from router import contract, schemas, segments
 from router.config import RoutingSettings
 from spark_jobs import domain, sender, workload
 from spark_jobs.session import kafka_options
@@ -24,7 +24,7 @@ from tests.helpers import unique, wait_until
 
 pytestmark = pytest.mark.spark
 
-SEGMENT = 1000
+SEGMENT = 1024
 
 
 def _read_records(spark: Any, lines: list[str], tmp_path: Path) -> Any:
@@ -36,7 +36,7 @@ def _read_records(spark: Any, lines: list[str], tmp_path: Path) -> Any:
 def test_records_become_groups_with_headers_and_bad_records_are_rejected(
     spark: Any, tmp_path: Path
 ) -> None:
-    document = bytes(range(256)) * 10  # 2560 bytes: three segments of at most 1000
+    document = bytes(range(256)) * 10  # 2560 bytes: its Avro message is three segments
     good = [
         {
             "type": "purchase_order",
@@ -68,7 +68,12 @@ def test_records_become_groups_with_headers_and_bad_records_are_rejected(
             "a stock update needs update_id, sku, warehouse and delta"
         ),
         json.dumps(
-            {"type": "document", "document_id": "D" * 300, "name": "x", "content_base64": ""}
+            {
+                "type": "purchase_order",
+                "order_id": "P" * 300,
+                "customer_id": "C",
+                "lines": [{"sku": "A", "quantity": 1, "unit_price_cents": 1}],
+            }
         ): ("business key too long for a guarantee ID (> 256 bytes)"),
     }
     lines = [json.dumps(r) for r in good] + list(bad)
@@ -80,23 +85,38 @@ def test_records_become_groups_with_headers_and_bad_records_are_rejected(
     assert rejects == bad
 
     good_messages = stream.where("reject_reason IS NULL").select(*sender.MESSAGE_COLUMNS)
-    messages = sender.to_kafka_rows(good_messages, queues, "complete").collect()
+    messages = sender.to_kafka_rows(good_messages, queues, "complete", SEGMENT).collect()
     got = []
+    pieces: list[tuple[int, bytes]] = []
     for r in messages:
         headers = {h.key: bytes(h.value) for h in r.headers}
         name = headers[schemas.SCHEMA_HEADER].decode()
-        payload = schemas.decode(name, bytes(r.value))
         routing = contract.parse(list(headers.items()), RoutingSettings())
+        seg = segments.read(list(headers.items()))
+        assert segments.problem(list(headers.items()), routing.guarantee_id, routing.final) is None
         assert r.topic in queues
+        assert int(headers[domain.CREATED_HEADER]) > 0
+        if seg is not None:  # the document, in segments of the router's contract
+            assert name == domain.DOCUMENT_MESSAGE and len(bytes(r.value)) <= SEGMENT
+            assert routing.guarantee_id == seg.set_id  # a group of its own
+            assert bytes(r.key) == b"D-1"  # the key given: every segment on one partition
+            assert (routing.seq, routing.final) == (seg.index, seg.last)
+            pieces.append((seg.index, bytes(r.value)))
+            if seg.last:
+                whole = b"".join(v for _, v in sorted(pieces))
+                assert (seg.total, seg.sha256) == (len(whole), hashlib.sha256(whole).hexdigest())
+                payload = schemas.decode(name, whole)
+                assert payload["content"] == document
+                got.append((payload["record_id"], None, 0, False))
+            continue
+        payload = schemas.decode(name, bytes(r.value))
         assert bytes(r.key).decode() == (routing.guarantee_id or payload["record_id"])
         assert routing.complete == (routing.guarantee_id is not None)  # --delivery complete
         got.append((payload["record_id"], routing.guarantee_id, routing.seq or 0, routing.final))
         if routing.guarantee_id is not None:
-            assert routing.seq == payload.get("line_no", payload.get("segment_no"))
-        if name == domain.DOCUMENT_SEGMENT:
-            assert payload["document_sha256"] == hashlib.sha256(document).hexdigest()
-            assert payload["data"] == document[routing.seq * SEGMENT : (routing.seq + 1) * SEGMENT]
-    expected = domain.expected_from_lines([json.dumps(r) for r in good], SEGMENT)
+            assert routing.seq == payload["line_no"]
+    assert len(pieces) == 3
+    expected = domain.expected_from_lines([json.dumps(r) for r in good])
     assert sorted(got, key=str) == sorted(
         ((s.record_id, s.group, s.seq, s.final) for s in expected), key=str
     )
@@ -105,6 +125,15 @@ def test_records_become_groups_with_headers_and_bad_records_are_rejected(
     for r in messages:
         by_group[bytes(r.key)].add(r.topic)
     assert all(len(topics) == 1 for topics in by_group.values())
+
+
+def _is_segment(m: Any) -> bool:
+    return segments.read(m.headers()) is not None
+
+
+def _last_segment(m: Any) -> bool:
+    seg = segments.read(m.headers())
+    return seg is not None and seg.last
 
 
 def _read_back(bootstrap: str, topics: list[str], expected: int) -> list[tuple[str, int, Any]]:
@@ -124,7 +153,9 @@ def _read_back(bootstrap: str, topics: list[str], expected: int) -> list[tuple[s
         for m in consumer.consume(500, 0.2):
             assert m.error() is None, m.error()
             got.append((m.topic(), m.partition(), m))
-        return len(got) >= expected
+        # A message in segments counts once, at its last segment.
+        logical = [x for x in got if not _is_segment(x[2]) or _last_segment(x[2])]
+        return len(logical) >= expected
 
     try:
         wait_until(enough, 60, f"{expected} messages on the send queues")
@@ -192,15 +223,26 @@ def test_a_stopped_and_restarted_sender_neither_loses_nor_resends(
     ids = []
     partition_of: dict[str, set[tuple[str, int]]] = defaultdict(set)
     seqs: dict[str, list[int]] = defaultdict(list)
+    pieces: dict[str, list[bytes]] = defaultdict(list)
     for topic, partition, m in sorted(got, key=lambda x: (x[0], x[1], x[2].offset())):
         headers = dict(m.headers())
-        payload = schemas.decode(headers[schemas.SCHEMA_HEADER].decode(), m.value())
-        ids.append(payload["record_id"])
         gid = headers.get(contract.GUARANTEE_ID)
         if gid is not None:
             partition_of[gid.decode()].add((topic, partition))
             seqs[gid.decode()].append(int(headers[contract.SEQ]))
+        seg = segments.read(m.headers())
+        value = m.value()
+        if seg is not None:  # a document's segment: in index order on its partition
+            assert seg.index == len(pieces[seg.set_id])
+            pieces[seg.set_id].append(value)
+            if not seg.last:
+                continue
+            value = b"".join(pieces[seg.set_id])
+            assert hashlib.sha256(value).hexdigest() == seg.sha256
+        payload = schemas.decode(headers[schemas.SCHEMA_HEADER].decode(), value)
+        ids.append(payload["record_id"])
     sent = domain.expected_from_lines([json.dumps(r) for c in chunks for r in c], SEGMENT)
     assert sorted(ids) == sorted(s.record_id for s in sent)  # each exactly once
     assert all(len(p) == 1 for p in partition_of.values())  # a group on one partition
     assert all(s == list(range(len(s))) for s in seqs.values())  # in order
+    assert any(len(p) > 1 for p in pieces.values())  # some documents went in segments

@@ -1,0 +1,153 @@
+"""What the Spark receiver's pure checks work on: one message read, one outcome, and a
+key's state as Spark's state store keeps it (no Spark).
+
+Executors import this (through `groups`), so it imports nothing of the router: the
+segment headers are read into columns on the JVM side (`reading.with_routing`) and come
+here as a `Seg`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+GROUP = "group"
+RECORD = "record"
+DUPLICATE = "duplicate"
+VIOLATION = "violation"
+EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class Seg:
+    """A record's segment headers (`router.segments`), already checked: the logical
+    message's ID, this segment's index, whether it is the last, and on the last the
+    whole payload's length and SHA-256 (hex)."""
+
+    set_id: str
+    index: int
+    last: bool
+    total: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    record_id: str
+    schema: str
+    queue: str
+    partition: int
+    offset: int
+    seq: int  # 0 for an ordinary message
+    final: bool
+    created_ms: int
+    value: bytes
+    # Sent with `guarantee-delivery: complete`. Only a new group's first call reads it, so
+    # it is not kept with the members a state holds (nor in their stored form).
+    complete: bool = False
+    segment: Seg | None = None  # one segment of a large message
+    # Why it is expired (its lifetime ended before the receiver read it), or None.
+    expired: str | None = None
+    expire_group: bool = False  # `message-on-expiry: expire-group` (else skip)
+    multicast: bool = False  # `message-delivery: multicast`: one copy per queue is expected
+    parts: tuple[int, ...] = ()  # a reassembled message: the offsets of its segments
+
+    @property
+    def where(self) -> str:
+        return f"{self.queue}[{self.partition}]@{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    output: str  # GROUP, RECORD, DUPLICATE, VIOLATION or EXPIRED
+    message: Message | None  # the message (None for GROUP)
+    reason: str | None = None
+    members: tuple[Message, ...] = ()  # GROUP: every message, in sequence
+    # RECORD of a large ordinary message, reassembled from a group of its own (guarantee
+    # ID = segment ID): the application sees it as ordinary, with no group.
+    ordinary: bool = False
+
+
+Status = Literal["open", "done", "broken", "expired"]
+
+
+@dataclass
+class State:
+    status: Status
+    queue: str = ""
+    partition: int = 0
+    members: list[Message] = field(default_factory=list)  # open: accepted so far
+    seen: list[str] = field(default_factory=list)  # done: record IDs by seq
+    reason: str = ""  # broken / expired: why
+    skipped: dict[int, str] = field(default_factory=dict)  # open: expired seq -> record ID
+    expired_sets: list[str] = field(default_factory=list)  # open: expired segmented messages
+
+    @property
+    def next_seq(self) -> int:
+        return len(self.members) + len(self.skipped)
+
+    def record_at(self, seq: int) -> tuple[str, str]:
+        """(record ID, where) of the message accepted or skipped at `seq`."""
+        if seq in self.skipped:
+            return self.skipped[seq], "(expired)"
+        m = next(m for m in self.members if m.seq == seq)
+        return m.record_id, m.where
+
+    # ------------------------------------------------------------ (de)serialising
+
+    def dump(self) -> tuple[str, bytes]:
+        """(metadata JSON, payload bytes): what Spark's state store keeps."""
+        meta: dict[str, Any] = {
+            "status": self.status,
+            "queue": self.queue,
+            "partition": self.partition,
+            "seen": self.seen,
+            "reason": self.reason,
+            "members": [
+                [m.record_id, m.schema, m.offset, m.seq, m.final, m.created_ms, len(m.value)]
+                + ([_seg_out(m.segment)] if m.segment is not None else [])
+                for m in self.members
+            ],
+        }
+        if self.skipped:
+            meta["skipped"] = sorted(self.skipped.items())
+        if self.expired_sets:
+            meta["expired_sets"] = self.expired_sets
+        return json.dumps(meta, separators=(",", ":")), b"".join(m.value for m in self.members)
+
+    @classmethod
+    def load(cls, meta_json: str, blob: bytes) -> State:
+        meta = json.loads(meta_json)
+        members = []
+        at = 0
+        for record_id, schema, offset, seq, final, created_ms, size, *seg in meta["members"]:
+            members.append(
+                Message(
+                    record_id,
+                    schema,
+                    meta["queue"],
+                    meta["partition"],
+                    offset,
+                    seq,
+                    final,
+                    created_ms,
+                    blob[at : at + size],
+                    segment=Seg(*seg[0]) if seg else None,
+                )
+            )
+            at += size
+        return cls(
+            meta["status"],
+            meta["queue"],
+            meta["partition"],
+            members,
+            meta["seen"],
+            meta["reason"],
+            {int(k): v for k, v in meta.get("skipped", [])},
+            list(meta.get("expired_sets", [])),
+        )
+
+
+def _seg_out(s: Seg) -> list[Any]:
+    return [s.set_id, s.index, s.last, s.total, s.sha256]

@@ -1,0 +1,216 @@
+"""Reading the router's queues in Spark: Kafka records with their headers parsed.
+
+`read_router_queues` and `with_routing` (re-exported by `spark_jobs.api`) give every
+record its routing headers (`router.contract`), its segment headers (`router.segments`,
+checked here as the units check them: `segment_problem`), its lifetime
+(`router.lifetime`: `expires_ms`, `on_expiry`) and whether it is a multicast copy
+(`router.multicast`). The header names come from those modules; the checks are Spark
+expressions, so that executors need nothing of the router.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from router import contract, lifetime, multicast, segments
+
+# What the router needs from a reader of its queues; a caller's option wins.
+SOURCE_DEFAULTS: Mapping[str, str] = {
+    "startingOffsets": "earliest",
+    "includeHeaders": "true",
+    "kafka.isolation.level": "read_committed",
+    "failOnDataLoss": "true",
+}
+_SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
+
+
+def source_options(queues: Sequence[str], options: Mapping[str, Any]) -> dict[str, str]:
+    """The Kafka source options: the defaults, then every caller option unchanged, then
+    `subscribe` to `queues` (unless the caller subscribes otherwise)."""
+    merged = {**SOURCE_DEFAULTS, **{k: str(v) for k, v in options.items()}}
+    if merged["includeHeaders"].lower() != "true":
+        raise ValueError("the routing headers are needed: includeHeaders cannot be turned off")
+    chosen = [name for name in _SUBSCRIPTIONS if name in merged]
+    if queues:
+        if chosen:
+            raise ValueError(f"queues given and {chosen[0]} too: choose one")
+        merged["subscribe"] = ",".join(queues)
+    elif not chosen:
+        raise ValueError("no queues: give queues, subscribePattern or assign")
+    return merged
+
+
+def header_bytes(name: str) -> Column:
+    """The value of header `name` (the first, if repeated) as bytes, or null."""
+    found = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.get(found, 0)["value"]
+
+
+def header_value(name: str) -> Column:
+    """The value of header `name` (the first, if repeated) as a string, or null."""
+    return header_bytes(name).cast("string")
+
+
+def header_count(name: str) -> Column:
+    return F.size(F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name)))
+
+
+def _whole_number(raw: Column, digits: int) -> Column:
+    """`raw` (a string) as a bigint if it is 1..`digits` decimal digits, else null."""
+    return F.when(raw.rlike(f"^[0-9]{{1,{digits}}}$"), raw.try_cast("bigint"))
+
+
+def segment_columns() -> list[Column]:
+    """`segment_id`, `segment_index`, `segment_last`, `segment_bytes`, `segment_sha256` of
+    a segment (all null on a record that is not one), and `segment_problem`: why its
+    segment headers are malformed, as `router.segments.problem` says (null: fine)."""
+    sid, index = header_bytes(contract.SEGMENT_ID), header_value(contract.SEGMENT_INDEX)
+    flag = F.lower(header_value(contract.SEGMENT_LAST))
+    total, digest = header_value(contract.SEGMENT_BYTES), header_value(contract.SEGMENT_SHA256)
+    last = F.coalesce(flag.isin(*_TRUE), F.lit(False))
+    n_index = _whole_number(index, len(str(segments.MAX_SEGMENTS - 1)))
+    n_total = _whole_number(total, len(str(segments.MAX_TOTAL_BYTES)))
+    gid, final = header_value(contract.GUARANTEE_ID), header_value(contract.FINAL)
+    is_final = F.coalesce(F.lower(final).isin(*_TRUE), F.lit(False))
+    names = sorted(segments.HEADERS)
+    present = F.greatest(*[header_count(n) for n in names]) > 0
+    twice = F.coalesce(*[F.when(header_count(n) > 1, F.lit(n)) for n in names])
+    bad = (
+        F.when(twice.isNotNull(), F.format_string("header '%s' appears more than once", twice))
+        .when(sid.isNull(), F.lit(f"a segment header without '{contract.SEGMENT_ID}'"))
+        .when(
+            ~F.octet_length(sid).between(1, segments.MAX_ID_BYTES),
+            F.lit(f"{contract.SEGMENT_ID} must be 1..{segments.MAX_ID_BYTES} bytes"),
+        )
+        .when(~F.is_valid_utf8(sid.cast("string")), F.lit(f"{contract.SEGMENT_ID} is not UTF-8"))
+        .when(index.isNull(), F.lit(f"{contract.SEGMENT_INDEX} is missing"))
+        .when(
+            n_index.isNull() | (n_index >= segments.MAX_SEGMENTS),
+            F.lit(f"{contract.SEGMENT_INDEX} is not an integer in 0..{segments.MAX_SEGMENTS - 1}"),
+        )
+        .when(
+            flag.isNotNull() & ~flag.isin(*_TRUE, *_FALSE),
+            F.lit(f"{contract.SEGMENT_LAST} is not true/false"),
+        )
+        .when(
+            ~last & (total.isNotNull() | digest.isNotNull()),
+            F.lit(
+                f"{contract.SEGMENT_BYTES} or {contract.SEGMENT_SHA256} on a segment not the last"
+            ),
+        )
+        .when(
+            total.isNotNull() & (n_total.isNull() | (n_total > segments.MAX_TOTAL_BYTES)),
+            F.lit(f"{contract.SEGMENT_BYTES} is not an integer in 0..{segments.MAX_TOTAL_BYTES}"),
+        )
+        .when(
+            last & (total.isNull() | digest.isNull()),
+            F.lit(f"the last segment needs {contract.SEGMENT_BYTES} and {contract.SEGMENT_SHA256}"),
+        )
+        .when(
+            last & ~digest.rlike("^[0-9a-fA-F]{64}$"),
+            F.lit(f"{contract.SEGMENT_SHA256} is not 64 hexadecimal digits"),
+        )
+        .when(gid.isNull(), F.lit("a segment travels in a group: it needs a guarantee-id"))
+        .when(
+            is_final & ~last, F.lit("guarantee-final on a segment that is not its message's last")
+        )
+        .when(
+            (gid == sid.cast("string")) & last & ~is_final,
+            F.lit("the last segment of an ordinary message (guarantee-id = segment-id) is final"),
+        )
+    )
+    ok = present & bad.isNull()
+    return [
+        F.when(ok, sid.cast("string")).alias("segment_id"),
+        F.when(ok, n_index.cast("int")).alias("segment_index"),
+        F.when(ok, last).alias("segment_last"),
+        F.when(ok & last, n_total).alias("segment_bytes"),
+        F.when(ok & last, F.lower(digest)).alias("segment_sha256"),
+        F.when(present, F.concat(F.lit("bad-segment: "), bad)).alias("segment_problem"),
+    ]
+
+
+def lifetime_columns() -> list[Column]:
+    """`expires_ms` (the instant the message expires, ms since the epoch, or null: the
+    earliest of `message-expires-at`, `router-expires-at` and the record's timestamp plus
+    `message-lifetime-ms`), `on_expiry` (`message-on-expiry` as sent) and
+    `lifetime_problem` (a malformed or repeated lifetime header, as the units'
+    `bad-lifetime`; the bounds of a relative lifetime are the router's to check)."""
+    digits = lifetime.MAX_DIGITS
+    at = _whole_number(header_value(lifetime.EXPIRES_AT), digits)
+    stamped = _whole_number(header_value(lifetime.ROUTER_EXPIRES_AT), digits)
+    relative = _whole_number(header_value(lifetime.LIFETIME_MS), digits)
+    on_expiry = header_value(lifetime.ON_EXPIRY)
+    names = sorted(lifetime.HEADERS)
+    twice = F.coalesce(*[F.when(header_count(n) > 1, F.lit(n)) for n in names])
+    numbers = [
+        (lifetime.EXPIRES_AT, at),
+        (lifetime.ROUTER_EXPIRES_AT, stamped),
+        (lifetime.LIFETIME_MS, relative),
+    ]
+    problem = F.when(
+        twice.isNotNull(), F.format_string("header '%s' appears more than once", twice)
+    )
+    for name, number in numbers:
+        problem = problem.when(
+            header_value(name).isNotNull() & number.isNull(),
+            F.lit(f"{name} is not a whole number of milliseconds"),
+        )
+    problem = problem.when(
+        F.greatest(at, stamped, relative) > F.lit(lifetime.MAX_INSTANT_MS),
+        F.lit(f"a lifetime header beyond {lifetime.MAX_INSTANT_MS} ms"),
+    ).when(
+        on_expiry.isNotNull() & ~on_expiry.isin(*lifetime.ON_EXPIRY_VALUES),
+        F.lit(f"{lifetime.ON_EXPIRY} is not one of {', '.join(lifetime.ON_EXPIRY_VALUES)}"),
+    )
+    expires = F.least(at, stamped, F.try_add(F.unix_millis(F.col("timestamp")), relative))
+    return [
+        F.when(problem.isNull(), expires).alias("expires_ms"),
+        on_expiry.alias("on_expiry"),
+        F.concat(F.lit(f"{lifetime.BAD}: "), problem).alias("lifetime_problem"),
+    ]
+
+
+def with_routing(kafka: Any) -> Any:
+    """Records of Spark's Kafka source (with headers) -> `queue`, `partition`, `offset`,
+    `timestamp`, `key`, `value`, `headers` (all of them, raw), and the headers parsed:
+    `guarantee_id`, `seq` (null if absent or not a number; `raw_seq` as sent), `final`,
+    `message_type`, `delivery` (`guarantee-delivery` as sent), `multicast` (a copy of a
+    `message-delivery: multicast` message), the segment columns (`segment_columns`) and
+    the lifetime columns (`lifetime_columns`)."""
+    raw_seq = header_value(contract.SEQ)
+    final = header_value(contract.FINAL).isin("true", "1", "True", "TRUE")
+    is_multicast = header_value(multicast.DELIVERY) == F.lit(multicast.MULTICAST)
+    return kafka.select(
+        F.col("topic").alias("queue"),
+        "partition",
+        "offset",
+        "timestamp",
+        "key",
+        "value",
+        "headers",
+        header_value(contract.GUARANTEE_ID).alias("guarantee_id"),
+        raw_seq.alias("raw_seq"),
+        raw_seq.try_cast("bigint").alias("seq"),
+        F.coalesce(final, F.lit(False)).alias("final"),
+        header_value(contract.MESSAGE_TYPE).alias("message_type"),
+        header_value(contract.DELIVERY).alias("delivery"),
+        F.coalesce(is_multicast, F.lit(False)).alias("multicast"),
+        *segment_columns(),
+        *lifetime_columns(),
+    )
+
+
+def read_router_queues(
+    spark: Any, queues: Sequence[str], *, streaming: bool = True, **options: Any
+) -> Any:
+    """The messages on `queues`, with their headers parsed (see `with_routing`).
+    Pass Kafka source options as keywords: `**{"kafka.bootstrap.servers": ...}`,
+    `maxOffsetsPerTrigger=...`, `groupIdPrefix=...`; `streaming=False` reads a batch."""
+    reader = spark.readStream if streaming else spark.read
+    return with_routing(reader.format("kafka").options(**source_options(queues, options)).load())
