@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark driver (`make bench`): raw relay vs send unit, receive unit and the whole path.
 
-    .venv/bin/python -m ops.bench                 # the full run (about 12 minutes)
-    .venv/bin/python -m ops.bench --quick         # the key workload only, few messages
+    .venv/bin/python -m ops.bench                 # the full run (under 15 minutes)
+    .venv/bin/python -m ops.bench --quick         # the headline workloads only, few messages
     .venv/bin/python -m ops.bench --burst-only    # the burst of open groups only
+    .venv/bin/python -m ops.bench --only java --messages 20000   # one part (below) alone
+    .venv/bin/python -m ops.bench --only ha --messages 20000     # the three-broker row
+
+Parts (--only, comma-separated; ops/harness/benchplan.py): relays, units, headline,
+chained, scaling, latency, java, ha. A run limited to parts skips the burst.
 
 The full run ends with the burst of open groups (ops/harness/burst.py: ~300 groups, 150
 open per plain producer, 3 destinations per side) under `share`, `wait` and `wait` with
@@ -13,7 +18,8 @@ per round with their median.
 
 Uses the local stack of this checkout (`make stack-up`). Writes results.md, results.json
 and PNG plots to .results/bench/ and prints the table; the last line is
-`ratio router/raw = X.XX` (send unit / raw relay at 1 KB, 50 % grouped, 10,000 open groups).
+`ratio router/raw = X.XX` (send unit / raw relay on the unsaturated headline: 1 KB, 50 %
+grouped, 3 open groups on 12 destinations; the median of side-by-side pairs).
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import argparse
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from ops.harness import priority_bench
 from ops.harness.bench import (
     KEY,
     LATENCY_COLUMNS,
@@ -35,6 +43,7 @@ from ops.harness.bench import (
     summary,
     throughput_rows,
 )
+from ops.harness.benchplan import PARTS
 from ops.harness.burst import VARIANTS, BurstStats, burst_report, burst_spec, run_burst
 from ops.harness.console import Console
 from ops.harness.pipeline import Pipeline
@@ -51,8 +60,22 @@ def main() -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="the ratio line's workload only, 3,000 messages: checks the driver, not the figures",
+        help="the headline workloads only, 3,000 messages, one round each, no three-broker "
+        "row: checks the driver, not the figures",
     )
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated parts to run: {', '.join(PARTS)}"
+    )
+    parser.add_argument("--messages", type=int, default=None, help="messages per filled topic")
+    parser.add_argument("--repeats", type=int, default=None, help="rounds of each headline")
+    parser.add_argument(
+        "--rates",
+        default=None,
+        help="comma-separated offered loads (msg/s) of the latency and trace runs, instead "
+        "of 1,000 msg/s and a quarter and a half of the whole path's maximum",
+    )
+    parser.add_argument("--no-java", action="store_true", help="skip the Java relay stages")
+    parser.add_argument("--no-ha", action="store_true", help="skip the three-broker row")
     parser.add_argument("--config", type=Path, default=None, help="router TOML (servers)")
     parser.add_argument(
         "--burst",
@@ -67,26 +90,40 @@ def main() -> int:
     args = parser.parse_args()
     if args.burst_rounds < 1:
         parser.error("--burst-rounds must be at least 1")
+    only = [p.strip() for p in args.only.split(",") if p.strip()]
+    if set(only) - set(PARTS):
+        parser.error(f"--only: parts are {', '.join(PARTS)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     spec = BenchSpec()
     if args.quick:
         spec = BenchSpec(
             min_messages=3_000,
             max_messages=3_000,
-            repeats=2,
+            repeats=1,
             latency_seconds=3.0,
             latency_warmup_s=0.5,
+            latency_rates=(),
+            latency_fractions=(0.5,),
             sizes=(KEY.size,),
             grouped=(KEY.grouped,),
             open_groups=(KEY.open_groups,),
+            ha=False,
         )
+    if args.messages is not None:
+        spec = replace(spec, min_messages=args.messages, max_messages=args.messages)
+    if args.rates is not None:
+        rates = tuple(float(r) for r in args.rates.split(",") if r.strip())
+        spec = replace(spec, latency_rates=rates, latency_fractions=())
+    if args.repeats is not None:
+        spec = replace(spec, repeats=max(1, args.repeats))
+    spec = replace(spec, java=spec.java and not args.no_java, ha=spec.ha and not args.no_ha)
     settings = load_settings(args.config)
     console = Console()
     started = time.monotonic()
     if args.burst_only:
         return 0 if burst(settings, args.out, args.burst_rounds, console) else 1
     bench = Bench(settings, spec, args.out / "runs", out=console)
-    results = bench.run()
+    results = bench.run(only)
     md = report(results, args.out)
     if console.is_terminal:
         console.table(THROUGHPUT_COLUMNS, throughput_rows(results), title="Throughput")
@@ -97,9 +134,10 @@ def main() -> int:
     for line in summary(results):
         console.say(line)
     kept = True
-    if args.burst if args.burst is not None else not args.quick:
+    if args.burst if args.burst is not None else not (args.quick or only):
         # a guarantee broken fails the run
         kept = burst(settings, args.out, args.burst_rounds, console)
+        priority_bench.stage(settings, args.out, console.say)  # docs/priority.md
     console.say(f"ratio router/raw = {results.ratio:.2f}")
     return 0 if kept else 1
 
