@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from ops.harness.collect import Collector, read_sides, verdict
 from ops.harness.hacluster import HaCluster
@@ -71,6 +72,18 @@ def assert_whole(r: Report, senders: Senders, messages: int) -> None:
     )
     assert r.groups_complete == r.groups_sent > 0, text
     assert r.send is not None and r.send.records == r.sent, text
+
+
+def min_insync(admin: AdminClient, names: list[str]) -> dict[str, str | None]:
+    """Each topic's min.insync.replicas, None where a broker cannot say yet."""
+    out: dict[str, str | None] = {}
+    described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names])
+    for resource, future in described.items():
+        try:
+            out[resource.name] = future.result(timeout=30)["min.insync.replicas"].value
+        except KafkaException:
+            out[resource.name] = None
+    return out
 
 
 def reached(collector: Collector, n: int, timeout: float = 120) -> None:
@@ -146,15 +159,15 @@ def test_fifty_thousand_through_a_broker_kill_and_two_brokers_away(
 
     def faults(collector: Collector, senders: Senders) -> None:
         # One broker SIGKILLed mid-run and restarted: traffic never stops.
-        reached(collector, 6_000, 300)
+        reached(collector, 5_000, 300)
         ha_cluster.stop(2, kill=True)
-        reached(collector, 12_000, 300)
+        reached(collector, 10_000, 300)
         ha_cluster.start(2)
         ha_cluster.wait_in_sync(admin, p.name, timeout=300)
         # Two away: no write can reach min.insync.replicas=2.
-        reached(collector, 18_000, 300)
+        reached(collector, 15_000, 300)
         left = workload.messages - senders.attempted
-        assert left > 10_000, (
+        assert left > 3_000, (
             f"only {left} messages left to send when two brokers go away: the outage would"
             " see no traffic (the restarted broker took too long to catch up)"
         )
