@@ -49,6 +49,10 @@ class EntryView:
     closing: str  # the routed final's source position, or "!stop"
     room: str | None  # "waiting", "admitted" or "staged" if in the waiting room
     waiting_s: float | None  # since it joined the room's queue (waiting groups)
+    # Logical order only: the last sequence number routed straight to the destination (-1:
+    # none yet). None in lane order, where members go in arrival order and the table
+    # keeps no number (a sender's record and receivers' statuses have theirs).
+    seq_routed: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +77,7 @@ def view(
         e.closing,
         e.state if e.state in (room.WAITING, room.ADMITTED, room.STAGED) else None,
         None if since is None else (now_ms - since) / 1000,
+        e.next - 1 if e.next >= 0 else None,
     )
 
 
@@ -162,7 +167,7 @@ def show_lines(side: str, gid: str, v: EntryView | None) -> list[str]:
     out = [
         f"{side}: {v.state} on {v.destination}, lane {v.lane or '-'}, age {v.age_s:.1f} s,"
         f" idle {v.idle_s:.1f} s, TTL {v.ttl_s:.1f} s (expires in {v.expires_in_s:.1f} s),"
-        f" parked {v.parks}"
+        f" parked {v.parks}" + ("" if v.seq_routed is None else f", last seq routed {v.seq_routed}")
     ]
     if v.room is not None:
         since = "" if v.waiting_s is None else f", waiting {v.waiting_s:.1f} s"
