@@ -12,7 +12,8 @@
   header names; its control records (close and skip markers) carry the member's header,
   so they follow their group's band.
 * Send side, `settle`: a group whose final was committed is forgotten with the next call
-  (unless a later call used the ID again); a band unused for `keep_ms` is forgotten.
+  (unless a later call, or a later message of the same batch, used the ID again); a band
+  unused for `keep_ms` is forgotten.
 """
 
 from __future__ import annotations
@@ -128,5 +129,24 @@ class BandStep:
         call = batch.extra.get("band_call")
         if call is None or self.table is None:
             return
-        self._forget += [(gid, call) for gid, _ in out.finals]
-        self._forget += [(gid, call) for gid in out.stopped]
+        again = _reused(batch)
+        self._forget += [(gid, call) for gid, _ in out.finals if gid not in again]
+        self._forget += [(gid, call) for gid in out.stopped if gid not in again]
+
+
+def _reused(batch: Batch) -> set[str]:
+    """IDs used again after their group's final in this batch. Such a new group took the
+    ended group's band in the same call (`bands.lua` cannot tell them apart), so the band
+    is kept for it: forgetting it would put the rest of the new group in another band."""
+    ended: set[str] = set()
+    again: set[str] = set()
+    for item in batch.items:
+        gid = _group(item)
+        if gid is None:
+            continue
+        if gid in ended:
+            again.add(gid)
+        r, bad = item.routing, item.bad
+        if r.final if r is not None else bad is not None and bad.final:
+            ended.add(gid)
+    return again

@@ -237,7 +237,10 @@ class Receiver:
     def _received(self, m: Message) -> Received | None:
         """The message to hand out; None if it was dead-lettered instead (done)."""
         message = from_message(m)
-        if self._bands is not None and not self._bands.admit(message):
+        bands = self._bands
+        # A partition paused after a failure was rewound by `_redo`, which refuses what was
+        # fetched of it meanwhile; the band hold must not seek it on, past the held record.
+        if bands is not None and not self._redo.holding(message) and not bands.admit(message):
             return None  # another band while a group is handed out: read again after it
         token = None if is_segment(message) else message  # a segment's bytes are not kept
         self._offsets.received((message.topic, message.partition), message.offset, token)

@@ -27,16 +27,29 @@ log = logging.getLogger("router.receiver")
 
 TP = tuple[str, int]
 MIN_SHARE = 0.1
+WATERMARK_TIMEOUT_S = 2.0
 HOLD_IDLE_S = 10.0  # a group being handed out holds its queue's other bands at most this
 # long after its band had nothing more to read
 
 
 class ReceiverBands:
-    def __init__(self, consumer: Any, queues: Sequence[str], bands: int) -> None:
+    def __init__(
+        self,
+        consumer: Any,
+        queues: Sequence[str],
+        bands: int,
+        topics: Collection[str] | None = None,
+    ) -> None:
+        """`topics`: those that exist (None: every band topic of every queue)."""
         self.consumer = consumer
         self.bases = frozenset(queues)
         self.bands = bands
-        self.topics = [b for q in queues for b in band_topics(q, bands)]
+        self.topics = [
+            b
+            for q in queues
+            for b in band_topics(q, bands)
+            if topics is None or b == q or b in topics
+        ]
         self.scheduler = BandScheduler(bands, min(MIN_SHARE, 0.5 / max(bands - 1, 1)))
         self.open: dict[str, int] = {}  # queue -> the band of the group being handed out
         self.paused: set[TP] = set()  # paused here
@@ -45,24 +58,44 @@ class ReceiverBands:
         self.lag: dict[TP, int] = {}  # as last measured
         self.idle: dict[str, float] = {}  # queue -> since when its held band had nothing
         self.hold_idle_s = HOLD_IDLE_S
+        self.asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
+        self.highs: dict[TP, int] = {}  # the highest watermark seen
+        self.refresh_s = 1.0
 
     @classmethod
     def of(
         cls, consumer: Any, queues: Sequence[str], topics: Collection[str]
     ) -> ReceiverBands | None:
         """Band selection for `queues` if the topology has band topics (from the broker's
-        topic list `topics`); None if it has one band."""
-        bands = min(bands_in(topics, q) for q in queues) if queues else 1
-        return cls(consumer, queues, bands) if bands > 1 else None
+        topic list `topics`); None if none of them has any. Each queue is read in the bands
+        it has: a queue without band topics among them (the events topic beside the
+        receive queues, say) does not hide the others' bands."""
+        bands = max(bands_in(topics, q) for q in queues) if queues else 1
+        return cls(consumer, queues, bands, topics) if bands > 1 else None
 
     def _backlog(self, assigned: list[TopicPartition]) -> list[int]:
         """Each band's backlog: high watermark (as last fetched) less the position (the
-        committed offset, or the low watermark, until something was read)."""
+        committed offset, or the low watermark, until something was read). A paused
+        partition is not fetched, so its cached watermark stays where it was: one that
+        looks empty is asked from the broker at most once per `refresh_s` (as the units
+        do, `router.bandsource`), else a lower band paused while empty never shows its
+        new backlog, never earns its share, and waits as long as a higher band has one."""
         out = [0] * self.bands
+        now = time.monotonic()
         for tp in self.consumer.position(assigned):
+            key = (tp.topic, tp.partition)
             band = split(tp.topic, self.bases)[1]
             _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            high = max(high, self.highs.get(key, -1))  # a watermark never goes back
             at = tp.offset if tp.offset >= 0 else self._start_of(tp)
+            if (
+                key in self.paused
+                and high <= at
+                and now - self.asked.get(key, 0.0) >= self.refresh_s
+            ):
+                self.asked[key] = now
+                high = self._fresh_high(tp, high)
+            self.highs[key] = high
             self.lag[(tp.topic, tp.partition)] = high - at if at >= 0 else 0
             if at >= 0 and high > at:
                 out[band] += high - at
@@ -89,6 +122,14 @@ class ReceiverBands:
                 )
                 self.open.pop(queue)
                 self.idle.pop(queue)
+
+    def _fresh_high(self, tp: TopicPartition, cached: int) -> int:
+        try:
+            got = self.consumer.get_watermark_offsets(tp, timeout=WATERMARK_TIMEOUT_S)
+            return max(int(got[1]), cached)
+        except KafkaException as exc:
+            log.debug("no watermark for %s[%d]: %s", tp.topic, tp.partition, exc)
+            return cached
 
     def _start_of(self, tp: TopicPartition) -> int:
         key = (tp.topic, tp.partition)
@@ -162,6 +203,8 @@ class ReceiverBands:
 
     def forget(self, key: TP) -> None:
         self.paused.discard(key)
+        self.asked.pop(key, None)
+        self.highs.pop(key, None)
         self.starts.pop(key, None)
         self.lag.pop(key, None)
         self.rewound.discard(key)

@@ -31,7 +31,7 @@ from router import lifetime
 from router.config import RouterSettings
 from router.contract import BadInput
 from router.lifetime import Lifetime, OnExpiry
-from router.received import Received
+from router.received import Headers, Received
 
 log = logging.getLogger("router.receiver")
 
@@ -88,16 +88,13 @@ def judge(m: Received, now_ms: int, options: ExpiryOptions) -> Expired | None:
     """`m` if its lifetime ended at or before `now_ms`, else None (also for no lifetime,
     or one the receiver cannot read: logged, handed out)."""
     try:
-        life = lifetime.read(
-            m.headers,
-            m.timestamp_ms,
-            min_lifetime_ms=options.min_lifetime_ms,
-            max_lifetime_ms=options.max_lifetime_ms,
-            default_on_expiry=options.on_expiry,
-        )
+        life = _read(m.headers, m.timestamp_ms, options)
     except BadInput as bad:
-        log.warning("%s[%d]@%d: %s; handed out as alive", m.topic, m.partition, m.offset, bad)
-        return None
+        # The send unit checked the message's own headers against the router's bounds and
+        # stamped the instant: a receiver with other bounds still honours that instant.
+        life = _stamped(m, options)
+        what = "judged by router-expires-at alone" if life else "handed out as alive"
+        log.warning("%s[%d]@%d: %s; %s", m.topic, m.partition, m.offset, bad, what)
     if life is None:
         return None
     gone = lifetime.expired_input(life, now_ms, HOP)
@@ -108,6 +105,31 @@ def judge(m: Received, now_ms: int, options: ExpiryOptions) -> Expired | None:
     grouped = m.guarantee_id is not None
     stops = grouped and not m.final and life.on_expiry == "expire-group"
     return Expired(life, gone, stops, grouped and (m.final or stops))
+
+
+def _read(headers: Headers, timestamp_ms: int | None, options: ExpiryOptions) -> Lifetime | None:
+    return lifetime.read(
+        headers,
+        timestamp_ms,
+        min_lifetime_ms=options.min_lifetime_ms,
+        max_lifetime_ms=options.max_lifetime_ms,
+        default_on_expiry=options.on_expiry,
+    )
+
+
+def _stamped(m: Received, options: ExpiryOptions) -> Lifetime | None:
+    """The lifetime by the send unit's `router-expires-at` (and the message's
+    `message-on-expiry` if readable) alone; None if it has none or it is unreadable."""
+    stamped = [(k, v) for k, v in m.headers if k == lifetime.ROUTER_EXPIRES_AT]
+    if not stamped:
+        return None
+    outcome = [(k, v) for k, v in m.headers if k == lifetime.ON_EXPIRY]
+    for headers in ([*stamped, *outcome], stamped):
+        try:
+            return _read(headers, m.timestamp_ms, options)
+        except BadInput:
+            continue
+    return None
 
 
 def stop_reason(m: Received, found: Expired) -> BadInput:

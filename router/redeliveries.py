@@ -158,6 +158,11 @@ class Redeliveries:
 
     # ------------------------------------------------------------------ reading
 
+    def holding(self, m: Received) -> bool:
+        """Whether `m`'s partition is paused after a failure (`admit` refuses `m`: its
+        partition is read again from the held offset once the pause is over)."""
+        return (m.topic, m.partition) in self._held
+
     def admit(self, m: Received) -> bool:
         """Whether to hand `m` out; if not, it was accounted for (and marked done), or it
         comes again: Redis or the dead-letter topic failed (logged; its partition is

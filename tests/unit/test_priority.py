@@ -310,7 +310,9 @@ class FakeConsumer:
         at = self.positions
         return [TopicPartition(t.topic, t.partition, at[(t.topic, t.partition)][0]) for t in tps]
 
-    def get_watermark_offsets(self, tp: TopicPartition, cached: bool = False) -> tuple[int, int]:
+    def get_watermark_offsets(
+        self, tp: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
         return 0, self.positions[(tp.topic, tp.partition)][1]
 
     def pause(self, tps: list[TopicPartition]) -> None:
