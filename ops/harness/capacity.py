@@ -25,7 +25,11 @@ append time (LogAppendTime), never from the router's counters:
   while it is in flight (its decision window, + the release slack) the table keeps
   other batches' new groups off that queue (a lease): for a group's first record and
   for a copy, a destination with a copy in flight counts as occupied too (not for an
-  ordinary message, which the table places on such a destination).
+  ordinary message, which the table places on such a destination). A copy whose window
+  meets its queue's occupancy (a group in charge, or an earlier such copy) may have
+  waited in the room: once admitted, its queue is in charge of the copies (load 1 in the
+  table, `router/lua/prelude.lua` `admit`) until the drain's release, so its window +
+  the release slack counts as occupancy for every placement.
 
 Instants are whole milliseconds and intervals are closed: a timestamp of X ms stands for
 some instant in [X, X+1), so intervals that share a millisecond count as overlapping.
@@ -158,6 +162,7 @@ def judge_side(
     for d in every:
         by_dest[d].sort(key=lambda r: r.offset)
         occupied[d], held = occupancy(by_dest[d], release_slack_ms, mine)
+        occupied[d] = waited(by_dest[d], occupied[d], release_slack_ms, mine)
         busy[d] = merge([*occupied[d], *fenced(by_dest[d], release_slack_ms, mine)])
         report.held_up += held
     for dest in every:
@@ -193,6 +198,24 @@ def occupancy(
             end[r.group], late = release_by(r.append_ms, release_slack_ms, disturbances)
             held += late
     return merge((f.from_ms, end.get(g, FOREVER)) for g, f in first.items()), held
+
+
+def waited(
+    records: Sequence[Placed],
+    occupied: Intervals,
+    release_slack_ms: int,
+    disturbances: Sequence[Disturbance] = (),
+) -> Intervals:
+    """`occupied` (one destination's groups) with the copies that may have waited for it
+    (`records` in offset order): a copy goes straight only to a queue in charge of no
+    group with no earlier copy waiting, so one whose window meets the occupancy so far
+    may have been parked, then admitted (the queue in charge of it until its release)."""
+    out = occupied
+    for r in records:
+        if r.copy and meets(out, r.from_ms, r.append_ms):
+            end = release_by(r.append_ms, release_slack_ms, disturbances)[0]
+            out = merge([*out, (r.from_ms, end)])
+    return out
 
 
 def fenced(

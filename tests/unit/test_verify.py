@@ -362,3 +362,24 @@ def test_a_chaos_sized_side_is_judged_quickly() -> None:
     assert time.perf_counter() - t0 < 5
     assert r.records == 100_000 and r.interleaved > 1000
     assert r.interleaved == r.allowed + r.disallowed
+
+
+def test_a_copy_that_waited_for_its_queue_occupies_it_until_its_release() -> None:
+    """A multicast copy decided while its queue B was in charge of group h waited in the
+    room; admitted once h was released, B is in charge of the copies (load 1) until the
+    drain's release, so an ordinary record placed in g's span on A meanwhile is allowed.
+    A copy that went straight to a free B only fences new groups: the same ordinary
+    record is then disallowed."""
+    waited = [
+        *group_on("B", "h", 0, 150),
+        Placed("B", 2, "m~B", None, False, 100, 400, copy=True),  # window meets h's span
+    ]
+    assert counts([*interleaved_ordinary(200, 300), *waited], ["A", "B"]) == (1, 1, 0)
+    straight = [
+        *group_on("B", "h", 0, 150),
+        Placed("B", 2, "m~B", None, False, 180, 400, copy=True),  # B free at its decision
+    ]
+    assert counts([*interleaved_ordinary(200, 300), *straight], ["A", "B"]) == (1, 0, 1)
+    # A copy queued behind a copy that waited waits too.
+    chained = [*waited, Placed("B", 3, "n~B", None, False, 390, 700, copy=True)]
+    assert counts([*interleaved_ordinary(600, 650), *chained], ["A", "B"]) == (1, 1, 0)
