@@ -55,7 +55,7 @@ class PriorityResult:
     low_p50_ms: float  # the backlog's own
     low_p99_ms: float
     drain_msg_s: float  # the backlog's messages per second through the whole path
-    overtaken: float  # share of the backlog that landed after the last high message
+    overtaken: float  # share of the backlog (at the trickle's start) landed after the last high
     rounds: int = 1  # percentiles over every round's messages together
 
     @property
@@ -252,7 +252,10 @@ def run_priority(
         first, last = min(x for _, x in lows), max(x for _, x in lows)
         backlogs.append(backlog)
         drains.append(len(lows) / max((last - first) / 1000, 1e-3))
-        overtaken.append(sum(x > last_high for _, x in lows) / len(lows))
+        # of the backlog as it stood when the trickle began (lows sent while filling it
+        # that landed meanwhile are not part of it)
+        after = sum(x > last_high for _, x in lows)
+        overtaken.append(min(after / max(backlog, 1), 1.0))
     result = PriorityResult(
         low=min(backlogs),
         high=high,

@@ -231,7 +231,7 @@ def test_the_priority_bench_stage_short(base_settings: RouterSettings, tmp_path:
     high-priority trickle overtakes the backlog (the 3x goal is the full stage's)."""
     lines: list[str] = []
     r = run_priority(
-        base_settings, tmp_path, low=20_000, high=30, rate=60.0, rounds=1, say=lines.append
+        base_settings, tmp_path, low=20_000, high=30, rate=150.0, rounds=1, say=lines.append
     )
     print("\n".join(lines))
     assert r.high_p99_ms < r.low_p50_ms, "high-priority messages did not overtake the backlog"
