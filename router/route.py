@@ -59,6 +59,9 @@ def request_for(
         complete=complete,
         # an unreadable number (a bad member): -1, parked and dead-lettered by the drain
         seq=(-1 if seq is None else seq) if logical else None,
+        # Lane order (here: also the receive side's logical groups, one lane each): the
+        # table only records a readable number, for `router table show`
+        lane_seq=None if logical or gid is None else seq,
     )
 
 

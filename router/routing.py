@@ -21,7 +21,9 @@ Rules, for each message of a batch, in order:
   entry *closing* with the message's source position; the entry is removed only by
   `release` with that same position, after the forwarded final is committed in Kafka. A
   non-final message of a closing group (the ID reused) clears the mark, so the pending
-  release no longer matches.
+  release no longer matches. In lane order, the entry records the `lane_seq` of the last
+  message routed to its destination (`Entry.routed`, None if it had none) for operators;
+  a new group's entry, its first message's. It decides nothing.
 * New group -> a *clean* destination: in charge of no open group, and with no ordinary
   message of another batch in flight to it (see below); recorded as a new entry.
 * Ordinary message (no guarantee ID) -> a destination in charge of no open group; no
@@ -143,6 +145,11 @@ class RouteRequest:
     # Multicast (receive side, `router.multicast`): the receive queues to copy it to; ()
     # for any other message. The token is then ''.
     targets: tuple[str, ...] = ()
+    # A grouped member's readable `guarantee-seq` where `seq` is None (lane order; also
+    # the receive side, where a logical group keeps the one-lane rule): recorded in the
+    # entry as the last number routed straight to the destination (`router table show`).
+    # It decides nothing.
+    lane_seq: int | None = None
 
 
 @dataclass(slots=True)
@@ -164,6 +171,10 @@ class Entry:
     fence: str = ""
     # ... and the source position of the member that started this group under its ID
     origin: str = ""
+    # Lane order: the sequence number of the last member routed straight to `dest` (the
+    # last routed, not the highest: a replay after an abort routes a lower one again), if
+    # members carry one (`RouteRequest.lane_seq`); None if the last one routed had none.
+    routed: int | None = None
 
     @property
     def deadline_ms(self) -> int:

@@ -24,10 +24,12 @@ def script(name: str) -> str:
 
 def decode_entry(raw: bytes | str) -> Entry:
     """'dest|opened|updated|ttl|closing|lane', then '|state|parks' for a group in the
-    waiting room (`router.room`), then '|next|fence|origin' for a group in logical order; entries
-    written before lanes have 5 fields."""
+    waiting room (`router.room`), then '|next|fence|origin' for a group in logical order
+    (next -1 if not), then '|routed' once a lane-order member with a sequence number went
+    straight to the destination; entries written before lanes have 5 fields, before
+    origins 10 (`router/lua/prelude.lua` is the same codec)."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    dest, opened, updated, ttl, closing, *rest = text.split("|", 10)
+    dest, opened, updated, ttl, closing, *rest = text.split("|", 11)
     entry = Entry(dest, int(opened), int(updated), int(ttl), closing, rest[0] if rest else "")
     if len(rest) >= 3:
         entry.state, entry.parks = rest[1], int(rest[2])
@@ -35,6 +37,8 @@ def decode_entry(raw: bytes | str) -> Entry:
         entry.next, entry.fence = int(rest[3]), rest[4]
     if len(rest) >= 6:
         entry.origin = rest[5]
+    if len(rest) >= 7 and rest[6]:
+        entry.routed = int(rest[6])
     return entry
 
 
@@ -50,6 +54,8 @@ def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
         + ("k" if r.close else "")
         + ("g" if r.complete else "")
         + (f"l{r.seq}" if r.seq is not None else "")
+        # lane order's number, only recorded (logical order's `l` already says it)
+        + (f"q{r.lane_seq}" if r.lane_seq is not None and r.seq is None else "")
     )
     if r.targets:  # multicast: the token is the target queues
         return ("", flags + "m", r.ttl_ms, ",".join(r.targets), r.lane)

@@ -49,9 +49,11 @@ class EntryView:
     closing: str  # the routed final's source position, or "!stop"
     room: str | None  # "waiting", "admitted" or "staged" if in the waiting room
     waiting_s: float | None  # since it joined the room's queue (waiting groups)
-    # Logical order only: the last sequence number routed straight to the destination (-1:
-    # none yet). None in lane order, where members go in arrival order and the table
-    # keeps no number (a sender's record and receivers' statuses have theirs).
+    # The last sequence number routed straight to the destination. Logical order: from
+    # the entry's next number (-1: none yet). Lane order: the number the last member routed
+    # straight carried (`Entry.routed`; a replay after an abort may show a lower one
+    # again); None if it carried none, or if every member so far went through the waiting
+    # room (a sender's record and receivers' statuses have theirs).
     seq_routed: int | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -77,7 +79,7 @@ def view(
         e.closing,
         e.state if e.state in (room.WAITING, room.ADMITTED, room.STAGED) else None,
         None if since is None else (now_ms - since) / 1000,
-        e.next - 1 if e.next >= 0 else None,
+        e.next - 1 if e.next >= 0 else e.routed,
     )
 
 

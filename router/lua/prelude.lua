@@ -6,11 +6,18 @@
 -- far) or pinned before its first message (state 'pinned', router/placement.py), then
 -- "|next|fence|origin" for a group in logical order (the next sequence number to go
 -- straight to its destination, the source position of the last one that did, and of the
--- member that started this group under its ID: drain markers name it).
+-- member that started this group under its ID: drain markers name it; next is -1 in lane
+-- order), then "|routed" once a member in lane order with a sequence number ('q<n>' in
+-- route.lua) went straight to the destination: the last such number, for operators
+-- (router/tableview.py). Every shorter form, as earlier versions wrote it, still decodes,
+-- and an entry without 'routed' encodes as before (router/tablecodec.py: the same codec).
 local function decode_entry(v)
   local d, o, u, t, c, rest = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
-  local l, s, p, n, f, g = string.match(rest,
-    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  local l, s, p, n, f, g, r = string.match(rest,
+    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if not l then
+    l, s, p, n, f, g = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  end
   if not l then
     l, s, p, n, f = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
     g = ''
@@ -21,15 +28,17 @@ local function decode_entry(v)
   end
   if not l then l, s, p = rest, 'open', '0' end
   return { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c, lane = l,
-           state = s, parks = tonumber(p), next = tonumber(n), fence = f, origin = g }
+           state = s, parks = tonumber(p), next = tonumber(n), fence = f, origin = g,
+           routed = tonumber(r or '') }
 end
 
 local function encode_entry(e)
   local v = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|' .. e.closing
     .. '|' .. e.lane
-  if e.next >= 0 then
+  if e.next >= 0 or e.routed then
     v = v .. '|' .. e.state .. '|' .. e.parks .. '|' .. e.next .. '|' .. e.fence .. '|'
       .. (e.origin or '')
+    if e.routed then v = v .. '|' .. string.format('%.0f', e.routed) end
   elseif e.state and e.state ~= 'open' then
     v = v .. '|' .. e.state .. '|' .. e.parks
   end

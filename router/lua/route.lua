@@ -1,6 +1,6 @@
 -- Route one batch atomically: the rules of router/routing.py (the reference model).
 --
--- KEYS: 1 entries (hash gid -> "dest|opened|updated|ttl|closing|lane")
+-- KEYS: 1 entries (hash gid -> "dest|opened|updated|ttl|closing|lane|...", prelude.lua)
 --       2 deadlines (zset gid -> updated + ttl)   3 load (hash dest -> open groups)
 --       4 cursor (string)   5 closing (zset gid -> time marked)   6 stats (hash)
 --       7 inflight (zset "dest|batch" -> lease expiry): ordinary messages not yet committed
@@ -22,7 +22,9 @@
 --       its group, 'c' continuation: sequence number > 0, 'k' close marker: with 'f' and
 --       'c', never an orphan, 'g' whole-group delivery: a new group is staged in the room
 --       until its final, policy 'wait', 'l<n>' logical order with sequence number n (-1: unreadable): the
---       token is then always the message's source position, 'm' multicast: an ordinary
+--       token is then always the message's source position, 'q<n>' lane order's sequence
+--       number n, only recorded: the entry's 'routed' is the last one routed straight to its
+--       destination (ignored with 'l'), 'm' multicast: an ordinary
 --       message whose token is its target destinations, comma-separated), TTL ms, token
 --       (source position), lane (source partition)
 -- Returns: {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
@@ -284,6 +286,8 @@ for m = 0, nmsg - 1 do
   local gid, flags, ttl, token, lane = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local decision
   local seq = tonumber(string.match(flags, 'l(%-?%d+)'))  -- logical order: its sequence number
+  local lane_seq = nil  -- lane order: its sequence number, if any (recorded, decides nothing)
+  if not seq then lane_seq = tonumber(string.match(flags, 'q(%d+)')) end
   if held_lanes[lane] then
     decision = '!s'
   elseif has(flags, 'm') then
@@ -375,6 +379,9 @@ for m = 0, nmsg - 1 do
         if closed_here[gid] and taken[e.dest] then out[1] = out[1] + 1 end
         decision = e.dest
         e.ttl = ttl
+        -- the last routed, even if lower (a replay after an abort), and none if it carried
+        -- none (a group without numbers, or the ID reused by one): what went there last
+        e.routed = lane_seq
         if e.next >= 0 and seq and (seq >= e.next or e.closing ~= '') then
           if e.closing ~= '' and seq < e.next then e.origin = token end  -- the ID reused
           e.next, e.fence = seq + 1, token  -- not a replay (or the ID reused)
@@ -450,7 +457,7 @@ for m = 0, nmsg - 1 do
           if final then c = token end
           cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
                          closing = c, closing0 = '', lane = lane, state = 'open',
-                         parks = 0, next = -1, fence = '', origin = '' }
+                         parks = 0, next = -1, fence = '', origin = '', routed = lane_seq }
           if seq then
             cache[gid].next, cache[gid].fence, cache[gid].origin = seq + 1, token, token
           end

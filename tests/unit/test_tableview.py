@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from router.routing import Entry
+from router.tablecodec import decode_entry
 from router.tableview import show_lines, view
 
 
@@ -26,3 +27,26 @@ def test_a_lane_order_group_has_no_sequence_number_in_the_table() -> None:
     v = view("receive", "G", entry(-1), now_ms=5_000)
     assert v.seq_routed is None and v.as_json()["seq_routed"] is None
     assert "seq" not in show_lines("receive", "G", v)[0]
+
+
+def test_a_lane_order_group_shows_the_number_its_last_routed_member_carried() -> None:
+    e = entry(-1)
+    e.routed = 7
+    v = view("send", "G", e, now_ms=5_000)
+    assert v.seq_routed == 7 and v.as_json()["seq_routed"] == 7
+    assert show_lines("send", "G", v)[0].endswith(", parked 0, last seq routed 7")
+    e.routed = 0  # the first member: a number, not none
+    assert view("receive", "G", e, now_ms=5_000).seq_routed == 0
+
+
+def test_logical_order_reads_its_next_number_whatever_the_entry_recorded() -> None:
+    e = entry(4)
+    e.routed = 9  # a lane-order member of a logical group: next still decides
+    assert view("send", "G", e, now_ms=5_000).seq_routed == 3
+
+
+def test_a_lane_order_entry_read_from_redis_shows_its_number() -> None:
+    v = view("send", "G", decode_entry("2|1000|3000|60000||q/0|open|0|-1|||12"), now_ms=5_000)
+    assert v.seq_routed == 12 and v.state == "open" and v.lane == "q/0"
+    old = view("send", "G", decode_entry("2|1000|3000|60000||q/0"), now_ms=5_000)
+    assert old.seq_routed is None
