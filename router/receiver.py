@@ -170,7 +170,7 @@ class Receiver:
         config: dict[str, Any] = {**settings.kafka.common(), "group.id": group_id}
         if client_id is not None:
             config["client.id"] = client_id
-        return cls(
+        receiver = cls(
             config,
             queues=list(queues or settings.topology.receive_queues),
             assign=assign,
@@ -182,6 +182,9 @@ class Receiver:
             redelivery=RedeliveryOptions.of(settings),
             expiry=ExpiryOptions.of(settings) if check_lifetimes else None,
         )
+        if receiver._bands is not None:  # a group without a TTL header: the router's default
+            receiver._bands.hold_idle_s = settings.routing.default_ttl_ms / 1000
+        return receiver
 
     def __enter__(self) -> Receiver:
         return self
@@ -358,6 +361,9 @@ class Receiver:
         """Give a message (or group) back undone: it, and all handed out after it on its
         partition (`done()` on those no longer counts), comes again before anything later;
         nothing is committed past it. At `max_deliveries` it is dead-lettered instead."""
+        first = message if isinstance(message, Received) else message.messages[0]
+        if self._bands is not None:  # its group holds the other bands again (a final too)
+            self._bands.reopen(first)
         self._redo.abandon(message)
 
     nack = abandon

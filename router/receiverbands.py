@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from router.bandsched import BandScheduler
+from router.contract import TTL_MS as GUARANTEE_TTL
 from router.priority import band_topic, band_topics, bands_in, split
 from router.received import Received
 
@@ -28,8 +29,12 @@ log = logging.getLogger("router.receiver")
 TP = tuple[str, int]
 MIN_SHARE = 0.1
 WATERMARK_TIMEOUT_S = 2.0
-HOLD_IDLE_S = 10.0  # a group being handed out holds its queue's other bands at most this
-# long after its band had nothing more to read
+# A group being handed out holds its queue's other bands until its final, or until its
+# band had nothing more to read for its TTL (`guarantee-ttl-ms`, else this: the router's
+# default `routing.default_ttl_ms`, which `Receiver.from_settings` passes on). Any sooner,
+# an older record of a lower band (appended before the group opened, passed over for the
+# higher band) would be handed out between a slow sender's members.
+HOLD_IDLE_S = 300.0
 
 
 class ReceiverBands:
@@ -58,6 +63,7 @@ class ReceiverBands:
         self.lag: dict[TP, int] = {}  # as last measured
         self.idle: dict[str, float] = {}  # queue -> since when its held band had nothing
         self.hold_idle_s = HOLD_IDLE_S
+        self.holds: dict[str, float] = {}  # queue -> its open group's TTL, s (if it has one)
         self.asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.highs: dict[TP, int] = {}  # the highest watermark seen
         self.refresh_s = 1.0
@@ -102,8 +108,8 @@ class ReceiverBands:
         return out
 
     def _release_idle(self) -> None:
-        """A group whose band of its queue has had nothing more to read for `hold_idle_s`
-        (its sender stopped, the router swept it) no longer holds the queue's other bands:
+        """A group whose band of its queue has had nothing more to read for its TTL (its
+        sender stopped, the router swept it) no longer holds the queue's other bands:
         nothing of them can belong inside it."""
         now = time.monotonic()
         for queue, band in list(self.open.items()):
@@ -112,7 +118,7 @@ class ReceiverBands:
                 self.idle.pop(queue, None)
                 continue
             since = self.idle.setdefault(queue, now)
-            if now - since >= self.hold_idle_s:
+            if now - since >= self.holds.get(queue, self.hold_idle_s):
                 log.warning(
                     "%s: a group in band %d has had nothing more for %.0f s; reading the "
                     "queue's other bands again",
@@ -120,8 +126,7 @@ class ReceiverBands:
                     band,
                     now - since,
                 )
-                self.open.pop(queue)
-                self.idle.pop(queue)
+                self._close(queue)
 
     def _fresh_high(self, tp: TopicPartition, cached: int) -> int:
         try:
@@ -196,10 +201,35 @@ class ReceiverBands:
             return False
         if message.guarantee_id is not None:
             if message.final:
-                self.open.pop(queue, None)
-            else:
-                self.open[queue] = band
+                self._close(queue)
+            elif self.open.get(queue) != band:
+                self._open(queue, band, message)
         return True
+
+    def reopen(self, message: Received) -> None:
+        """`message` (a group's member) was given back undone: its group holds its queue's
+        other bands again until its final is handed out once more (the hold ended when
+        the final was handed out; an abandoned final comes again, and nothing of another
+        band may come before it)."""
+        if message.guarantee_id is None:
+            return
+        queue, band = split(message.topic, self.bases)
+        if queue not in self.open:
+            self._open(queue, band, message)
+
+    def _open(self, queue: str, band: int, message: Received) -> None:
+        self.open[queue] = band
+        self.idle.pop(queue, None)
+        ttl = _ttl_s(message)
+        if ttl is None:
+            self.holds.pop(queue, None)
+        else:
+            self.holds[queue] = ttl
+
+    def _close(self, queue: str) -> None:
+        self.open.pop(queue, None)
+        self.idle.pop(queue, None)
+        self.holds.pop(queue, None)
 
     def forget(self, key: TP) -> None:
         self.paused.discard(key)
@@ -209,4 +239,14 @@ class ReceiverBands:
         self.lag.pop(key, None)
         self.rewound.discard(key)
         queue, _ = split(key[0], self.bases)
-        self.open.pop(queue, None)
+        self._close(queue)
+
+
+def _ttl_s(message: Received) -> float | None:
+    """The group's `guarantee-ttl-ms` in seconds, if the member carries a readable one."""
+    raw = next((v for k, v in message.headers if k == GUARANTEE_TTL), None)
+    try:
+        ttl = int(raw) if raw else 0
+    except ValueError:
+        return None
+    return ttl / 1000 if ttl > 0 else None

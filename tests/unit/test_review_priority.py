@@ -174,27 +174,44 @@ def test_a_lower_band_paused_while_empty_still_gets_its_share_in_the_receiver() 
 
 # The group's sender pausing longer than HOLD_IDLE_S (10 s) is ordinary: a group's TTL is
 # minutes (routing.ttl_ms), and the router keeps the queue for it all that time.
-SLOW_GROUP = (
-    "router/receiverbands.py ReceiverBands._release_idle: a group whose band had nothing new "
-    "for HOLD_IDLE_S (10 s, far below a group's TTL) stops holding its queue's other bands, "
-    "so an older record of a lower band (appended before the group, passed over because the "
-    "group's band was higher) is handed out between the group's members: interleaving as "
-    "the application sees it"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=SLOW_GROUP)
 def test_an_older_lower_band_record_is_not_handed_out_inside_a_slow_group() -> None:
+    """Fixed (router/receiverbands.py): the hold lasted 10 s after the group's band had
+    nothing new, far below a group's TTL, so an older record of a lower band (appended
+    before the group, passed over because the group's band was higher) was handed out
+    between a slow sender's members. It now lasts the group's TTL (`guarantee-ttl-ms`, else
+    the router's default), after which the router has swept the group too."""
     consumer = FakeConsumer({("q", 0): (4, 5), ("q.p2", 0): (0, 1)})
     bands = ReceiverBands(consumer, ["q"], 3)
     bands.before_poll()
     assert bands.admit(received("q.p2", 0, "g"))
     consumer.positions[("q.p2", 0)] = (1, 1)  # the sender pauses 10 s (its TTL: minutes)
     bands.before_poll()
-    bands.idle["q"] -= bands.hold_idle_s
+    bands.idle["q"] -= 10.0
     bands.before_poll()
     consumer.positions[("q", 0)] = (4, 5)  # sought back to 4 by the refused admit
     assert not bands.admit(received("q", 4)), "handed out inside the open group g"
+    # Once the group's band had nothing for its TTL, the other bands are read again.
+    bands.idle["q"] -= bands.hold_idle_s
+    bands.before_poll()
+    assert "q" not in bands.open
+    bands.rewound.clear()
+    assert bands.admit(received("q", 4))
+
+
+def test_a_groups_own_ttl_bounds_its_hold() -> None:
+    consumer = FakeConsumer({("q", 0): (4, 5), ("q.p2", 0): (0, 1)})
+    bands = ReceiverBands(consumer, ["q"], 3)
+    member = received("q.p2", 0, "g")
+    member.headers.append((contract.TTL_MS, b"30000"))
+    assert bands.admit(member)
+    consumer.positions[("q.p2", 0)] = (1, 1)
+    bands.before_poll()
+    bands.idle["q"] -= 29.0
+    bands.before_poll()
+    assert bands.open == {"q": 2}
+    bands.idle["q"] -= 1.0
+    bands.before_poll()
+    assert bands.open == {}
 
 
 RESTART = (
@@ -310,17 +327,10 @@ def test_the_receiver_hands_a_higher_band_group_out_whole_before_an_older_record
     assert got == [b"g0", b"g1", b"o0"]
 
 
-ABANDONED_FINAL = (
-    "router/receiverbands.py ReceiverBands.admit forgets the queue's open group when its "
-    "final is handed out, not when it is done: a final the application abandons comes "
-    "again after a record of another band of the same queue (the band hold ended with the "
-    "first delivery), so that record is handed out inside the still-unfinished group "
-    "whenever the next batch is the lower band's share turn (1 in ceil(1 / min_share))"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ABANDONED_FINAL)
 def test_an_abandoned_final_comes_again_before_any_other_band() -> None:
+    """Fixed (Receiver.abandon -> ReceiverBands.reopen): the hold ended when the final was
+    handed out, so a final the application abandoned came again after a record of another
+    band of the same queue whenever the next batch was the lower band's share turn."""
     r = banded_receiver(
         {
             ("q.p2", 0): [rec("q.p2", 0, "g", 0), rec("q.p2", 1, "g", 1, final=True)],
