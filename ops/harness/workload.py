@@ -205,6 +205,16 @@ class Senders:
         self.started = 0.0
         self.finished = 0.0
         self._stop = threading.Event()
+        self.limit: int | None = None  # see `hold_at`
+
+    def hold_at(self, limit: int | None) -> None:
+        """Senders wait once `limit` messages in all were attempted, until the limit is
+        raised or lifted (None): a driver keeps traffic in reserve for a later phase."""
+        self.limit = limit
+
+    def _held(self) -> bool:
+        limit = self.limit
+        return limit is not None and self.attempted >= limit and not self._stop.is_set()
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -240,6 +250,10 @@ class Senders:
         next_at = time.monotonic()
         try:
             for expected, ctx in plan(self.spec, index):
+                if self._held():
+                    while self._held():
+                        self._stop.wait(0.05)
+                    next_at = time.monotonic()  # paced from here, no burst
                 if self._stop.is_set():
                     break
 
