@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from router import clientconfig, clients
+from router import bandrestore, clientconfig, clients
 from router.config import RouterSettings
 from router.groupstatus import GroupStatus
 from router.reassembly import Reassembler, SegmentError, is_segment
@@ -122,6 +122,8 @@ class Receiver:
         )  # fmt: skip
         conf = {"logger": clients.LIBRDKAFKA_LOGGER, **config, "on_commit": self._redo.on_commit}
         self._consumer = Consumer(clientconfig.consumer_config(conf, cid))
+        peek = {"logger": clients.LIBRDKAFKA_LOGGER, **config}
+        self._peek_config = clientconfig.consumer_config(peek, f"{cid}-peek")
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self.received = 0
         self._offsets = OffsetTracker()
@@ -202,6 +204,14 @@ class Receiver:
 
     def _assigned(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self._redo.assigned(partitions)
+        if self._bands is not None:  # a group handed out part way before: its band holds
+            try:
+                committed = self._consumer.committed(list(partitions), timeout=10)
+            except KafkaException as exc:
+                log.warning("could not read committed offsets to restore band holds: %s", exc)
+            else:
+                found = bandrestore.peek(self._peek_config, committed)
+                self._bands.restore(bandrestore.open_groups(found, self._bands.bases))
         if self._on_assign is not None:
             self._on_assign(self, partitions)
 

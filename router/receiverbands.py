@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -205,6 +205,15 @@ class ReceiverBands:
             elif self.open.get(queue) != band:
                 self._open(queue, band, message)
         return True
+
+    def restore(self, held: Mapping[str, tuple[int, Received]]) -> None:
+        """Holds found in the data for queues taken over (`router.bandrestore`): a group
+        the previous owner handed out part way holds its queue's other bands here too."""
+        for queue, (band, member) in held.items():
+            if queue in self.bases and queue not in self.open:
+                log.info("%s: group %s open in band %d; its other bands wait for it",
+                         queue, member.guarantee_id, band)  # fmt: skip
+                self._open(queue, band, member)
 
     def reopen(self, message: Received) -> None:
         """`message` (a group's member) was given back undone: its group holds its queue's

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from confluent_kafka import TopicPartition
 
-from router import contract, lifetime, priority
+from router import bandrestore, contract, lifetime, priority
 from router.bands import BandStep
 from router.batch import Batch
 from router.classify import Classifier
@@ -214,22 +213,37 @@ def test_a_groups_own_ttl_bounds_its_hold() -> None:
     assert bands.open == {}
 
 
-RESTART = (
-    "router/receiverbands.py: which band a queue's open group is in lives only in memory "
-    "(ReceiverBands.open); a Receiver restarted (or a partition moved to another Receiver) "
-    "after handing out the first members of a higher-band group reads the queue's older "
-    "lower-band record first, between the members it handed out before and the rest"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RESTART)
 def test_a_restarted_receiver_does_not_hand_out_another_band_inside_an_open_group() -> None:
+    """Fixed (router/bandrestore.py): which band a queue's open group is in lived only in
+    memory, so a receiver restarted after handing out the first members of a higher-band
+    group read the queue's older lower-band record first. A receiver taking partitions
+    over now reads each band partition's last record before its committed offset: a
+    member that is not the final holds its queue's other bands."""
     # Before the restart: g's member 0 (q.p2@0) handed out and committed; the older
     # ordinary record q@4 was passed over (band 2 first). g's member 1 is not sent yet.
     consumer = FakeConsumer({("q", 0): (4, 5), ("q.p2", 0): (1, 1)})
     bands = ReceiverBands(consumer, ["q"], 3)  # the restarted receiver
+    g0 = received("q.p2", 0, "g")
+    found = {("q.p2", 0): bandrestore.open_member([g0]), ("q", 0): None}
+    bands.restore(bandrestore.open_groups(found, ["q"]))
     bands.before_poll()
     assert not bands.admit(received("q", 4)), "q@4 comes between g's members 0 and 1"
+    assert bands.admit(received("q.p2", 1, "g", final=True))
+    bands.rewound.clear()
+    assert bands.admit(received("q", 4))
+
+
+def test_only_a_member_before_the_committed_offset_that_is_not_final_holds() -> None:
+    o, g0, g1 = received("q", 3), received("q.p2", 0, "g"), received("q.p2", 1, "g", True)
+    assert bandrestore.open_member([]) is None
+    assert bandrestore.open_member([o]) is None
+    assert bandrestore.open_member([g0, g1]) is None
+    assert bandrestore.open_member([g1, g0]) is g0
+    # two open on one queue (a shared queue): the one appended last holds
+    a = Received("q.p1", 0, 5, None, b"v", [], 2_000, "a", False, None)
+    b = Received("q.p2", 0, 5, None, b"v", [], 1_000, "b", False, None)
+    held = bandrestore.open_groups({("q.p1", 0): a, ("q.p2", 0): b, ("r", 0): None}, ["q", "r"])
+    assert held == {"q": (1, a)}
 
 
 # ---------------------------------------------------------------- the Receiver, end to end

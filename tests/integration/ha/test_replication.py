@@ -163,8 +163,12 @@ def test_fifty_thousand_through_a_broker_kill_and_two_brokers_away(
         t0 = time.monotonic()
         # One broker SIGKILLed mid-run and restarted: traffic never stops.
         reached(collector, 5_000, 300)
+        seen["killed_at_s"] = round(time.monotonic() - t0, 1)
         ha_cluster.stop(2, kill=True)
+        marks = {x.name: x.log_path.stat().st_size for x in p.fleet.procs}
         reached(collector, 10_000, 300)
+        seen["ten_thousand_at_s"] = round(time.monotonic() - t0, 1)
+        seen["backing_off_with_one_away"] = len(backing_off_since(p, marks))
         ha_cluster.start(2)
         seen["restarted_at_s"] = round(time.monotonic() - t0, 1)
         ha_cluster.wait_in_sync(admin, p.name, timeout=300)
