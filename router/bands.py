@@ -28,6 +28,7 @@ from router import priority
 from router.batch import Batch, Item
 from router.contract import BadInput
 from router.emit import Output, Record
+from router.metrics import Metrics
 from router.tablecodec import TableKeys
 
 MAX_FORGET = 1_000  # pending forgets that make a call of their own
@@ -36,9 +37,12 @@ MAX_FORGET = 1_000  # pending forgets that make a call of their own
 class GroupBands:
     """The send side's group -> band table in Redis (one script, one round trip)."""
 
-    def __init__(self, client: redis.Redis, keys: TableKeys, keep_ms: int) -> None:
+    def __init__(
+        self, client: redis.Redis, keys: TableKeys, keep_ms: int, metrics: Metrics | None = None
+    ) -> None:
         self.keys = keys.named("bands bands_at bands_calls")  # the send table's hash slot
         self.keep_ms = keep_ms
+        self.metrics = metrics
         text = resources.files("router").joinpath("lua", "bands.lua").read_text("utf-8")
         self._script: Any = client.register_script(text)
 
@@ -52,6 +56,8 @@ class GroupBands:
         for gid, own in pairs:
             args += [gid, own]
         got = self._script(keys=self.keys, args=args)
+        if self.metrics is not None:
+            self.metrics.inc("redis_round_trips")
         return int(got[0]), [int(b) for b in got[1:]]
 
 

@@ -157,7 +157,7 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
             s.priority.bands,
             t.send_queues if send else (),
             [t.transfer_topic] if send else t.receive_queues,
-            GroupBands(ctx.redis, table.keys, s.routing.max_ttl_ms) if send else None,
+            GroupBands(ctx.redis, table.keys, s.routing.max_ttl_ms, ctx.metrics) if send else None,
         )
     return RoutingSteps(
         Classifier(s, ctx.spec.side, ctx.rejected),

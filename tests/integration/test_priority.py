@@ -29,6 +29,7 @@ from ops.harness.priority_bench import run_priority
 from router import contract, priority
 from router.bands import GroupBands
 from router.config import RouterSettings
+from router.metrics import Metrics
 from router.receiver import Receiver
 from router.sender import Sender
 from router.tablecodec import TableKeys
@@ -158,9 +159,11 @@ def test_a_group_keeps_the_band_of_its_first_member_in_redis(
     redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     keys = TableKeys.of(redis_prefix, "topo", "send")
-    bands = GroupBands(redis_client, keys, keep_ms=60_000)
+    metrics = Metrics()
+    bands = GroupBands(redis_client, keys, keep_ms=60_000, metrics=metrics)
     call, got = bands.resolve([("g", 2), ("g", 0), ("h", 1)], [])
     assert got == [2, 2, 1]
+    assert metrics.get("redis_round_trips") == 1  # one script call, counted
     call2, got = bands.resolve([("g", 0)], [])
     assert got == [2] and call2 == call + 1
     # g's final was committed in the call before last: forgotten, unless used since
