@@ -77,7 +77,7 @@ test: venv $(JARS) lint ## Everything from a fresh clone: venv, jars, lint, stac
 demo: venv $(JARS) stack-up ## Run the whole system end to end and check every guarantee
 	$(BIN)/python -m ops.demo $(ARGS)
 
-chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a lifetime), 20+ SIGKILLs, a broker and a Redis restart
+chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a lifetime, 10% with a priority over 3 bands), 20+ SIGKILLs, a broker and a Redis restart
 	$(BIN)/python -m ops.chaos $(ARGS)
 
 bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Java relays, Redis cost, 3-broker row; .results/bench

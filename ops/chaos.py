@@ -5,13 +5,17 @@
     .venv/bin/python -m ops.chaos --messages 20000 --kills 10 --private-stack
     .venv/bin/python -m ops.chaos --policy wait      # the waiting room: 0 interleavings
     .venv/bin/python -m ops.chaos --whole            # every group whole (policy wait)
-    .venv/bin/python -m ops.chaos --multicast 0 --expiring 0   # no QoS shares
+    .venv/bin/python -m ops.chaos --multicast 0 --expiring 0 --priority 0   # no QoS shares
+    .venv/bin/python -m ops.chaos --bands 1          # no priority bands (default with wait)
 
-By default 5 % of the ordinary messages are multicast and 5 % of the messages have a
-lifetime. Exits non-zero if anything was lost, duplicated, reordered or split, a multicast
-copy lost or doubled, or a message neither delivered nor expired (or both). By default it uses
-(and restarts!) the local stack of this checkout (`make stack-up`); --private-stack starts
-a dedicated one on free ports instead and removes it afterwards.
+By default 5 % of the ordinary messages are multicast, 5 % of the messages have a
+lifetime, and the topology has 3 priority bands with 10 % of the ordinary messages and of
+the groups sent with a `message-priority` (a group's later members with other
+priorities, which the router ignores). Exits non-zero if anything was lost, duplicated,
+reordered or split (over two band topics included), a record on the wrong band, a
+multicast copy lost or doubled, or a message neither delivered nor expired (or both). By
+default it uses (and restarts!) the local stack of this checkout (`make stack-up`);
+--private-stack starts a dedicated one on free ports instead and removes it afterwards.
 """
 
 from __future__ import annotations
@@ -57,6 +61,19 @@ def main() -> int:
         help="share of the messages (finals excepted) sent with a lifetime",
     )
     parser.add_argument(
+        "--bands",
+        type=int,
+        default=None,
+        help=f"priority bands (priority.bands; 1: none); default {d.bands}, 1 with policy "
+        "wait (the waiting room stalled with bands: docs/priority.md, known limits)",
+    )
+    parser.add_argument(
+        "--priority",
+        type=float,
+        default=d.priority_fraction,
+        help="share of the ordinary messages and of the groups sent with a message-priority",
+    )
+    parser.add_argument(
         "--policy",
         choices=["share", "hold", "wait"],
         default=d.busy_policy,
@@ -94,6 +111,8 @@ def main() -> int:
         seed=args.seed,
         multicast_fraction=args.multicast,
         expiring_fraction=args.expiring,
+        bands=args.bands if args.bands is not None else 1 if args.policy == "wait" else d.bands,
+        priority_fraction=args.priority,
         busy_policy=args.policy,
         delivery="complete" if args.whole else "stream",
         **(

@@ -34,6 +34,15 @@ append time (LogAppendTime), never from the router's counters:
 Instants are whole milliseconds and intervals are closed: a timestamp of X ms stands for
 some instant in [X, X+1), so intervals that share a millisecond count as overlapping.
 
+With priority bands, a destination is all its band topics (`Placed.band`): the router
+appends nothing to any band of a destination while a group is open on it. Its records
+are judged in the order they were appended (`ops.harness.bands.merged`): each band
+topic's in offset order, the band topics merged by append time. Records of different
+band topics appended in the same millisecond have no order in the data: the tie is
+resolved leniently, a group's final (and its later members) before, and a group's first
+record after, the other records of that millisecond; so a record of another band counts
+as inside a group's span only if no order of the tie puts it outside.
+
 Why the windows and occupancies are sound (the rule never fails a router that shared
 only when its table had every other destination busy): the table counts a destination
 busy from the decision of a group's first message, which is not before that record's
@@ -57,6 +66,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from ops.harness.bands import lane_name, merged
 
 # How long after a final's append time its destination may still count as busy in the
 # table: the rest of the transaction that carried it (its commit) and the settle call
@@ -116,6 +127,7 @@ class Placed:
     from_ms: int
     append_ms: int
     copy: bool = False  # a multicast copy (router/multicast.py)
+    band: int = 0  # the band topic of `dest` it is on (router.priority: 0 = dest itself)
 
 
 @dataclass
@@ -160,7 +172,7 @@ def judge_side(
     mine = sorted((x for x in disturbances if x.side in (None, side)), key=lambda x: x.start_ms)
     occupied, busy = {}, {}
     for d in every:
-        by_dest[d].sort(key=lambda r: r.offset)
+        by_dest[d] = merged(by_dest[d])  # in append order over its band topics
         occupied[d], held = occupancy(by_dest[d], release_slack_ms, mine)
         occupied[d] = waited(by_dest[d], occupied[d], release_slack_ms, mine)
         busy[d] = merge([*occupied[d], *fenced(by_dest[d], release_slack_ms, mine)])
@@ -185,7 +197,7 @@ def occupancy(
     release_slack_ms: int,
     disturbances: Sequence[Disturbance] = (),
 ) -> tuple[Intervals, int]:
-    """When one destination was in charge of a group (`records` in offset order), and how
+    """When one destination was in charge of a group (`records` in append order), and how
     many of its groups' releases a disturbance (sorted by start) may have held up."""
     first: dict[str, Placed] = {}
     end: dict[str, int] = {}
@@ -207,7 +219,7 @@ def waited(
     disturbances: Sequence[Disturbance] = (),
 ) -> Intervals:
     """`occupied` (one destination's groups) with the copies that may have waited for it
-    (`records` in offset order): a copy goes straight only to a queue in charge of no
+    (`records` in append order): a copy goes straight only to a queue in charge of no
     group with no earlier copy waiting, so one whose window meets the occupancy so far
     may have been parked, then admitted (the queue in charge of it until its release)."""
     out = occupied
@@ -254,9 +266,10 @@ def _judge_destination(
     others: dict[str, Intervals],
     cover_new: Intervals | None = None,
 ) -> None:
-    opened: dict[str, tuple[int, bool]] = {}  # open group -> (first offset, placement allowed)
+    # open group -> (its first record's position in `records`, that placement allowed)
+    opened: dict[str, tuple[int, bool]] = {}
     seen: set[str] = set()
-    for r in records:
+    for at, r in enumerate(records):
         g = r.group
         around = [x for x in opened if x != g]
         ok = True
@@ -280,7 +293,7 @@ def _judge_destination(
         if g not in seen:
             seen.add(g)
             if not r.final:
-                opened[g] = (r.offset, ok)
+                opened[g] = (at, ok)
         elif r.final:
             opened.pop(g, None)
 
@@ -305,7 +318,8 @@ def _example(
     shown = "; ".join(free[:4]) + (f"; +{len(free) - 4} more" if len(free) > 4 else "")
     clock = datetime.fromtimestamp(lo / 1000).strftime("%H:%M:%S.%f")[:-3]
     return (
-        f"{dest}@{r.offset} {what} entered group {spans}'s span; window {clock} "
+        f"{lane_name(dest, r.band)}@{r.offset} {what} entered group {spans}'s span; "
+        f"window {clock} "
         f"+{hi - lo} ms; free (ms into the window): {shown}"
     )
 

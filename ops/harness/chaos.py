@@ -5,15 +5,19 @@ restarted; some are restarted with a fault-injection point armed (`router.faults
 they kill themselves exactly between routing and producing, between producing and
 committing, or between committing and settling. The broker is restarted once and Redis
 once (with its append-only file) mid-run. A share of the messages is multicast (to every
-receive queue, or to a named subset) and a share has a lifetime (some long gone, some
-short, some long; `ops.harness.workload`). At the end the units are stopped, every
-destination of both sides (transfer topic, receive queues) is read from the beginning to
-its end with read_committed once the transaction timeout has passed, and checked against
-what Kafka acknowledged to the senders: nothing lost, duplicated, reordered or split, and
-every interleaving judged by the capacity rule (`ops.harness.capacity`); every multicast
-message once on each of its queues; with the events and dead-letter topics, every message
-delivered, expired (one ExpiredMessage event) or dead-lettered, never two of them
-(`ops.harness.accounts`). A unit exit that
+receive queue, or to a named subset), a share has a lifetime (some long gone, some
+short, some long) and a share has a priority (`message-priority`, on a topology with
+priority bands; a group's later members say other priorities, which the router must
+ignore; `ops.harness.workload`). At the end the units are stopped, every destination of
+both sides (transfer topic, receive queues; every band topic of each) is read from the
+beginning to its end with read_committed once the transaction timeout has passed, and
+checked against what Kafka acknowledged to the senders: nothing lost, duplicated,
+reordered or split (a group on one band topic of one queue), and every interleaving
+judged by the capacity rule (`ops.harness.capacity`, a destination's band topics merged
+by append time); every message on its priority's band, a group on its first member's
+(`ops.harness.bands`); every multicast message once on each of its queues; with the
+events and dead-letter topics, every message delivered, expired (one ExpiredMessage
+event) or dead-lettered, never two of them (`ops.harness.accounts`). A unit exit that
 was neither our kill nor an armed fault injection fails the run too.
 """
 
@@ -68,6 +72,10 @@ class ChaosSpec:
     # the others (finals excepted), with a lifetime.
     multicast_fraction: float = 0.05
     expiring_fraction: float = 0.05
+    # Priority bands (priority.bands; 1: none) and, of the ordinary messages and of the
+    # groups, the share with a `message-priority` header (ops.harness.workload).
+    bands: int = 3
+    priority_fraction: float = 0.1
 
 
 @dataclass
@@ -200,6 +208,7 @@ def run_chaos(
         extra_env={
             "ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": str(spec.transaction_timeout_ms),
             "ROUTER_ROUTING__DEFAULT_DELIVERY": spec.delivery,
+            "ROUTER_PRIORITY__BANDS": str(spec.bands),
         },
     )
     # The seed fixes the workload and the kills; the name is new each run, so a run
@@ -209,7 +218,8 @@ def run_chaos(
     say(
         f"chaos: {spec.messages} messages from {spec.senders} senders at {spec.rate:.0f}/s "
         f"each; {spec.send_units} send units, {spec.receive_units} receive units, "
-        f"{t.receive_units} transfer partitions, {len(t.receive_queues)} receive queues; "
+        f"{t.receive_units} transfer partitions, {len(t.receive_queues)} receive queues, "
+        f"{spec.bands} priority bands; "
         f"{spec.kills} kill events, broker restart: {spec.restart_broker}, "
         f"Redis restart: {spec.restart_redis}"
     )
@@ -229,6 +239,7 @@ def run_chaos(
         multicast_fraction=spec.multicast_fraction,
         expiring_fraction=spec.expiring_fraction,
         receive_queues=tuple(t.receive_queues),
+        priority_fraction=spec.priority_fraction,
     )
     collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
     collector.start()
@@ -374,6 +385,8 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
         items.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])
     if r.accounts is not None and r.accounts.examples:
         items.extend(f"    {e}" for e in r.accounts.examples)
+    if r.bands is not None:
+        items.extend(f"    {e}" for e in r.bands.examples)
     v = result.violations()
     items.append(
         "RESULT: "
@@ -388,7 +401,7 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
 
 
 def qos_rows(r: Report) -> list[SummaryItem]:
-    """Multicast and lifetimes: what the queues and the events topic hold."""
+    """Multicast, lifetimes and priorities: what the queues and the events topic hold."""
     rows: list[SummaryItem] = []
     if r.multicast_sent:
         rows.append(
@@ -411,6 +424,8 @@ def qos_rows(r: Report) -> list[SummaryItem]:
             )
         )
         rows.append(Row("dead-lettered", f"{a.dead_lettered}", _reasons(a.dead_reasons)))
+    if r.bands is not None:
+        rows += [Row(*row) for row in r.bands.rows()]
     return rows
 
 

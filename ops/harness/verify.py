@@ -8,10 +8,15 @@ counters or logs, so a router bug cannot hide itself. Counts, on the receive que
   counts only as a duplicate: order, interleaving and completeness are judged on first
   copies, the earliest appended);
 * reordered: a group's message received after a later message of the same group, on
-  the same queue (position in the queue = offset);
-* split: a group whose messages reached more than one receive queue;
+  the same band topic of the same queue (position = offset);
+* split: a group whose messages reached more than one receive queue, or more than one
+  band topic of a queue (priority bands, `ops.harness.bands`);
 * unexpected: received but never sent (leftovers of another run would show here);
-* interleaved: a message received inside another group's open span on its queue.
+* interleaved: a message received inside another group's open span on its queue (with
+  priority bands: its band topics merged by append time, `ops.harness.bands.merged`);
+* wrong band (with priority bands): a record on a band topic other than the one its
+  priority maps to, a group member's being its group's first member's
+  (`ops.harness.bands.judge_bands`, both sides).
 
 A multicast message (`Sent.queues`: its target receive queues) is expected once on each
 of them: each copy is judged as its own ordinary message (lost, duplicated on its queue,
@@ -36,6 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ops.harness.accounts import Accounts, ExpiredSeen, LetterSeen, account
+from ops.harness.bands import BandReport, judge_bands, lane_name, merged
 from ops.harness.capacity import (
     RELEASE_SLACK_MS,
     Disturbance,
@@ -53,6 +59,7 @@ class Sent:
     final: bool
     queues: tuple[str, ...] | None = None  # multicast: expected once on each of these
     expires: bool = False  # sent with a lifetime: delivered or expired, either is right
+    priority: int | None = None  # its `message-priority` header (None: it had none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,7 @@ class Seen:
     latency_ms: float | None = None
     append_ms: int | None = None  # the broker's append time on `queue` (LogAppendTime)
     created_ms: int | None = None  # the sender's create time (payload `created_at`)
+    band: int = 0  # the band topic of `queue` it is on (router.priority: 0 = the queue)
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,7 @@ class Report:
     send: SideReport | None = None  # the capacity rule's verdict per side (None: not judged)
     receive: SideReport | None = None
     accounts: Accounts | None = None  # expired and dead-lettered (None: not read)
+    bands: BandReport | None = None  # priority bands: where messages landed, wrong bands
 
     @property
     def sides(self) -> list[SideReport]:
@@ -122,6 +131,8 @@ class Report:
             out.append(f"interleaved={self.interleaved}, not judged by the capacity rule")
         if self.accounts is not None:
             out += self.accounts.violations()
+        if self.bands is not None:
+            out += self.bands.violations()
         return out
 
     @property
@@ -186,11 +197,13 @@ def verify(
     capacity: CapacitySpec | None = None,
     expired: Iterable[ExpiredSeen] | None = None,
     dead: Iterable[LetterSeen] | None = None,
+    bands: int = 1,
 ) -> Report:
     """Judge `seen` (what the receive queues hold) against `sent`. With `forwarded` (what
     the transfer topic holds) and `capacity`, judge both sides' interleavings by the
     capacity rule; every record then needs its append time. With `expired` and `dead`
-    (the ExpiredMessage events and dead letters), account for every message."""
+    (the ExpiredMessage events and dead letters), account for every message. `bands`:
+    the topology's priority bands (`Seen.band` says which band topic a record is on)."""
     report = Report()
     sent = list(sent)
     forwarded = None if forwarded is None else list(forwarded)
@@ -234,24 +247,26 @@ def verify(
     by_queue: dict[str, list[Seen]] = defaultdict(list)
     for r in firsts:
         by_queue[r.queue].append(r)
-    queues_of: dict[str, set[str]] = defaultdict(set)
+    queues_of: dict[str, set[str]] = defaultdict(set)  # group -> the band topics it is on
     got: dict[str, set[int]] = defaultdict(set)
     bad: set[str] = set()
-    for queue, records in by_queue.items():
-        records.sort(key=lambda r: r.offset)
+    for queue, unordered in by_queue.items():
+        records = merged(unordered)  # each band topic in offset order, merged by append time
         report.interleaved += _interleaved(records)
-        highest: dict[str, int] = {}
+        highest: dict[tuple[str, int], int] = {}  # (group, band) -> highest seq so far
         for r in records:
             if r.group is None:
                 continue
-            g = r.group
-            queues_of[g].add(queue)
-            if g in highest and r.seq < highest[g]:
+            g, lane = r.group, (r.group, r.band)
+            queues_of[g].add(lane_name(queue, r.band))
+            if lane in highest and r.seq < highest[lane]:
                 report.reordered += 1
                 bad.add(g)
                 if len(report.reorder_examples) < 5:
-                    report.reorder_examples.append(f"{g}: {r.seq} after {highest[g]} on {queue}")
-            highest[g] = max(highest.get(g, -1), r.seq)
+                    report.reorder_examples.append(
+                        f"{g}: {r.seq} after {highest[lane]} on {lane_name(queue, r.band)}"
+                    )
+            highest[lane] = max(highest.get(lane, -1), r.seq)
             got[g].add(r.seq)
     for g, queues in queues_of.items():
         if len(queues) > 1:
@@ -265,6 +280,9 @@ def verify(
     report.groups_complete = sum(
         1 for g, size in group_sizes.items() if g not in bad and got[g] == set(range(size))
     )
+    of = {**{s.event_id: s for s in sent}, **expected}  # a multicast copy: its message
+    upstream = None if forwarded is None else first_copies(forwarded)[0]
+    report.bands = judge_bands(sent, of, firsts, upstream, bands)
     if forwarded is not None and capacity is not None:
         origin = {copy_id(e, q): e for e, queues in copied.items() for q in queues}
         report.send, report.receive = judge_sides(firsts, list(forwarded), capacity, origin)
@@ -341,4 +359,6 @@ def _created(r: Seen) -> int:
 
 def _placed(r: Seen, from_ms: int, copies: Mapping[str, str] | None = None) -> Placed:
     copy = copies is not None and r.event_id in copies
-    return Placed(r.queue, r.offset, r.event_id, r.group, r.final, from_ms, _appended(r), copy)
+    return Placed(
+        r.queue, r.offset, r.event_id, r.group, r.final, from_ms, _appended(r), copy, r.band
+    )

@@ -17,6 +17,15 @@ random stream of their own so the rest of a seeded plan stays the same:
   goes), a third with 10 minutes. A final never expires: its group would end without it,
   and the verifier judges a group's span on a queue from its first record to its final.
   A message is never both multicast and expiring.
+
+The priority share (`WorkloadSpec.priority_fraction`), from a random stream of its own
+too: of the ordinary messages and of the groups, that share carries a `message-priority`
+header of a random value 0..9 (with the router's `Sender`, a message with one goes to its
+band's send queue). In a group, the header is on its first member, and every later member
+carries a random different priority, which the router must ignore: the group keeps its
+first member's band. `Sent.priority` records the header each message carried; the verdict
+judges the bands from it (`ops.harness.bands`). Independent of the QoS shares: a
+multicast or expiring message may carry a priority too.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from confluent_kafka import Producer
 
 from ops.harness.accounts import EVENT_ID_HEADER
 from ops.harness.verify import Sent
-from router import lifetime, multicast, schemas
+from router import lifetime, multicast, priority, schemas
 from router.clients import idempotent_producer_config
 from router.config import RouterSettings
 from router.contract import headers_for
@@ -61,6 +70,7 @@ class WorkloadSpec:
     multicast_fraction: float = 0.0  # of the ordinary messages: multicast
     expiring_fraction: float = 0.0  # of the others (finals excepted): with a lifetime
     receive_queues: tuple[str, ...] = ()  # the topology's: multicast's targets
+    priority_fraction: float = 0.0  # of the ordinary messages and of the groups: a priority
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +155,31 @@ def qos(
     return [], None, False
 
 
+def ranked(
+    spec: WorkloadSpec, rng: random.Random, group: str | None, seq: int, first: dict[str, int]
+) -> int | None:
+    """A message's priority header (None: none). `first`: the priorities of the open
+    groups' first members (a group in the share: its later members say something else)."""
+    if group is not None and seq > 0:
+        given = first.get(group)
+        if given is None:
+            return None
+        return rng.choice([p for p in range(priority.MAX_PRIORITY + 1) if p != given])
+    if rng.random() >= spec.priority_fraction:
+        return None
+    chosen = rng.randint(0, priority.MAX_PRIORITY)
+    if group is not None:
+        first[group] = chosen
+    return chosen
+
+
 def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]]:
     """One sender's messages in send order: (what the verifier expects, how to build it:
     `ctx["headers"]`, the QoS headers)."""
     rng = random.Random(f"{spec.seed}-{index}")
     extra = random.Random(f"{spec.seed}-{index}-qos")  # QoS draws: the plan stays the same
+    ranks = random.Random(f"{spec.seed}-{index}-priority")  # and the priority draws
+    first: dict[str, int] = {}  # open group in the priority share -> its first's priority
     shares = spec.multicast_fraction > 0 or spec.expiring_fraction > 0
     sender = f"s{index}"
     quota = spec.messages // spec.senders + (1 if index < spec.messages % spec.senders else 0)
@@ -183,8 +213,13 @@ def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]
         headers, targets, expires = (
             qos(spec, extra, event_id, group, final) if shares else ([], None, False)
         )
+        rank = ranked(spec, ranks, group, seq, first) if spec.priority_fraction else None
+        if rank is not None:
+            headers = [*headers, priority.header(rank)]
+        if final:
+            first.pop(group or "", None)
         ctx = {"sender": sender, "rng": rng, "headers": headers}
-        yield Sent(event_id, group, seq, final, targets, expires), ctx
+        yield Sent(event_id, group, seq, final, targets, expires, rank), ctx
         n += 1
 
 
