@@ -64,6 +64,7 @@ class ReceiverBands:
         self.idle: dict[str, float] = {}  # queue -> since when its held band had nothing
         self.hold_idle_s = HOLD_IDLE_S
         self.holds: dict[str, float] = {}  # queue -> its open group's TTL, s (if it has one)
+        self.gids: dict[str, str | None] = {}  # queue -> the guarantee ID of its open group
         self.asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.highs: dict[TP, int] = {}  # the highest watermark seen
         self.refresh_s = 1.0
@@ -192,6 +193,13 @@ class ReceiverBands:
         if key in self.rewound:
             return False
         held = self.open.get(queue)
+        if held == band and message.guarantee_id != self.gids.get(queue):
+            # Another record of the group's own band: the router appends nothing to the
+            # queue inside an open group's span (unless its busy policy shared it), so
+            # the group ended without a final reaching the queue (stopped, expired, its
+            # final dead-lettered): its hold ends here, not after its TTL.
+            self._close(queue)
+            held = None
         if held is not None and band != held:
             tp = TopicPartition(message.topic, message.partition, message.offset)
             self.consumer.seek(tp)  # read again from here
@@ -202,7 +210,7 @@ class ReceiverBands:
         if message.guarantee_id is not None:
             if message.final:
                 self._close(queue)
-            elif self.open.get(queue) != band:
+            elif queue not in self.open:
                 self._open(queue, band, message)
         return True
 
@@ -228,6 +236,7 @@ class ReceiverBands:
 
     def _open(self, queue: str, band: int, message: Received) -> None:
         self.open[queue] = band
+        self.gids[queue] = message.guarantee_id
         self.idle.pop(queue, None)
         ttl = _ttl_s(message)
         if ttl is None:
@@ -237,6 +246,7 @@ class ReceiverBands:
 
     def _close(self, queue: str) -> None:
         self.open.pop(queue, None)
+        self.gids.pop(queue, None)
         self.idle.pop(queue, None)
         self.holds.pop(queue, None)
 

@@ -462,3 +462,24 @@ def test_a_queue_without_bands_does_not_hide_the_other_queues_bands() -> None:
     topics = {"q", "q.p1", "q.p2", "events"}
     bands = ReceiverBands.of(FakeConsumer({}), ["q", "events"], topics)
     assert bands is not None and bands.topics == ["q", "q.p1", "q.p2", "events"]
+
+
+def test_another_record_of_the_groups_band_ends_its_hold() -> None:
+    """A group that ends without its final reaching the queue (stopped, expired, its final
+    dead-lettered) holds the other bands only until another record of its own band comes:
+    the router appends nothing to the queue inside an open group's span, so that record
+    shows the group ended. Without it the other bands waited for the group's TTL."""
+    consumer = FakeConsumer({("q", 0): (4, 5), ("q.p2", 0): (0, 3)})
+    bands = ReceiverBands(consumer, ["q"], 3)
+    bands.before_poll()
+    assert bands.admit(received("q.p2", 0, "g"))
+    assert bands.admit(received("q.p2", 1, "g"))  # its own member: still held
+    assert bands.open == {"q": 2}
+    assert not bands.admit(received("q", 4))
+    assert bands.admit(received("q.p2", 2))  # an ordinary record after g: g ended
+    assert bands.open == {}
+    bands.rewound.clear()
+    assert bands.admit(received("q", 4))
+    # ... and a new group of the same band takes the hold over
+    assert bands.admit(received("q.p2", 3, "h"))
+    assert bands.open == {"q": 2} and bands.gids == {"q": "h"}
