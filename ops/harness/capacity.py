@@ -9,7 +9,9 @@ append time (LogAppendTime), never from the router's counters:
   arrived on D;
 * a destination is *occupied* during each of its groups' occupancy: [from_ms of the
   group's first record there, append time of its final there + `RELEASE_SLACK_MS`], or
-  open-ended if its final never arrived there;
+  open-ended if its final never arrived there. A member that never reached the
+  destination (expired or dead-lettered on the way) was routed all the same, so the
+  occupancy starts at the earliest from_ms of any of the group's members on the side;
 * the router places a record (an ordinary message, or a group's first message on D) at
   one instant of its *decision window* [from_ms, append_ms]: from_ms is the earliest
   instant it could have been decided (receive side: the append time of its first copy on
@@ -63,7 +65,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -160,10 +162,14 @@ def judge_side(
     destinations: Sequence[str],
     release_slack_ms: int = RELEASE_SLACK_MS,
     disturbances: Sequence[Disturbance] = (),
+    opened_from: Mapping[str, int] | None = None,
 ) -> SideReport:
     """Count the interleavings on one side's destinations and judge each by the capacity
     rule. `records`: first copies only; `destinations`: all of the side's; `disturbances`:
-    what may have held up releases (those of other sides are ignored)."""
+    what may have held up releases (those of other sides are ignored); `opened_from`: a
+    group -> the earliest instant any of its members could have been decided on this side
+    (a member that never reached a destination, expired or dead-lettered, was routed all
+    the same: its group's occupancy starts there, not at its first record on a queue)."""
     by_dest: dict[str, list[Placed]] = defaultdict(list)
     for r in records:
         by_dest[r.dest].append(r)
@@ -173,7 +179,7 @@ def judge_side(
     occupied, busy = {}, {}
     for d in every:
         by_dest[d] = merged(by_dest[d])  # in append order over its band topics
-        occupied[d], held = occupancy(by_dest[d], release_slack_ms, mine)
+        occupied[d], held = occupancy(by_dest[d], release_slack_ms, mine, opened_from)
         occupied[d] = waited(by_dest[d], occupied[d], release_slack_ms, mine)
         busy[d] = merge([*occupied[d], *fenced(by_dest[d], release_slack_ms, mine)])
         report.held_up += held
@@ -196,9 +202,12 @@ def occupancy(
     records: Sequence[Placed],
     release_slack_ms: int,
     disturbances: Sequence[Disturbance] = (),
+    opened_from: Mapping[str, int] | None = None,
 ) -> tuple[Intervals, int]:
     """When one destination was in charge of a group (`records` in append order), and how
-    many of its groups' releases a disturbance (sorted by start) may have held up."""
+    many of its groups' releases a disturbance (sorted by start) may have held up. A group
+    is in charge from its first record's `from_ms`, or from `opened_from[group]` if that is
+    earlier (a member routed without reaching the destination)."""
     first: dict[str, Placed] = {}
     end: dict[str, int] = {}
     held = 0
@@ -209,7 +218,13 @@ def occupancy(
         if r.final and r.group not in end:
             end[r.group], late = release_by(r.append_ms, release_slack_ms, disturbances)
             held += late
-    return merge((f.from_ms, end.get(g, FOREVER)) for g, f in first.items()), held
+    since = opened_from or {}
+    return (
+        merge(
+            (min(f.from_ms, since.get(g, f.from_ms)), end.get(g, FOREVER)) for g, f in first.items()
+        ),
+        held,
+    )
 
 
 def waited(

@@ -60,6 +60,7 @@ class Sent:
     queues: tuple[str, ...] | None = None  # multicast: expected once on each of these
     expires: bool = False  # sent with a lifetime: delivered or expired, either is right
     priority: int | None = None  # its `message-priority` header (None: it had none)
+    created_ms: int | None = None  # its create time (payload `created_at`), if recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +286,7 @@ def verify(
     report.bands = judge_bands(sent, of, firsts, upstream, bands)
     if forwarded is not None and capacity is not None:
         origin = {copy_id(e, q): e for e, queues in copied.items() for q in queues}
-        report.send, report.receive = judge_sides(firsts, list(forwarded), capacity, origin)
+        report.send, report.receive = judge_sides(firsts, list(forwarded), capacity, origin, sent)
     return report
 
 
@@ -317,21 +318,42 @@ def judge_sides(
     forwarded: Sequence[Seen],
     capacity: CapacitySpec,
     origin: Mapping[str, str] | None = None,
+    sent: Sequence[Sent] = (),
 ) -> tuple[SideReport, SideReport]:
     """The capacity rule on both sides: `forwarded` = what the transfer topic holds (send
     side), `received` = what the receive queues hold (receive side). The decision window
     of a record starts, on the send side, at the sender's create time; on the receive
     side, at the append time of its first copy on the transfer topic (an event never seen
     there: its create time, the earliest anything could have decided it). `origin`: a
-    multicast copy's ID -> its message's ID (on the transfer topic)."""
+    multicast copy's ID -> its message's ID (on the transfer topic).
+
+    A group's member that never reaches a side's destination (expired or dead-lettered
+    there) is still routed, so that its group stays whole: the table puts the group in
+    charge of its destination from that member's decision, before anything of the group
+    is on it. So a group's occupancy starts at the earliest instant any of its members
+    could have been decided on the side: send side, the earliest create time `sent`
+    records; receive side, the earliest append time of its members on the transfer
+    topic."""
     upstream, _ = first_copies(forwarded)
     copies = origin or {}
+    send_from: dict[str, int] = {}
+    for s in sent:
+        if s.group is not None and s.created_ms is not None:
+            send_from[s.group] = min(send_from.get(s.group, s.created_ms), s.created_ms)
+    for r in upstream:
+        if r.group is not None:
+            send_from[r.group] = min(send_from.get(r.group, _created(r)), _created(r))
+    receive_from: dict[str, int] = {}
+    for r in upstream:
+        if r.group is not None:
+            receive_from[r.group] = min(receive_from.get(r.group, _appended(r)), _appended(r))
     send = judge_side(
         "send",
         [_placed(r, _created(r)) for r in upstream],
         capacity.send_destinations,
         capacity.release_slack_ms,
         capacity.disturbances,
+        send_from,
     )
     appended = {r.event_id: _appended(r) for r in upstream}
     receive = judge_side(
@@ -343,6 +365,7 @@ def judge_sides(
         capacity.receive_destinations,
         capacity.release_slack_ms,
         capacity.disturbances,
+        receive_from,
     )
     return send, receive
 

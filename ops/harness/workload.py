@@ -36,7 +36,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import Producer
@@ -97,6 +97,7 @@ def encode_event(
     final: bool,
     rng: random.Random,
     payload_bytes: int,
+    created_ms: int | None = None,
 ) -> bytes:
     record: dict[str, Any] = {
         "event_id": event_id,
@@ -108,7 +109,7 @@ def encode_event(
         "sku": f"SKU-{rng.randint(1, 9999):04d}",
         "quantity": rng.randint(1, 20),
         "unit_price_cents": rng.randint(99, 99_999),
-        "created_at": int(time.time() * 1000),
+        "created_at": int(time.time() * 1000) if created_ms is None else created_ms,
         "note": "",
     }
     raw = schemas.encode(ORDER_EVENT, record)
@@ -284,13 +285,14 @@ class Senders:
         interval = 1 / self.spec.rate if self.spec.rate else 0.0
         next_at = time.monotonic()
         try:
-            for expected, ctx in plan(self.spec, index):
+            for planned, ctx in plan(self.spec, index):
                 if self._held():
                     while self._held():
                         self._stop.wait(0.05)
                     next_at = time.monotonic()  # paced from here, no burst
                 if self._stop.is_set():
                     break
+                expected = replace(planned, created_ms=int(time.time() * 1000))
 
                 def delivered(err: Any, _msg: Any, expected: Sent = expected) -> None:
                     if err is None:
@@ -305,6 +307,7 @@ class Senders:
                     expected.final,
                     ctx["rng"],
                     self.spec.payload_bytes,
+                    expected.created_ms,
                 )
                 key = (expected.group or expected.event_id).encode()
                 if isinstance(sender, PlainSender):

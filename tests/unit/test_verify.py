@@ -322,6 +322,48 @@ def test_interleaving_judged_on_both_sides_with_decision_windows_from_upstream()
     assert r.violations() == ["send side: 1 disallowed interleavings"]
 
 
+def test_a_group_is_in_charge_from_a_member_that_never_reached_the_destination() -> None:
+    """A group's first member expired (or dead-lettered) at the hop is routed all the same,
+    so the table has its destination busy before anything of the group is on it."""
+    # On B, h's first record on the queue is decided from 310; its member routed at 150
+    # never arrived there. The ordinary record on A is placed in [200, 300].
+    recs = [*interleaved_ordinary(200, 300), *group_on("B", "h", 310, 900)]
+    assert judge_side("receive", recs, ["A", "B"], 0).disallowed == 1
+    assert judge_side("receive", recs, ["A", "B"], 0, (), {"h": 150}).disallowed == 0
+    # Only ever earlier: an opened_from after the first record changes nothing.
+    late = judge_side("receive", recs, ["A", "B"], 0, (), {"h": 400})
+    assert late.disallowed == 1
+
+
+def test_both_sides_start_a_group_at_its_earliest_member() -> None:
+    """Send side: a sent member's create time (`Sent.created_ms`), even if it expired at
+    the send unit; receive side: the earliest member on the transfer topic, even if it
+    expired at the receive unit."""
+    o = Sent("o", None, 0, False, created_ms=200)
+    gone = Sent("k0", "k", 0, False, expires=True, created_ms=150)  # expired at the send unit
+    k1, k2 = Sent("k1", "k", 1, False, created_ms=260), Sent("k2", "k", 2, True, created_ms=261)
+    g0, g1 = Sent("g0", "g", 0, False, created_ms=0), Sent("g1", "g", 1, True, created_ms=1)
+
+    def s(dest: str, off: int, x: Sent, app: int) -> Seen:
+        return Seen(dest, off, x.event_id, x.group, x.seq, x.final, None, app, x.created_ms)
+
+    forwarded = [
+        s("transfer[0]", 0, g0, 10),
+        s("transfer[0]", 1, o, 230),  # inside g's span, placed in [200, 230]
+        s("transfer[0]", 2, g1, 1000),
+        s("transfer[1]", 0, k1, 270),  # k in charge of transfer[1] from 150, not 260
+        s("transfer[1]", 1, k2, 900),
+    ]
+    cap = CapacitySpec(("transfer[0]", "transfer[1]"), ("q1", "q2"), release_slack_ms=0)
+    sent = [g0, g1, o, gone, k1, k2]
+    r = verify(sent, [], forwarded=forwarded, capacity=cap)
+    assert r.send is not None and (r.send.interleaved, r.send.disallowed) == (1, 0)
+    # Without the expired member's create time, the judge knows k only from 260.
+    unknown = Sent("k0", "k", 0, False)
+    r = verify([g0, g1, o, unknown, k1, k2], [], forwarded=forwarded, capacity=cap)
+    assert r.send is not None and r.send.disallowed == 1
+
+
 def test_interval_helpers() -> None:
     assert merge([(5, 9), (1, 3), (4, 4), (11, 12)]) == [(1, 9), (11, 12)]
     assert intersect([(0, 10), (20, 30)], [(5, 25)]) == [(5, 10), (20, 25)]
