@@ -66,5 +66,8 @@ class RelaySteps:
         out.forwarded = len(records)
         return out
 
+    def release(self, batch: Batch, out: Output) -> None:
+        """Nothing to release: the relay keeps no table."""
+
     def settle(self, batch: Batch, out: Output) -> None:
         """Nothing to settle: the relay keeps no table."""

@@ -202,14 +202,21 @@ class TransactionalSession:
         return TxnFailed(reason)
 
     def commit(
-        self, offsets: list[TopicPartition], group_metadata: Any, append_by: float | None = None
+        self,
+        offsets: list[TopicPartition],
+        group_metadata: Any,
+        append_by: float | None = None,
+        after: Callable[[], None] | None = None,
     ) -> None:
         """OPEN -> COMMITTING: the offsets into the transaction and the commit, on the
         call thread. With `append_by` (time.monotonic()), the transaction fails unless
-        every record is on the broker by then. `wait_committed` collects the outcome."""
+        every record is on the broker by then. `after` runs on the call thread as soon as
+        the commit succeeded (never after a failed one), before `wait_committed` returns:
+        what must follow the commit at once, whatever the run loop is doing (the table's
+        releases). It must not raise. `wait_committed` collects the outcome."""
         self._to(S.COMMITTING)
         self._committing = self._calls.submit(
-            self._finish, self.producer, offsets, group_metadata, append_by
+            self._finish, self.producer, offsets, group_metadata, append_by, after
         )
 
     def _finish(
@@ -218,6 +225,7 @@ class TransactionalSession:
         offsets: list[TopicPartition],
         metadata: Any,
         append_by: float | None,
+        after: Callable[[], None] | None = None,
     ) -> None:
         t0 = time.perf_counter()
         producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
@@ -230,13 +238,15 @@ class TransactionalSession:
             try:
                 producer.commit_transaction(TXN_TIMEOUT_S)
                 self.metrics.observe("txn_commit_seconds", time.perf_counter() - t0)
-                return
+                break
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.retriable() and not err.txn_requires_abort() and attempt < 4:
                     log.warning("commit failed (retriable), retrying: %s", err)
                     continue
                 raise
+        if after is not None:
+            after()
 
     @property
     def committing(self) -> bool:

@@ -38,8 +38,12 @@ class Steps(Protocol):
     def emit(self, batch: Batch, now_ms: int) -> Output:
         """The records the batch's transaction produces."""
 
+    def release(self, batch: Batch, out: Output) -> None:
+        """The table's part of settling, as soon as the batch's transaction committed
+        (on the session's call thread): it must not raise; `settle` reports it."""
+
     def settle(self, batch: Batch, out: Output) -> None:
-        """After the batch's transaction committed."""
+        """After the batch's transaction committed (the run loop's part)."""
 
 
 class RoutingSteps:
@@ -86,38 +90,54 @@ class RoutingSteps:
             self.bands.retarget(out)
         return out
 
-    def settle(self, batch: Batch, out: Output) -> None:
-        """End the batch's in-flight leases and release the groups whose final it
-        committed (one round trip). If Redis is away, the leases expire by themselves and
+    def release(self, batch: Batch, out: Output) -> None:
+        """End the batch's in-flight leases, release the groups whose final it committed
+        and open the drained ones (one round trip), right after the commit: on the
+        session's call thread, so that other batches' decisions (this unit's next one,
+        decided meanwhile, and other units') see the destinations free at once, not after
+        the run loop's next decision. Never raises: `settle` counts and logs the outcome
+        (`batch.extra["release"]`). If Redis is away, the leases expire by themselves and
         the sweeper releases the finals once it sees the committed offsets: nothing can
         split meanwhile, a destination is only freed late."""
-        if self.room is not None:
-            self.room.settle(batch)
-        if self.bands is not None:
-            self.bands.settle(batch, out)
         if not (
             out.finals or out.ordinary_dests or out.stopped or out.drains or out.parked_in_room
         ):
             return
-        m = self.metrics
         releases = [*out.finals, *((gid, STOPPED) for gid in out.stopped)]
         try:
             t0 = time.perf_counter()
-            m.inc(
-                "released",
-                self.table.settle(batch.id, out.ordinary_dests, releases, out.drains),
-            )
-            m.observe("redis_rtt_seconds", time.perf_counter() - t0)
+            released = self.table.settle(batch.id, out.ordinary_dests, releases, out.drains)
+            batch.extra["release"] = (released, time.perf_counter() - t0)
+        except Exception as exc:  # reported by `settle`, on the run loop
+            batch.extra["release"] = exc
+
+    def settle(self, batch: Batch, out: Output) -> None:
+        """The run loop's part, after the commit: the drain's and the bands' own state,
+        and the outcome of `release` (run here if the commit did not run it)."""
+        if self.room is not None:
+            self.room.settle(batch)
+        if self.bands is not None:
+            self.bands.settle(batch, out)
+        if "release" not in batch.extra:
+            self.release(batch, out)
+        outcome = batch.extra.pop("release", None)
+        m = self.metrics
+        if isinstance(outcome, tuple):
+            released, seconds = outcome
+            m.inc("released", released)
+            m.observe("redis_rtt_seconds", seconds)
             m.inc("redis_round_trips")
-        except redis.RedisError as exc:
+        elif isinstance(outcome, redis.RedisError):
             m.inc("redis_errors")
             m.inc("release_failures", len(out.finals))
             log.warning(
                 "settling batch %s failed (%d finished groups left to the sweeper): %s",
                 batch.id,
                 len(out.finals),
-                exc,
+                outcome,
             )
+        elif outcome is not None:
+            raise outcome  # a defect, not an outage: as loud as it was on the run loop
 
 
 @dataclass(frozen=True)

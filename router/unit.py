@@ -220,7 +220,12 @@ class TransferUnit:
             append_by = self._keep_leases(batch, out)
             offsets = batch.resume_offsets()  # with the room's low marks (router.drain)
             self.acks.confirm(session.fail)  # redis.min_replica_acks replicas hold its writes
-            session.commit(offsets, self.source.group_metadata(), append_by)
+            session.commit(
+                offsets,
+                self.source.group_metadata(),
+                append_by,
+                lambda: self._after_commit(batch, out),
+            )
         except TxnFailed as exc:
             self._fail(str(exc), batch)
             return
@@ -236,8 +241,6 @@ class TransferUnit:
         except TxnFailed as exc:
             self._fail(str(exc), batch)
             return False
-        if self.faults.hit("after_commit"):
-            self.faults.die("after_commit")
         count_committed(self.metrics, out)
         self.backoff.ms = 0
         if self.rejected:
@@ -245,6 +248,13 @@ class TransferUnit:
         self.steps.settle(batch, out)
         self._apply_holds(batch)
         return True
+
+    def _after_commit(self, batch: Batch, out: Output) -> None:
+        """On the session's call thread, as soon as the batch committed: the table's
+        releases (`Steps.release`), not delayed by the run loop deciding the next batch."""
+        if self.faults.hit("after_commit"):  # committed, nothing released: the sweeper's
+            self.faults.die("after_commit")
+        self.steps.release(batch, out)
 
     def _keep_leases(self, batch: Batch, out: Output) -> float | None:
         """When the batch's records must be appended by (None: no leases); renewed if

@@ -92,7 +92,7 @@ def test_short_chaos_run_under_the_waiting_room_interleaves_nothing(
     spec = ChaosSpec(
         delivery=delivery,
         bands=1,
-        messages=8_000 if delivery == "stream" else 5_000,
+        messages=5_000,
         senders=4,
         rate=150.0,
         kills=8,

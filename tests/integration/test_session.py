@@ -70,20 +70,33 @@ def test_a_batch_commits_and_a_failed_one_is_aborted_and_makes_older_batches_sta
     assert session.state is TxnState.INIT
     assert session.start() and session.state is TxnState.READY
 
+    # `after` (the unit's table releases) runs on the call thread once the commit
+    # succeeded, before wait_committed returns; never after a failed commit.
+    after: list[str] = []
+
+    def released() -> None:
+        after.append(threading.current_thread().name)
+
     assert session.begin(session.generation)
     session.produce([rec(dest, b"one"), rec(dest, b"two")])
-    session.commit([TopicPartition(source, 0, 2)], consumer.consumer_group_metadata())
+    session.commit(
+        [TopicPartition(source, 0, 2)], consumer.consumer_group_metadata(), None, released
+    )
     assert session.committing
     session.wait_committed()
     assert session.state is TxnState.READY and session.generation == 0
+    assert after == ["txn-call"]
 
     # A record the destination refuses (too large for it) fails the transaction.
     decided_before = session.generation
     assert session.begin(session.generation)
     session.produce([rec(dest, b"three"), rec(dest, os.urandom(60_000))])
-    session.commit([TopicPartition(source, 0, 4)], consumer.consumer_group_metadata())
+    session.commit(
+        [TopicPartition(source, 0, 4)], consumer.consumer_group_metadata(), None, released
+    )
     with pytest.raises(TxnFailed):
         session.wait_committed()
+    assert after == ["txn-call"], "released after a failed commit"
     assert session.state is TxnState.FAILED and session.generation == decided_before + 1
     assert session.abort() and session.state is TxnState.READY
     # A batch decided before the failure is stale: the session refuses to begin it.

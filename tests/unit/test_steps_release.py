@@ -1,0 +1,98 @@
+"""The table's part of settling a batch (`RoutingSteps.release`) runs on the session's
+call thread right after the commit; the run loop's `settle` reports its outcome and runs
+it itself when the commit did not. Pure logic: a table stand-in records the calls."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+import redis
+
+from router.batch import Batch
+from router.classify import Classifier
+from router.emit import Emitter, Output
+from router.metrics import Metrics
+from router.route import TableRoute
+from router.steps import RoutingSteps
+from router.table import ManagementTable
+
+
+class Table:
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.calls: list[tuple[str, list[str], list[tuple[str, str]]]] = []
+        self.fail = fail
+
+    def settle(
+        self, batch_id: str, dests: set[str], releases: list[tuple[str, str]], drains: Any
+    ) -> int:
+        if self.fail is not None:
+            raise self.fail
+        self.calls.append((batch_id, sorted(dests), releases))
+        return len(releases)
+
+
+def steps(table: Table, metrics: Metrics) -> RoutingSteps:
+    return RoutingSteps(
+        cast(Classifier, None),
+        cast(TableRoute, None),
+        cast(Emitter, None),
+        cast(ManagementTable, table),
+        metrics,
+    )
+
+
+def finished() -> tuple[Batch, Output]:
+    out = Output()
+    out.finals.append(("g", "t0"))
+    out.ordinary_dests.add("q1")
+    return Batch("u:1", 0), out
+
+
+def test_released_after_the_commit_and_counted_once_by_settle() -> None:
+    table, metrics = Table(), Metrics()
+    s = steps(table, metrics)
+    batch, out = finished()
+    s.release(batch, out)  # as the call thread does, once committed
+    assert table.calls == [("u:1", ["q1"], [("g", "t0")])]
+    s.settle(batch, out)  # the run loop: reports it, does not release again
+    assert len(table.calls) == 1
+    assert metrics.get("released") == 1 and metrics.get("redis_round_trips") == 1
+    assert "release" not in batch.extra
+
+
+def test_settle_releases_when_the_commit_did_not() -> None:
+    table, metrics = Table(), Metrics()
+    batch, out = finished()
+    steps(table, metrics).settle(batch, out)
+    assert table.calls == [("u:1", ["q1"], [("g", "t0")])]
+    assert metrics.get("released") == 1
+
+
+def test_redis_away_leaves_the_finals_to_the_sweeper_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = Metrics()
+    s = steps(Table(redis.ConnectionError("gone")), metrics)
+    batch, out = finished()
+    s.release(batch, out)  # never raises on the call thread
+    s.settle(batch, out)
+    assert metrics.get("redis_errors") == 1 and metrics.get("release_failures") == 1
+    assert "left to the sweeper" in caplog.text
+
+
+def test_a_defect_in_the_release_is_raised_on_the_run_loop() -> None:
+    s = steps(Table(KeyError("bug")), Metrics())
+    batch, out = finished()
+    s.release(batch, out)
+    with pytest.raises(KeyError):
+        s.settle(batch, out)
+
+
+def test_nothing_to_release_no_call() -> None:
+    table = Table()
+    s = steps(table, Metrics())
+    batch = Batch("u:2", 0)
+    s.release(batch, Output())
+    s.settle(batch, Output())
+    assert table.calls == []
