@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ops.harness.capacity import Disturbance
+from ops.harness.capacity import LOADED_RELEASE_SLACK_MS, Disturbance
 from ops.harness.collect import Collector, read_accounts, read_sides, verdict
 from ops.harness.console import Console, Row, SummaryItem, summary_lines
 from ops.harness.demo import interleaving_rows
@@ -317,6 +317,8 @@ def run_chaos(
                 senders.sent,
                 send,
                 receive,
+                # Replacements join while traffic flows: the loaded machine's slack.
+                release_slack_ms=LOADED_RELEASE_SLACK_MS,
                 disturbances=tuple(supervisor.disturbances),
                 accounts=accounts,
             ),
