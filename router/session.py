@@ -51,6 +51,13 @@ log = logging.getLogger("router.session")
 TXN_TIMEOUT_S = 30.0  # librdkafka's own timeout for a transactional call
 CALL_DEADLINE_S = TXN_TIMEOUT_S + 15  # ours: past it, the call is abandoned
 COMMIT_DEADLINE_S = TXN_TIMEOUT_S * 2 + 15  # offsets + commit (with its retries)
+# An abort that has not finished by then is given up on (a second such one in a row means
+# BROKEN, and a new producer under the same transactional ID fences the old one and
+# aborts its transaction). After a broker outage librdkafka's abort_transaction was seen
+# to wait out its whole timeout twice ("retry call to resume"), holding a unit for a
+# minute (tests/integration/test_servers_away.py: 76 s from the broker's return to the
+# last record delivered, with 30 s); a healthy abort takes milliseconds.
+ABORT_TIMEOUT_S = 5.0
 STOP_GRACE_S = 10.0  # how long a stop request waits for a call that finishes a batch
 
 
@@ -268,7 +275,7 @@ class TransactionalSession:
         if self.state is not S.FAILED:
             return self.state is S.READY
         try:
-            self._call(self.producer.abort_transaction, TXN_TIMEOUT_S)
+            self._call(self.producer.abort_transaction, ABORT_TIMEOUT_S)
         except KafkaException as exc:
             self._abort_failures += 1
             log.warning("abort failed (%d in a row): %s", self._abort_failures, exc)
