@@ -108,13 +108,19 @@ class Drain:
         self.logical.gaps.clear()
 
     def revoke(self, tps: list[TP]) -> None:
-        for tp in tps:
-            if tp[0] == self.topic:
-                self.owned.discard(tp)
-                self.catch_up.pop(tp, None)
-                self.index.revoke(tp)
-                for gid in [g for g, c in self.checks.items() if c.tp == tp]:
-                    del self.checks[gid]
+        """Room partitions gone to another unit, which reads their drain markers and
+        finishes their groups' switches: nothing of theirs stays here (an `opening` group
+        left behind would keep `busy()` true, and the unit running empty batches)."""
+        gone = {tp for tp in tps if tp[0] == self.topic}
+        for tp in gone:
+            self.owned.discard(tp)
+            self.catch_up.pop(tp, None)
+            self.index.revoke(tp)
+            for gid in [g for g, c in self.checks.items() if c.tp == tp]:
+                del self.checks[gid]
+        self.opening = {
+            g for g in self.opening if (self.topic, room_partition(g, self.partitions)) not in gone
+        }
 
     def emit(self, batch: Batch, out: Output, now_ms: int) -> None:
         """Add the batch's drain: records, markers, finals, drains and room offsets."""

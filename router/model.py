@@ -74,9 +74,7 @@ class TableModel:
         lease_ms: int = 15_000,
         trace: list[TraceStep] | None = None,
     ) -> RouteResult:
-        self.inflight = {k: exp for k, exp in self.inflight.items() if exp > now_ms}
-        self.park_leases = {k: exp for k, exp in self.park_leases.items() if exp > now_ms}
-        room.admit(self)  # a lease that ended may have made a destination clean
+        room.expire(self, now_ms)  # a lease that ended may have made a destination clean
         fenced = {d for (d, b) in self.inflight if b != batch}
         skip = self.excluded()  # draining: neither free nor clean for anything new
         decisions: list[str] = []

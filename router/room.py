@@ -193,6 +193,19 @@ def admit(t: TableModel) -> list[str]:
     return admitted
 
 
+def expire(t: TableModel, now_ms: int) -> tuple[int, list[str]]:
+    """End the in-flight and park leases that expired by `now_ms` (their batch will never
+    settle: its unit died, or its transaction failed and it was replayed under another
+    ID), then admit waiting groups to the destinations that became clean. Every route does
+    this first; the sweeper does it each round, so that where nothing is routed any more an
+    ended lease neither keeps its destination unclean nor its admitted group from opening.
+    Returns (leases ended, groups admitted)."""
+    before = len(t.inflight) + len(t.park_leases)
+    t.inflight = {k: exp for k, exp in t.inflight.items() if exp > now_ms}
+    t.park_leases = {k: exp for k, exp in t.park_leases.items() if exp > now_ms}
+    return before - len(t.inflight) - len(t.park_leases), admit(t)
+
+
 def drained(t: TableModel, gid: str, parks_seen: int, next_seq: int = -1) -> str:
     """After a drain batch of the group committed (and the batch's park leases ended):
     the group's state afterwards. It opens (a pseudo-group is released) only if no park

@@ -38,6 +38,21 @@ class RoomTable:
         )
         return int(out[0]), [(_text(out[i]), _text(out[i + 1])) for i in range(1, len(out), 2)]
 
+    def expire_leases(self, now_ms: int | None = None) -> tuple[int, int]:
+        """End the in-flight and park leases that expired (Redis clock unless `now_ms`)
+        and admit waiting groups to the destinations that became clean, as a route call
+        would (`router.room.expire`): (leases ended, groups admitted). The sweeper's
+        round, so that leases of batches that never settle end where nothing is routed."""
+        expire = self.__dict__.get("_expire")
+        if expire is None:  # registered on first use: only the sweeper (and tests) call it
+            expire = self.__dict__["_expire"] = self.client.register_script(script("expire"))
+        k = self.keys
+        ended, admitted = expire(
+            keys=[k.inflight, k.parks, k.room, k.entries, k.load, k.cursor, k.admitted, k.draining],
+            args=["" if now_ms is None else now_ms, *self._dests],
+        )
+        return int(ended), int(admitted)
+
     def room_state(self, gids: Sequence[str]) -> dict[str, RoomState]:
         """The entries of `gids` that exist, as the drain step needs them (one round
         trip): state, destination, closing mark, park count, park lease in flight."""

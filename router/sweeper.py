@@ -12,7 +12,10 @@ Each round, for the send-side and the receive-side table:
 3. finish interrupted releases: an entry still "closing" after `closing_grace_ms` had a
    unit die between committing its final message and releasing it. If the consumer group's
    committed offset has passed the final, the group is complete and the entry is released;
-   otherwise the final will be replayed and released by the unit that replays it.
+   otherwise the final will be replayed and released by the unit that replays it;
+4. end the in-flight and park leases that expired (`router.room.expire`), which route
+   calls otherwise do: once nothing is routed any more, a dead unit's or a failed batch's
+   lease must not keep a destination from the waiting groups, nor an admitted group shut.
 
 Several sweepers may run at once; the Lua calls are atomic, events may then repeat.
 """
@@ -58,6 +61,7 @@ class SweepReport:
     published: int = 0
     resolved: int = 0
     wait_timeouts: int = 0
+    leases_ended: int = 0
 
 
 class Sweeper:
@@ -131,11 +135,18 @@ class Sweeper:
         for side, table in self.tables.items():
             report.published += self._publish_outbox(side, table)
             report.resolved += self._resolve_closing(side, table)
+            report.leases_ended += self._end_leases(side, table)
             report.wait_timeouts += self._end_waits(side, table)
         self.metrics.inc("swept", report.swept)
         self.metrics.inc("abandoned_events", report.published)
         self.metrics.inc("closing_resolved", report.resolved)
         return report
+
+    def _end_leases(self, side: Side, table: ManagementTable) -> int:
+        ended, admitted = table.expire_leases()
+        if ended:
+            log.info("%s table: %d expired leases ended, %d groups admitted", side, ended, admitted)
+        return ended
 
     def _end_waits(self, side: Side, table: ManagementTable) -> int:
         """Groups in the waiting room past routing.max_wait_ms: shared or dead-lettered

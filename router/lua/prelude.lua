@@ -60,6 +60,17 @@ local function forget_parks(k_parks, gid)
   end
 end
 
+-- Leases that ended (zset member -> expiry, Redis clock ms): in-flight leases of ordinary
+-- messages and park leases whose batch will never settle (its unit died, or its
+-- transaction failed and the batch was replayed under another ID). Removed before anything
+-- reads them: a lease still there fences its destination (admission) or keeps its group
+-- from opening (settle's drains, the drain step's room_state). Returns how many ended.
+local function end_leases(k_inflight, k_parks, now)
+  local at = string.format('%.0f', now)
+  return redis.call('ZREMRANGEBYSCORE', k_inflight, '-inf', at)
+    + redis.call('ZREMRANGEBYSCORE', k_parks, '-inf', at)
+end
+
 local function has_parks(k_parks, gid)
   for _, m in ipairs(redis.call('ZRANGE', k_parks, 0, -1)) do
     if string.match(m, '^[^|]*|(.*)$') == gid then return true end

@@ -76,8 +76,7 @@ local function has(flags, c) return string.find(flags, c, 1, true) ~= nil end
 
 -- Leases that ended (their unit died) no longer fence; a destination they made clean
 -- goes to the oldest waiting group first.
-redis.call('ZREMRANGEBYSCORE', K_INFLIGHT, '-inf', num(now))
-redis.call('ZREMRANGEBYSCORE', K_PARKS, '-inf', num(now))
+end_leases(K_INFLIGHT, K_PARKS, now)
 -- Logical order: a member (seq > 0, or -1) of a group that finished, below its final's
 -- number: a duplicate, until the sweeper forgets the group (like an entry: past its
 -- deadline and the side's horizon).

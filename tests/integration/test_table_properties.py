@@ -348,6 +348,14 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             for g in released:
                 self.assigned.pop(g, None)
 
+        @precondition(lambda self: self.table is not None)
+        @rule()
+        def expire(self) -> None:
+            """The sweeper ends expired leases and admits to what they kept unclean."""
+            assert self.table is not None and self.model is not None
+            ended, admitted = room.expire(self.model, self.now)
+            assert self.table.expire_leases(now_ms=self.now) == (ended, len(admitted))
+
         @precondition(lambda self: self.model is not None and bool(self.model.room))
         @rule(max_wait=st.integers(0, 6_000), policy=st.sampled_from(["share", "dead-letter"]))
         def wait_timeout(self, max_wait: int, policy: str) -> None:

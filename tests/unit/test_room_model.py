@@ -233,3 +233,42 @@ def test_a_staged_group_over_the_bound_waits_streamed_from_then_on() -> None:
     one = TableModel(["a"], policy="wait", max_staged=1)
     assert one.route([whole("x")], 0).decisions == [room.UNSTAGED]
     assert one.entries["x"].state == room.WAITING
+
+
+# ------------------------------------------------------------------ leases that never settle
+
+
+def test_a_dead_batchs_in_flight_lease_stops_fencing_at_its_expiry_with_nothing_routed() -> None:
+    """The stall of the waiting room (chaos, policy `wait`): a unit routed ordinary
+    messages to every destination and died before settling. Its in-flight leases keep
+    every destination unclean; once the senders stopped, no route call ended them, and
+    releases or sweeps admitted nothing until routing.max_wait_ms timed the groups out.
+    `room.expire` (the sweeper's round) ends them at their expiry."""
+    t = TableModel(["a", "b"], policy="wait")
+    assert t.route([req(None)], 0, batch="dead1", lease_ms=10_000).decisions == ["a"]
+    assert t.route([req(None)], 0, batch="dead2", lease_ms=10_000).decisions == ["b"]
+    assert t.route([req("g1"), req("g2")], 1, batch="b1").decisions == [room.WAIT] * 2
+    t.settle("b1", [], [])
+    t.release([])  # a release admits what it can: nothing, every destination is leased
+    assert t.room == {"g1": 1, "g2": 1} and t.load == {}
+    assert room.expire(t, 9_999) == (0, [])  # not expired yet: still fenced
+    assert room.expire(t, 10_000) == (2, ["g1", "g2"])
+    assert t.inflight == {} and t.load == {"a": 1, "b": 1}
+    assert {g: t.entries[g].dest for g in ("g1", "g2")} == {"g1": "a", "g2": "b"}
+
+
+def test_a_failed_batchs_park_lease_keeps_its_group_shut_only_until_its_expiry() -> None:
+    """A batch that parked g2's message failed (aborted, replayed as another batch): its
+    park lease never settles. The drain's switch to open waits for it to end, and with
+    nothing routed any more only `room.expire` ends it."""
+    t = TableModel(["a"], policy="wait")
+    t.route([req("g1")], 0, batch="b1")
+    t.route([req("g2")], 0, batch="failed", lease_ms=10_000)  # parked, never settled
+    t.route([req("g2")], 1, batch="replay", lease_ms=10_000)  # the replay, settled
+    t.settle("replay", [], [])
+    t.settle("b1", [], [("g1", "q/0/g1/False")])
+    t.release([("g1", "*")])
+    assert t.entries["g2"].state == room.ADMITTED
+    assert room.drained(t, "g2", 2) == room.ADMITTED  # a park lease in flight
+    assert room.expire(t, 10_000) == (1, [])
+    assert room.drained(t, "g2", 2) == room.OPEN
