@@ -6,7 +6,7 @@
     .venv/bin/python -m ops.chaos --policy wait      # the waiting room: 0 interleavings
     .venv/bin/python -m ops.chaos --whole            # every group whole (policy wait)
     .venv/bin/python -m ops.chaos --multicast 0 --expiring 0 --priority 0   # no QoS shares
-    .venv/bin/python -m ops.chaos --bands 1          # no priority bands (default with wait)
+    .venv/bin/python -m ops.chaos --bands 1          # no priority bands
 
 By default 5 % of the ordinary messages are multicast, 5 % of the messages have a
 lifetime, and the topology has 3 priority bands with 10 % of the ordinary messages and of
@@ -64,8 +64,7 @@ def main() -> int:
         "--bands",
         type=int,
         default=None,
-        help=f"priority bands (priority.bands; 1: none); default {d.bands}, 1 with policy "
-        "wait (the waiting room stalled with bands: docs/priority.md, known limits)",
+        help=f"priority bands (priority.bands; 1: none); default {d.bands}",
     )
     parser.add_argument(
         "--priority",
@@ -111,7 +110,7 @@ def main() -> int:
         seed=args.seed,
         multicast_fraction=args.multicast,
         expiring_fraction=args.expiring,
-        bands=args.bands if args.bands is not None else 1 if args.policy == "wait" else d.bands,
+        bands=args.bands if args.bands is not None else d.bands,
         priority_fraction=args.priority,
         busy_policy=args.policy,
         delivery="complete" if args.whole else "stream",

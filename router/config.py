@@ -254,7 +254,7 @@ class MetricsSettings(_Section):
     port: int = Field(0, ge=0, le=65_535)
     host: str = "127.0.0.1"
     # /healthz fails once the loop has not come round for this long (a unit's commit may
-    # wait 75 s for a broker that does not answer; the sweeper adds its interval).
+    # wait 45 s for a broker that does not answer; the sweeper adds its interval).
     liveness_timeout_s: float = Field(90.0, gt=0)
 
 

@@ -50,7 +50,12 @@ log = logging.getLogger("router.session")
 
 TXN_TIMEOUT_S = 30.0  # librdkafka's own timeout for a transactional call
 CALL_DEADLINE_S = TXN_TIMEOUT_S + 15  # ours: past it, the call is abandoned
-COMMIT_DEADLINE_S = TXN_TIMEOUT_S * 2 + 15  # offsets + commit (with its retries)
+# Offsets + commit (with its retries) and the release after it. After a broker restart
+# librdkafka's send_offsets_to_transaction was seen to block past its own timeout
+# (confluentinc/librdkafka#5456, #5511) in most short chaos runs, holding the unit and its
+# partitions until this deadline; past it the call is abandoned and the producer replaced
+# (the unit resumes from the committed offsets, whatever the abandoned call did).
+COMMIT_DEADLINE_S = TXN_TIMEOUT_S + 15
 # An abort that has not finished by then is given up on (a second such one in a row means
 # BROKEN, and a new producer under the same transactional ID fences the old one and
 # aborts its transaction). After a broker outage librdkafka's abort_transaction was seen
