@@ -2,9 +2,11 @@
 own client, once per batch, before its commit.
 
 WAIT counts the replicas holding every write of the connection it runs on. A unit's
-client is used by its loop thread alone, so its commands share one connection; the client
-counts its connections (`router.redisclient.connects`), and a batch whose connection was
-made anew after its first table write is refused rather than trusted.
+client is used by its loop thread alone, so its commands share one connection (the
+release after a commit, on the session's call thread, has a client of its own:
+`router.steps`); the client counts its connections (`router.redisclient.connects`), and a
+batch whose connection was made anew after its first table write is refused rather than
+trusted.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Protocol
 import redis
 from confluent_kafka import Message
 
+from router import clients
 from router.bands import BandStep, GroupBands
 from router.batch import Batch
 from router.classify import Classifier
@@ -58,8 +59,13 @@ class RoutingSteps:
         metrics: Metrics,
         room: Drain | None = None,
         bands: BandStep | None = None,
+        release_table: ManagementTable | None = None,
     ) -> None:
         self.room = room
+        # The release runs on the session's call thread: on a client (connection pool) of
+        # its own, so that the run loop's replica WAIT (`router.replicawait`) runs on the
+        # connection of the loop's own writes, never on one the release wrote on last.
+        self.release_table = release_table or table
         self.bands = bands  # priority bands (router.bands), if the topology has them
         self.classifier = classifier
         self.route = route
@@ -106,7 +112,7 @@ class RoutingSteps:
         releases = [*out.finals, *((gid, STOPPED) for gid in out.stopped)]
         try:
             t0 = time.perf_counter()
-            released = self.table.settle(batch.id, out.ordinary_dests, releases, out.drains)
+            released = self.release_table.settle(batch.id, out.ordinary_dests, releases, out.drains)
             batch.extra["release"] = (released, time.perf_counter() - t0)
         except Exception as exc:  # reported by `settle`, on the run loop
             batch.extra["release"] = exc
@@ -195,4 +201,5 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
         ctx.metrics,
         room,
         bands,
+        table_for(s, ctx.spec.side, clients.redis_client(s.redis)),
     )

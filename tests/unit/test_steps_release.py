@@ -96,3 +96,21 @@ def test_nothing_to_release_no_call() -> None:
     s.release(batch, Output())
     s.settle(batch, Output())
     assert table.calls == []
+
+
+def test_the_release_has_a_table_client_of_its_own() -> None:
+    """On the call thread, the release writes through its own client, so that the run
+    loop's replica WAIT runs on the connection of the loop's own writes."""
+    loop, commit_thread = Table(), Table()
+    s = RoutingSteps(
+        cast(Classifier, None),
+        cast(TableRoute, None),
+        cast(Emitter, None),
+        cast(ManagementTable, loop),
+        Metrics(),
+        release_table=cast(ManagementTable, commit_thread),
+    )
+    batch, out = finished()
+    s.release(batch, out)
+    s.settle(batch, out)
+    assert loop.calls == [] and len(commit_thread.calls) == 1
