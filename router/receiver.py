@@ -258,6 +258,8 @@ class Receiver:
         token = None if is_segment(message) else message  # a segment's bytes are not kept
         self._offsets.received((message.topic, message.partition), message.offset, token)
         if not self._redo.admit(message):
+            if bands is not None and not self._redo.holding(message):
+                bands.done(message)  # accounted for (expired, dead-lettered): done here
             return None
         self.received += 1
         return message
@@ -272,7 +274,7 @@ class Receiver:
                 return ready
             self._redo.resume_due()
             if self._bands is not None:
-                self._bands.before_poll()
+                self._bands.before_poll(self._redo.held())
             m = self._consumer.poll(max(deadline - time.monotonic(), 0))
             if m is None:
                 self._segments.expire(time.monotonic())  # nothing waits: sets may time out
@@ -360,6 +362,8 @@ class Receiver:
             self._status.record(members)
             self._redo.expiry.before_done(members)
         for m in members:
+            if self._bands is not None:
+                self._bands.done(m)  # a final ends its group's band hold
             for offset in offsets_of(m):  # a reassembled message: each segment's
                 position = self._offsets.done((m.topic, m.partition), offset, token_of(m))
                 if position is not None:

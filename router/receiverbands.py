@@ -6,8 +6,9 @@ of a group it is handing out.
 The router appends nothing to any band of a queue while a group is open there, so a
 record of another band that comes while a group is being handed out was appended after
 the group's final: it is read again later (the consumer seeks back to it, and its
-partition is paused) once the group's final was handed out. The application therefore
-sees each group whole, with nothing of another band inside it.
+partition is paused) once the group's final is done (an abandoned final comes again
+first). The application therefore sees each group whole, with nothing of another band
+inside it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class ReceiverBands:
         self.hold_idle_s = HOLD_IDLE_S
         self.holds: dict[str, float] = {}  # queue -> its open group's TTL, s (if it has one)
         self.gids: dict[str, str | None] = {}  # queue -> the guarantee ID of its open group
+        self.finishing: set[str] = set()  # queues whose group's final is out, not yet done
         self.asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.highs: dict[TP, int] = {}  # the highest watermark seen
         self.refresh_s = 1.0
@@ -106,6 +108,18 @@ class ReceiverBands:
             self.lag[(tp.topic, tp.partition)] = high - at if at >= 0 else 0
             if at >= 0 and high > at:
                 out[band] += high - at
+        return out
+
+    def _readable(self, backlog: list[int]) -> list[int]:
+        """`backlog` less what a hold makes unreadable (another band of a queue whose group
+        is being handed out): a turn for it would read nothing, and other queues' bands
+        would wait meanwhile."""
+        out = list(backlog)
+        for (topic, _), lag in self.lag.items():
+            queue, band = split(topic, self.bases)
+            held = self.open.get(queue)
+            if held is not None and held != band and lag > 0:
+                out[band] = max(out[band] - lag, 0)
         return out
 
     def _release_idle(self) -> None:
@@ -152,8 +166,9 @@ class ReceiverBands:
             self.starts[key] = start
         return self.starts[key]
 
-    def before_poll(self) -> None:
-        """Pause and resume band topics for the next read."""
+    def before_poll(self, waiting: Collection[TP] = ()) -> None:
+        """Pause and resume band topics for the next read. `waiting`: partitions paused by
+        another step (`router.redeliveries` after a failure), which only it resumes."""
         try:
             assigned = self.consumer.assignment()
             backlog = self._backlog(assigned) if assigned else None
@@ -163,7 +178,7 @@ class ReceiverBands:
         if backlog is None:
             return
         self._release_idle()
-        turn = self.scheduler.next(backlog)
+        turn = self.scheduler.next(self._readable(backlog))
         stop, go = [], []
         for tp in assigned:
             key = (tp.topic, tp.partition)
@@ -175,7 +190,7 @@ class ReceiverBands:
             wanted = wanted and key not in self.rewound
             if not wanted:
                 stop.append(key)
-            elif key in self.paused:
+            elif key in self.paused and key not in waiting:
                 go.append(key)
         if stop:
             self.consumer.pause([TopicPartition(*k) for k in stop])
@@ -193,13 +208,21 @@ class ReceiverBands:
         if key in self.rewound:
             return False
         held = self.open.get(queue)
-        if held == band and message.guarantee_id != self.gids.get(queue):
-            # Another record of the group's own band: the router appends nothing to the
-            # queue inside an open group's span (unless its busy policy shared it), so
-            # the group ended without a final reaching the queue (stopped, expired, its
-            # final dead-lettered): its hold ends here, not after its TTL.
-            self._close(queue)
-            held = None
+        gid = message.guarantee_id
+        if held == band and gid != self.gids.get(queue):
+            if queue in self.finishing:
+                # After the held group's final, handed out but not done (it may still be
+                # abandoned and come again): the hold stays, taken over by the next group
+                # of the same band if this record starts one.
+                if gid is not None and not message.final:
+                    self._open(queue, band, message)
+            else:
+                # Another record of the group's own band: the router appends nothing to
+                # the queue inside an open group's span (unless its busy policy shared
+                # it), so the group ended without a final reaching the queue (stopped,
+                # expired, its final dead-lettered): its hold ends here, not after its TTL.
+                self._close(queue)
+                held = None
         if held is not None and band != held:
             tp = TopicPartition(message.topic, message.partition, message.offset)
             self.consumer.seek(tp)  # read again from here
@@ -207,12 +230,24 @@ class ReceiverBands:
             self.paused.add(key)
             self.rewound.add(key)
             return False
-        if message.guarantee_id is not None:
-            if message.final:
-                self._close(queue)
-            elif queue not in self.open:
-                self._open(queue, band, message)
+        if gid is not None and queue not in self.open and not message.final:
+            self._open(queue, band, message)
+        elif gid is not None and message.final and self.gids.get(queue) == gid:
+            self.finishing.add(queue)  # the hold ends once the final is done
         return True
+
+    def done(self, message: Received) -> None:
+        """`message` was processed: a group's final ends its hold here, not when it was
+        handed out (an abandoned final comes again, and a record of another band fetched
+        behind it must not be handed out before it)."""
+        if message.final and message.guarantee_id is not None:
+            queue, band = split(message.topic, self.bases)
+            if (
+                queue in self.finishing
+                and self.open.get(queue) == band
+                and self.gids.get(queue) == message.guarantee_id
+            ):
+                self._close(queue)
 
     def restore(self, held: Mapping[str, tuple[int, Received]]) -> None:
         """Holds found in the data for queues taken over (`router.bandrestore`): a group
@@ -225,9 +260,8 @@ class ReceiverBands:
 
     def reopen(self, message: Received) -> None:
         """`message` (a group's member) was given back undone: its group holds its queue's
-        other bands again until its final is handed out once more (the hold ended when
-        the final was handed out; an abandoned final comes again, and nothing of another
-        band may come before it)."""
+        other bands again until its final is done (the hold may have ended: a final done
+        by then, or another group of the same band that took the hold over)."""
         if message.guarantee_id is None:
             return
         queue, band = split(message.topic, self.bases)
@@ -235,6 +269,7 @@ class ReceiverBands:
             self._open(queue, band, message)
 
     def _open(self, queue: str, band: int, message: Received) -> None:
+        self.finishing.discard(queue)
         self.open[queue] = band
         self.gids[queue] = message.guarantee_id
         self.idle.pop(queue, None)
@@ -245,6 +280,7 @@ class ReceiverBands:
             self.holds[queue] = ttl
 
     def _close(self, queue: str) -> None:
+        self.finishing.discard(queue)
         self.open.pop(queue, None)
         self.gids.pop(queue, None)
         self.idle.pop(queue, None)
@@ -257,8 +293,9 @@ class ReceiverBands:
         self.starts.pop(key, None)
         self.lag.pop(key, None)
         self.rewound.discard(key)
-        queue, _ = split(key[0], self.bases)
-        self._close(queue)
+        queue, band = split(key[0], self.bases)
+        if self.open.get(queue) == band:  # its group went with it; a kept band's stays
+            self._close(queue)
 
 
 def _ttl_s(message: Received) -> float | None:

@@ -158,6 +158,10 @@ class Redeliveries:
 
     # ------------------------------------------------------------------ reading
 
+    def held(self) -> set[TP]:
+        """The partitions paused after a failure (only `resume_due` resumes them)."""
+        return set(self._held)
+
     def holding(self, m: Received) -> bool:
         """Whether `m`'s partition is paused after a failure (`admit` refuses `m`: its
         partition is read again from the held offset once the pause is over)."""
@@ -171,6 +175,9 @@ class Redeliveries:
         held = self._held.get(tp)
         if held is not None:  # fetched before its partition was paused: it comes again
             self._offsets.rewind(tp, held[1])
+            # and is read again from the held offset, whoever resumed the partition
+            self._consumer.seek(TopicPartition(*tp, held[1]))
+            self._consumer.pause([TopicPartition(*tp)])
             return False
         if tp not in self._reading:  # the first read since it was assigned: from the
             self._reading.add(tp)  # committed offset, so nothing below it comes again

@@ -353,7 +353,11 @@ def test_the_receiver_never_switches_bands_inside_a_group() -> None:
     bands.before_poll()
     assert ("resume", ["q.p2"]) not in consumer.calls  # ... but the group is being handed out
     assert bands.admit(received("q", 11, "g"))
-    assert bands.admit(received("q", 12, "g", final=True))  # the group ends
+    final = received("q", 12, "g", final=True)
+    assert bands.admit(final)  # handed out: the hold lasts until it is done (abandon)
+    bands.before_poll()
+    assert ("resume", ["q.p2"]) not in consumer.calls
+    bands.done(final)  # the group ends
     bands.before_poll()
     assert consumer.calls[-2:] == [("pause", ["q"]), ("resume", ["q.p2"])]
     assert bands.admit(received("q.p2", 3))  # handed out after the group
