@@ -275,6 +275,14 @@ class TransactionalSession:
         self._to(S.READY)
         self._abort_failures = 0
 
+    def retire(self, reason: str) -> None:
+        """FAILED -> BROKEN: give up on this producer (it keeps failing); the unit replaces
+        it and resumes from the committed offsets, as after a fatal error."""
+        self.generation += 1
+        self.failure = reason
+        self._to(S.BROKEN)
+        log.warning("replacing the transactional producer: %s", reason)
+
     def abort(self) -> bool:
         """FAILED -> READY. False if that is still to be done (or now BROKEN)."""
         if self.state is not S.FAILED:

@@ -40,6 +40,10 @@ __all__ = ["FatalUnitError", "TransferUnit"]
 
 log = logging.getLogger("router.unit")
 
+# Transactions failed in a row after which the unit replaces its producer (BROKEN) instead
+# of aborting and retrying with the same one.
+RETIRE_AFTER = 3
+
 
 class TransferUnit:
     def __init__(
@@ -107,6 +111,7 @@ class TransferUnit:
         self._inflight: tuple[Batch, Output] | None = None
         self._rewound: dict[TP, int] = {}  # partitions rewound since the last failure
         self._rewind_to_committed = False
+        self._failed_in_a_row = 0  # transactions failed since the last commit
         self._batches = 0
         self.exporter = unit_exporter(self)  # Prometheus metrics, /healthz, /readyz
 
@@ -243,6 +248,7 @@ class TransferUnit:
             return False
         count_committed(self.metrics, out)
         self.backoff.ms = 0
+        self._failed_in_a_row = 0
         if self.rejected:
             forget_committed(self.rejected, batch)
         self.steps.settle(batch, out)
@@ -274,6 +280,13 @@ class TransferUnit:
     def _fail(self, reason: str, batch: Batch | None) -> None:
         """Abort, rewind the batch, pause everything and back off. A broken producer's
         last outcome is unknown: its replacement rewinds to the committed offsets."""
+        if self.session.state is TxnState.FAILED:
+            self._failed_in_a_row += 1
+            if self._failed_in_a_row >= RETIRE_AFTER:
+                # The same producer failing again and again (seen after broker restarts:
+                # every AddOffsetsToTxn timing out for minutes while other units commit):
+                # replace it (new connections, the coordinator looked up afresh).
+                self.session.retire(f"{self._failed_in_a_row} transactions failed in a row")
         self.session.abort()
         self._rewound = {}
         if batch is not None:

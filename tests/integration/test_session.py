@@ -152,3 +152,32 @@ def test_transitions_outside_the_machine_are_refused(
     session = new_session(kafka, txn_id)
     with pytest.raises(RuntimeError, match="init -> committing"):
         session.commit([], None)
+
+
+def test_a_producer_that_keeps_failing_is_retired_and_replaced(
+    parts: tuple[KafkaSettings, str, Consumer], new_topic: TopicFactory
+) -> None:
+    """FAILED -> BROKEN on the unit's word (`retire`: its transactions keep failing), then
+    a new producer under the same transactional ID, which commits."""
+    kafka, txn_id, consumer = parts
+    source = new_topic("src")
+    dest = new_topic("dst", config={"max.message.bytes": "20000"})
+    session = new_session(kafka, txn_id)
+    assert session.start()
+    old = session.producer
+    assert session.begin(session.generation)
+    session.produce([rec(dest, os.urandom(60_000))])  # refused by the destination
+    session.commit([TopicPartition(source, 0, 1)], consumer.consumer_group_metadata())
+    with pytest.raises(TxnFailed):
+        session.wait_committed()
+    generation = session.generation
+    session.retire("3 transactions failed in a row")
+    assert session.state is TxnState.BROKEN and session.generation == generation + 1
+    assert not session.abort()  # BROKEN: only a replacement helps
+    assert session.replace() and session.state is TxnState.READY
+    assert session.producer is not old
+    assert session.begin(session.generation)
+    session.produce([rec(dest, b"after")])
+    session.commit([TopicPartition(source, 0, 1)], consumer.consumer_group_metadata())
+    session.wait_committed()
+    assert read_committed(kafka.bootstrap_servers, dest) == [b"after"]
