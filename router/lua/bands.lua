@@ -8,7 +8,11 @@
 -- new group under the same ID); then pairs: guarantee ID, the member's own band.
 -- Returns {call number, band of each pair's group in order}: the stored one, else the
 -- member's own (stored).
-local now = now_ms(ARGV[1])
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local keep = tonumber(ARGV[2])
 local nforget = tonumber(ARGV[3])
 local call = redis.call('INCR', KEYS[3])

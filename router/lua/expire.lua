@@ -13,7 +13,11 @@
 -- Returns: {leases ended, groups admitted}
 local K_INFLIGHT, K_PARKS, K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_ADMITTED, K_DRAINING =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local now = now_ms(ARGV[1])
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local ended = end_leases(K_INFLIGHT, K_PARKS, now)
 local dests = {}
 for i = 1, tonumber(ARGV[2]) do dests[i] = ARGV[2 + i] end

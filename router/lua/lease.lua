@@ -9,7 +9,9 @@
 -- Returns: 1 if renewed to (Redis server clock) now + lease, 0 if a lease was gone.
 local K_INFLIGHT = KEYS[1]
 local batch = ARGV[1]
-local expiry = string.format('%.0f', now_ms(nil) + tonumber(ARGV[2]))
+local t = redis.call('TIME')
+local expiry = string.format('%.0f',
+  tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2]))
 for i = 3, #ARGV do
   if not redis.call('ZSCORE', K_INFLIGHT, ARGV[i] .. '|' .. batch) then return 0 end
 end

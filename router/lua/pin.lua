@@ -6,7 +6,11 @@
 -- The entry: the destination, no lane, state 'pinned'; the destination's load counts it.
 -- Returns: 1 if pinned, 0 if the group already has an entry (nothing changed).
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now = now_ms(ARGV[1])
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local gid, dest, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 if redis.call('HEXISTS', K_ENTRIES, gid) == 1 then return 0 end
 local snow = string.format('%.0f', now)

@@ -11,17 +11,6 @@
 -- route.lua) went straight to the destination: the last such number, for operators
 -- (router/tableview.py). Every shorter form, as earlier versions wrote it, still decodes,
 -- and an entry without 'routed' encodes as before (router/tablecodec.py: the same codec).
--- Milliseconds: `arg` (the caller's clock: tests, the reference model), else the Redis
--- server's clock.
-local function now_ms(arg)
-  local now = tonumber(arg)
-  if now then
-    return now
-  end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 local function decode_entry(v)
   local d, o, u, t, c, rest = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
   local l, s, p, n, f, g, r = string.match(rest,

@@ -12,7 +12,11 @@
 -- Returns: {now, gid_1, outcome_1, ...}; an outcome is a destination name or '!stop'.
 local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS, K_DRAINING =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9]
-local now = now_ms(ARGV[1])
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local share = ARGV[3] == 'share'
 local dests = {}
 for i = 1, tonumber(ARGV[4]) do dests[i] = ARGV[4 + i] end

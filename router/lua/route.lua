@@ -50,7 +50,11 @@ local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, 
   KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
   KEYS[13], KEYS[14], KEYS[15]
 
-local now = now_ms(ARGV[1])
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local policy, max_staged_s = string.match(ARGV[2], '^([^:]*):?(.*)$')
 local hold = policy == 'hold'
 local wait = policy == 'wait'

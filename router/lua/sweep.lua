@@ -19,7 +19,11 @@ local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_OUTBOX, K_STATS, K_CURSOR, K_
   K_ROOM, K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT, K_DRAINING = KEYS[1], KEYS[2], KEYS[3],
   KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
   KEYS[14]
-local now = now_ms(ARGV[1])
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local snow = string.format('%.0f', now)
 local bound = now
 local horizon = tonumber(ARGV[3] or '')
