@@ -174,8 +174,10 @@ class TransferUnit:
 
     def _next_batch(self) -> None:
         inflight = self._inflight
-        if inflight is not None and (inflight[0].held_at or not self.settings.unit.overlap_commit):
-            self._complete()  # held partitions are rewound before polling on
+        if inflight is not None and (
+            inflight[0].held_at or not self.settings.unit.overlaps(len(inflight[0].items))
+        ):
+            self._complete()  # held partitions are rewound before polling on; no backlog
         self.source.resume(self.holds.due(time.monotonic()))
         turn = None
         if self.bands is not None:

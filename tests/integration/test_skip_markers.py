@@ -112,7 +112,7 @@ def test_a_failed_commit_and_a_revoke_replay_each_skip_marker_and_dead_letter_on
     unit delivers g1, g3 on one queue."""
     s = topology(
         topology={"send_queue_count": 1, "send_queue_partitions": 2, "receive_units": 1},
-        unit={"batch_size": 10},
+        unit={"batch_size": 10, "overlap_min_batch": 0},  # the overlap at any size
     )
     queue, transfer = s.topology.send_queues[0], s.topology.transfer_topic
     limit_record_size(admin, transfer, 20_000)  # smaller than the router's own limit

@@ -38,7 +38,7 @@ def test_a_batch_polled_while_a_revoke_fails_the_previous_commit_is_not_produced
     messages, which were never forwarded."""
     s = topology(
         topology={"send_queue_count": 1, "send_queue_partitions": 2, "receive_units": 1},
-        unit={"batch_size": 10},
+        unit={"batch_size": 10, "overlap_min_batch": 0},  # the overlap at any size
     )
     queue, transfer = s.topology.send_queues[0], s.topology.transfer_topic
     limit_record_size(admin, transfer, 20_000)  # smaller than the router's own limit

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from router.clients import dispose_in_background
-from router.config import RoutingSettings, load_settings
+from router.config import RoutingSettings, UnitSettings, load_settings
 
 
 def test_topic_names_are_derived_from_the_topology_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,3 +73,18 @@ def test_the_production_cli_does_not_load_the_drivers() -> None:
         "assert not loaded, loaded"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_commit_overlaps_only_a_backlog() -> None:
+    """A batch in flight of fewer than unit.overlap_min_batch messages commits before the
+    next poll; 0 overlaps always; overlap_commit = false never overlaps."""
+    unit = UnitSettings()
+    assert unit.overlap_min_batch == 100
+    assert not unit.overlaps(1) and not unit.overlaps(99)
+    assert unit.overlaps(100) and unit.overlaps(500)
+    always = UnitSettings(overlap_min_batch=0)
+    assert always.overlaps(1)
+    never = UnitSettings(overlap_commit=False, overlap_min_batch=0)
+    assert not never.overlaps(500)
+    with pytest.raises(ValidationError):
+        UnitSettings(overlap_min_batch=-1)
