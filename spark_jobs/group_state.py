@@ -1,24 +1,49 @@
 """The receiver's stateful step as Spark runs it: pandas frames <-> `groups.step`.
 
 This is the only code of ours that runs on Spark's executors (inside
-`applyInPandasWithState`), so it imports nothing but pandas and `spark_jobs.groups`:
-on a cluster the executors need pandas and pyarrow (PySpark's own requirements for
-pandas functions) and the `spark_jobs` package (`--py-files`), not the router.
+`transformWithStateInPandas`), so it imports nothing of ours but `spark_jobs.groups`,
+besides pandas and pyspark: on a cluster the executors need pandas and pyarrow (PySpark's
+own requirements for pandas functions) and the `spark_jobs` package (`--py-files`), not
+the router.
 
-A key's state is `groups.State` in two columns: its metadata as JSON and the payloads
-of the messages it holds, concatenated.
+`GroupProcessor` (a `StatefulProcessor`, `timeMode="EventTime"`) keeps per key
+(guarantee ID, or ordinary record ID):
+
+* `meta`, a value state: `groups.State.meta_json()` (status, queue, partition, the
+  finished group's record IDs by seq, the reason of a broken or expired group, skipped
+  seqs) and `timer`, the event-time timer the key has registered;
+* `members`, a list state: an open group's accepted members (`groups.MEMBER_SCHEMA`,
+  payload included), appended as they are accepted: a new member never rewrites the
+  ones before it (the previous design rewrote the whole group, O(n^2) bytes for a group
+  of n members arriving one by one). It is cleared when the group finishes, breaks or
+  expires, and rewritten only when an expired segment takes its message's earlier
+  segments out (`groups`, lifetime);
+* one event-time timer: an open group's timeout (`group_timeout_ms` after its newest
+  member's creation time), or a finished key's dedupe horizon (`dedupe_horizon_ms`).
+
+No TTL: Spark 4.0's state TTL counts processing time, so a receiver down longer than
+the TTL would forget markers (and report copies as new records) that one never stopped
+keeps: verdicts would depend on downtime. The dedupe horizon is an event-time timer.
+
+`checker` is the previous `applyInPandasWithState` step (one state row: metadata JSON
+and the members' payloads concatenated), kept for Spark Connect 4.0.0, whose client has
+no `transformWithStateInPandas` (`api.complete_groups` picks).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from spark_jobs import groups
 
-STATE_SCHEMA = "meta STRING, blob BINARY"
+STATE_SCHEMA = "meta STRING, blob BINARY"  # `checker`'s state (applyInPandasWithState)
+META_SCHEMA = "meta STRING, timer BIGINT"  # `GroupProcessor`'s value state
+NO_TIMER = -1
 OUTCOME_SCHEMA = (
     "output STRING, guarantee_id STRING, record_id STRING, schema STRING, queue STRING, "
     "partition INT, offset BIGINT, seq BIGINT, final BOOLEAN, created_ms BIGINT, "
@@ -88,6 +113,35 @@ def _message(row: Any) -> groups.Message:
     )
 
 
+def _read(frames: Iterator[Any]) -> tuple[list[groups.Message], list[groups.Outcome]]:
+    """A key's input rows: the messages for `groups.step`, and the violations of those
+    `parse` found a problem with (they leave the state as it is: a later gap in the
+    group's sequence then breaks the group)."""
+    messages: list[groups.Message] = []
+    outcomes: list[groups.Outcome] = []
+    for frame in frames:
+        for row in frame.itertuples(index=False):
+            m = _message(row)
+            if row.problem is None:
+                messages.append(m)
+            else:
+                outcomes.append(groups.Outcome(groups.VIOLATION, m, row.problem))
+    return messages, outcomes
+
+
+def _due(
+    state: groups.State,
+    messages: list[groups.Message],
+    group_timeout_ms: int,
+    dedupe_horizon_ms: int,
+) -> int:
+    """When the key's timer is due in event time: an open group `group_timeout_ms` after
+    its newest message's creation time, anything else `dedupe_horizon_ms` after it."""
+    newest = max(m.created_ms for m in [*messages, *state.members])
+    horizon = dedupe_horizon_ms if state.status == "done" else group_timeout_ms
+    return newest + horizon
+
+
 def _deadline(state: Any, at_ms: int) -> int:
     """An event-time timeout no earlier than the key's previous one, and (as Spark
     requires) after the current watermark."""
@@ -97,9 +151,8 @@ def _deadline(state: Any, at_ms: int) -> int:
 
 
 def checker(group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
-    """The applyInPandasWithState function (EventTimeTimeout): `groups.step` over Spark's
-    group state. Messages `parse` found a problem with are violations at once and leave
-    the state as it is (a later gap in the group's sequence then breaks the group).
+    """The applyInPandasWithState function (EventTimeTimeout), for Spark Connect 4.0.0:
+    `groups.step` over one state row per key, the same verdicts as `GroupProcessor`.
 
     Timeouts are event time: an open group times out `group_timeout_ms` after the
     creation time of its newest message, a finished group or ordinary record is
@@ -116,24 +169,95 @@ def checker(group_timeout_ms: int, dedupe_horizon_ms: int) -> Any:
             if expired:
                 yield _frame(guarantee_id, expired)
             return
-        messages: list[groups.Message] = []
-        outcomes: list[groups.Outcome] = []
-        for frame in frames:
-            for row in frame.itertuples(index=False):
-                m = _message(row)
-                if row.problem is None:
-                    messages.append(m)
-                else:
-                    outcomes.append(groups.Outcome(groups.VIOLATION, m, row.problem))
+        messages, outcomes = _read(frames)
         if messages:
             current = groups.State.load(*state.get) if state.exists else None
             new, found = groups.step(guarantee_id, current, messages)
             outcomes.extend(found)
             state.update(new.dump())
-            newest = max(m.created_ms for m in [*messages, *new.members])
-            horizon = dedupe_horizon_ms if new.status == "done" else group_timeout_ms
-            state.setTimeoutTimestamp(_deadline(state, newest + horizon))
+            due = _due(new, messages, group_timeout_ms, dedupe_horizon_ms)
+            state.setTimeoutTimestamp(_deadline(state, due))
         if outcomes:
             yield _frame(guarantee_id, outcomes)
 
     return check
+
+
+class GroupProcessor(StatefulProcessor):  # type: ignore[misc]
+    """`groups.step` as a `StatefulProcessor` for `transformWithStateInPandas`
+    (`timeMode="EventTime"`, "Append"): see the module's docstring for the state.
+
+    Timers are event time, with the verdicts of `checker`: an open group times out
+    `group_timeout_ms` after the creation time of its newest message, a finished group or
+    ordinary record is forgotten `dedupe_horizon_ms` after it, and either happens only
+    once the watermark (the newest creation time read, less the allowed lateness) has
+    passed that instant. A key's timer never moves earlier and is always after the
+    current watermark (as `applyInPandasWithState` requires of its timeouts), so a
+    receiver that was down, or catches up in small micro-batches, reaches the same
+    verdicts as one that never stopped."""
+
+    def __init__(self, group_timeout_ms: int, dedupe_horizon_ms: int) -> None:
+        self.group_timeout_ms = group_timeout_ms
+        self.dedupe_horizon_ms = dedupe_horizon_ms
+
+    def init(self, handle: Any) -> None:
+        self.handle = handle
+        # No TTL (processing time in Spark 4.0): the timers below forget a key.
+        self.meta = handle.getValueState("meta", META_SCHEMA)
+        self.members = handle.getListState("members", groups.MEMBER_SCHEMA)
+
+    def _load(self) -> tuple[groups.State, int] | None:
+        """The key's state and its timer (NO_TIMER if none), or None for a new key. Only
+        an open group has members to read."""
+        if not self.meta.exists():
+            return None
+        meta_json, timer = self.meta.get()
+        rows = self.members.get() if json.loads(meta_json)["status"] == "open" else ()
+        return groups.State.from_stored(meta_json, rows), int(timer)
+
+    def _save(self, before: list[groups.Message], new: groups.State, timer: int) -> None:
+        self.meta.update((new.meta_json(), timer))
+        added = new.appended(before)
+        if added is None:  # members dropped: cleared (or, rarely, rewritten)
+            if new.members:
+                self.members.put([groups.member_row(m) for m in new.members])
+            else:
+                self.members.clear()
+        elif added:
+            self.members.appendList([groups.member_row(m) for m in added])
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        guarantee_id = key[0]
+        messages, outcomes = _read(rows)
+        if messages:
+            loaded = self._load()
+            current, timer = loaded if loaded is not None else (None, NO_TIMER)
+            before = list(current.members) if current is not None else []
+            new, found = groups.step(guarantee_id, current, messages)
+            outcomes.extend(found)
+            due = _due(new, messages, self.group_timeout_ms, self.dedupe_horizon_ms)
+            watermark = int(timerValues.getCurrentWatermarkInMs())
+            deadline = int(max(due, timer, watermark + 1))
+            if deadline != timer:
+                if timer != NO_TIMER:
+                    self.handle.deleteTimer(timer)
+                self.handle.registerTimer(deadline)
+            self._save(before, new, deadline)
+        if outcomes:
+            yield _frame(guarantee_id, outcomes)
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: Any, expiredTimerInfo: Any
+    ) -> Iterator[Any]:
+        """The key's timer fired: an open group is incomplete; every key is forgotten."""
+        loaded = self._load()
+        self.meta.clear()
+        self.members.clear()
+        if loaded is None:
+            return
+        expired = groups.expire(loaded[0], self.group_timeout_ms)
+        if expired:
+            yield _frame(key[0], expired)
+
+    def close(self) -> None:
+        pass

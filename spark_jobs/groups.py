@@ -1,7 +1,10 @@
 """The receiver's per-group checks and reassembly, as a pure state machine (no Spark).
 
 The Spark receiver keeps one `State` per guarantee ID (and one per ordinary record, for
-de-duplication) in `applyInPandasWithState` and calls `step` with the key's new messages.
+de-duplication) in `transformWithStateInPandas` (`group_state.GroupProcessor`: the
+metadata in a value state, the members in a list state, appended as they come; see
+`State.meta_json`, `member_row`, `State.appended`) and calls `step` with the key's new
+messages.
 A group's messages must all come from one receive queue (partition), in sequence from 0
 with no gap; the message with the final flag completes the group. Outcomes:
 
@@ -51,18 +54,21 @@ from spark_jobs.message import (
     DUPLICATE,
     EXPIRED,
     GROUP,
+    MEMBER_SCHEMA,
     RECORD,
     VIOLATION,
     Message,
     Outcome,
     Seg,
     State,
+    member_row,
 )
 
 __all__ = [
     "DUPLICATE",
     "EXPIRED",
     "GROUP",
+    "MEMBER_SCHEMA",
     "RECORD",
     "VIOLATION",
     "Message",
@@ -70,6 +76,7 @@ __all__ = [
     "Seg",
     "State",
     "expire",
+    "member_row",
     "step",
 ]
 

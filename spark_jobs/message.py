@@ -9,6 +9,7 @@ here as a `Seg`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -95,6 +96,57 @@ class State:
         return m.record_id, m.where
 
     # ------------------------------------------------------------ (de)serialising
+    #
+    # Two stored forms. `transformWithStateInPandas` (`group_state.GroupProcessor`) keeps
+    # a key's metadata (`meta_json`: no members) in a value state and its members, one
+    # `member_row` each, in a list state, appended as they are accepted: a new member
+    # never rewrites the ones before it (`appended`). `applyInPandasWithState` (under
+    # Spark Connect 4.0.0, which lacks the former) keeps `dump`: the metadata with the
+    # members' and their payloads concatenated, rewritten on every change.
+
+    def meta_json(self) -> str:
+        """The key's metadata without its members: a value state of `GroupProcessor`."""
+        meta: dict[str, Any] = {
+            "status": self.status,
+            "queue": self.queue,
+            "partition": self.partition,
+            "seen": self.seen,
+            "reason": self.reason,
+        }
+        if self.skipped:
+            meta["skipped"] = sorted(self.skipped.items())
+        if self.expired_sets:
+            meta["expired_sets"] = self.expired_sets
+        return json.dumps(meta, separators=(",", ":"))
+
+    @classmethod
+    def from_stored(cls, meta_json: str, rows: Iterable[Sequence[Any]]) -> State:
+        """The state from `meta_json` and its members' `member_row`s, in order."""
+        meta = json.loads(meta_json)
+        queue, partition = meta["queue"], meta["partition"]
+        members = [_member(queue, partition, row) for row in rows]
+        return cls(
+            meta["status"],
+            queue,
+            partition,
+            members,
+            meta["seen"],
+            meta["reason"],
+            {int(k): v for k, v in meta.get("skipped", [])},
+            list(meta.get("expired_sets", [])),
+        )
+
+    def appended(self, before: list[Message]) -> list[Message] | None:
+        """The members added since the state held `before` (the members it was loaded
+        with), if it only added some; None if it dropped or replaced any (a group that
+        finished, broke or expired keeps none; an expired segment takes its message's
+        earlier segments out), so the stored list must be rewritten or cleared."""
+        n = len(before)
+        if len(self.members) < n or any(
+            a is not b for a, b in zip(before, self.members, strict=False)
+        ):
+            return None
+        return self.members[n:]
 
     def dump(self) -> tuple[str, bytes]:
         """(metadata JSON, payload bytes): what Spark's state store keeps."""
@@ -151,3 +203,32 @@ class State:
 
 def _seg_out(s: Seg) -> list[Any]:
     return [s.set_id, s.index, s.last, s.total, s.sha256]
+
+
+MEMBER_SCHEMA = (
+    "record_id STRING, schema STRING, offset BIGINT, seq BIGINT, final BOOLEAN, "
+    "created_ms BIGINT, value BINARY, segment STRING"
+)
+
+
+def member_row(m: Message) -> tuple[Any, ...]:
+    """One member as a row of MEMBER_SCHEMA (its queue is the state's; `segment`: its
+    segment headers as JSON, or None)."""
+    seg = None if m.segment is None else json.dumps(_seg_out(m.segment), separators=(",", ":"))
+    return (m.record_id, m.schema, m.offset, m.seq, m.final, m.created_ms, m.value, seg)
+
+
+def _member(queue: str, partition: int, row: Sequence[Any]) -> Message:
+    record_id, schema, offset, seq, final, created_ms, value, seg = row
+    return Message(
+        str(record_id),
+        str(schema),
+        queue,
+        partition,
+        int(offset),
+        int(seq),
+        bool(final),
+        int(created_ms),
+        bytes(value),
+        segment=Seg(*json.loads(seg)) if isinstance(seg, str) else None,  # None or NaN: none
+    )

@@ -1,7 +1,7 @@
 """The Spark receiver: receive queues -> checked, reassembled groups in Parquet.
 
     read_queues -> parse -> check_groups -> outputs.output_rows -> Parquet (file sink)
-    (api.read_router_queues)  (api.complete_groups: applyInPandasWithState, `groups.step`)
+    (api.read_router_queues)  (api.complete_groups: transformWithStateInPandas, `groups.step`)
 
 * Reads one or more receive queues through `api.read_router_queues` (`read_committed`,
   with headers; every Kafka source option passes through).
@@ -9,7 +9,9 @@
   header) and checks the routing headers against the payload's own group and position;
   a message that fails (undecodable, headers contradicting the payload) is a violation.
 * `check_groups` keeps one state per guarantee ID (and per ordinary record ID): every
-  message of a group from one queue, in sequence, none missing; see `groups`. Its
+  message of a group from one queue, in sequence, none missing; see `groups`. An open
+  group's members are a list state, appended as they come; its metadata a value state
+  (`group_state.GroupProcessor`). Its
   timeouts are event time (the payload's `created_at`, with a watermark `lateness_ms`
   behind the newest one read), so verdicts do not depend on when the receiver ran. A
   group sent with whole-group delivery that one micro-batch holds entirely never enters
@@ -19,9 +21,11 @@
   their SHA-256), `records` (ordinary records), `duplicates` (copies of messages already
   received: a repeated send, not a broken guarantee), `violations` (every message that
   breaks a guarantee or cannot be read, with the reason; expected empty). See `outputs`.
-* Checkpointed: the Kafka offsets, the watermark and the group states are in the
-  checkpoint, and the sink's log commits each micro-batch once, so a restarted receiver
-  (after a clean stop or a crash) loses nothing and its readers see nothing twice.
+* Checkpointed: the Kafka offsets, the watermark, the group states and their timers are
+  in the checkpoint (not resumable from a checkpoint of the former
+  `applyInPandasWithState` step: README, "Stopping, restarting"), and the sink's log
+  commits each micro-batch once, so a restarted receiver (after a clean stop or a
+  crash) loses nothing and its readers see nothing twice.
 
 Run: `router spark receiver --output DIR --checkpoint DIR` (`--help`).
 """

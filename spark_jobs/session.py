@@ -232,7 +232,10 @@ def security_options(kafka: Any) -> dict[str, str]:
         module = LOGIN_MODULES.get(mechanism)
         if module is None:
             raise ValueError(f"the Spark jobs cannot log in with SASL mechanism {mechanism}")
-        quote = lambda v: str(v).replace("\\", "\\\\").replace('"', '\\"')  # noqa: E731
+
+        def quote(v: object) -> str:
+            return str(v).replace("\\", "\\\\").replace('"', '\\"')
+
         out["kafka.sasl.jaas.config"] = (
             f'{module} required username="{quote(user)}" password="{quote(password)}";'
         )

@@ -5,7 +5,7 @@ complete` group), among streamed groups and ordinary messages.
 Read without `maxOffsetsPerTrigger` (a micro-batch ends between transactions) and with a
 small one (micro-batches end inside them): the same outcomes; and in the first run the
 state never held a payload of a whole group, read from the checkpoint's state store
-after each micro-batch (Spark's `statestore` data source)."""
+after each micro-batch (Spark's `statestore` data source, the `members` list state)."""
 
 from __future__ import annotations
 
@@ -141,12 +141,18 @@ def _run(
 
 
 def _payloads_held(spark: Any, checkpoint: Path, batches: list[int]) -> dict[str, set[int]]:
-    """Per guarantee ID, the micro-batches after which its state held payload bytes."""
+    """Per guarantee ID, the micro-batches after which its state held payload bytes: its
+    `members` list state (`group_state.GroupProcessor`) held a member."""
     held: dict[str, set[int]] = {}
     for batch in batches:
-        state = spark.read.format("statestore").option("batchId", batch).load(str(checkpoint))
+        state = (
+            spark.read.format("statestore")
+            .option("batchId", batch)
+            .option("stateVarName", "members")
+            .load(str(checkpoint))
+        )
         for row in state.collect():
-            if row.key.guarantee_id is not None and row.value.groupState.blob:
+            if row.key.guarantee_id is not None and row.list_element.value:
                 held.setdefault(row.key.guarantee_id, set()).add(batch)
     return held
 

@@ -6,10 +6,21 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
-from spark_jobs.groups import DUPLICATE, GROUP, VIOLATION, Message, Outcome, State, step
+from spark_jobs.groups import (
+    DUPLICATE,
+    GROUP,
+    VIOLATION,
+    Message,
+    Outcome,
+    Seg,
+    State,
+    member_row,
+    step,
+)
 
 
 def member(
@@ -165,3 +176,52 @@ def _marked(m: Message, complete: bool) -> Message:
         m.value,
         complete,
     )
+
+
+def _stored(state: State) -> State:
+    """As `group_state.GroupProcessor` keeps it: the value state and the list state."""
+    return State.from_stored(state.meta_json(), [member_row(m) for m in state.members])
+
+
+def test_a_group_arriving_member_by_member_is_stored_by_appending_only() -> None:
+    """transformWithStateInPandas: each call adds its new members to the list state (the
+    earlier ones, payloads included, are never written again); the finished group keeps
+    none (the list is cleared); the state loads back equal, with segments."""
+    messages = [replace(m, complete=False) for m in whole("po/2", 4)]
+    state: State | None = None
+    written: list[Message] = []
+    for m in messages:
+        before = list(state.members) if state is not None else []
+        state, _ = step("po/2", state, [m])
+        added = state.appended(before)
+        if state.status == "open":
+            assert added == [m], "only the new member is written"
+            written += added
+            loaded = _stored(state)
+            assert loaded == replace(state, members=written)
+            state = loaded
+        else:
+            assert added is None and state.members == [], "finished: the list is cleared"
+    assert state is not None and state.status == "done"
+    assert _stored(state) == state
+    assert "payload" not in state.meta_json()
+    # A segment's headers go with its member.
+    seg = replace(messages[0], segment=Seg("doc-1", 2, True, 5000, "ab" * 32))
+    assert _stored(State("open", "q1", 0, [seg])).members == [seg]
+
+
+def test_a_broken_group_or_a_skipped_segment_is_not_an_append() -> None:
+    state, _ = step("po/3", None, [member("po/3", 0, 3, complete=False)])
+    before = list(state.members)
+    broken, out = step("po/3", state, [member("po/3", 2, 3, complete=False)])
+    assert broken.status == "broken" and [o.output for o in out] == [VIOLATION, VIOLATION]
+    assert broken.appended(before) is None
+    # An expired segment takes its message's earlier segments out: the list is rewritten.
+    first = replace(member("po/4", 0, 3, complete=False), segment=Seg("d", 0, False))
+    state, _ = step("po/4", None, [first])
+    before = list(state.members)
+    second = replace(
+        member("po/4", 1, 3, complete=False), segment=Seg("d", 1, True), expired="expired: x"
+    )
+    state, _ = step("po/4", state, [second])
+    assert state.status == "open" and state.members == [] and state.appended(before) is None
