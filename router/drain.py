@@ -9,6 +9,7 @@ offset taken when no park of the group was in flight."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Message, TopicPartition
@@ -53,6 +54,7 @@ class Drain:
         metrics: Metrics,
         gap_timeout_ms: int = 30_000,
         gap_policy: str = "park",
+        ends: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
     ) -> None:
         self.table, self.spec, self.topic, self.metrics = table, spec, room_topic, metrics
         self.partitions, self.emitter = partitions, emitter
@@ -68,6 +70,11 @@ class Drain:
         self.eager = False  # the last drain did something: its settle may admit more
         self.consumer: object = None  # set by the unit: position() and watermarks
         self.owned: set[TP] = set()
+        # Room partitions' end offsets (`router.endoffsets`, one request on a connection
+        # of its own); without, the consumer's watermarks, about 0.5 s apiece behind its
+        # fetch long-poll. Asked at most once per batch, after the room states were read.
+        self.ends = ends
+        self._ends_now: dict[TP, int] | None = None
 
     def take(self, messages: list[Message]) -> list[Message]:
         """Index the room records among polled messages; return the others."""
@@ -126,6 +133,7 @@ class Drain:
         """Add the batch's drain: records, markers, finals, drains and room offsets."""
         if not self.owned:
             return
+        self._ends_now = None
         states = self.table.room_state(sorted(self.index.gids() | set(self.checks) | self.opening))
         self.opening &= {g for g, st in states.items() if st.state == room.ADMITTED}
         consumer = self.consumer
@@ -205,8 +213,13 @@ class Drain:
         ]
 
     def _end(self, tp: TP) -> int | None:
-        """A room partition's end offset; None if the broker cannot say now (a leader
-        moving after a restart): the drain waits, the unit goes on."""
+        """A room partition's end offset, read after this batch's room states; None if the
+        broker cannot say now (a leader moving after a restart): the drain waits, the unit
+        goes on."""
+        if self.ends is not None:
+            if self._ends_now is None:  # every owned partition in one request
+                self._ends_now = self.ends(sorted(self.owned))
+            return self._ends_now.get(tp)
         try:
             _, end = self.consumer.get_watermark_offsets(TopicPartition(*tp), 10, False)  # type: ignore[attr-defined]
         except KafkaException as exc:

@@ -19,6 +19,7 @@ from router.classify import Classifier
 from router.config import RouterSettings
 from router.drain import Drain
 from router.emit import Emitter, Output
+from router.endoffsets import EndOffsets
 from router.faults import Faults
 from router.holds import Holds
 from router.metrics import Metrics
@@ -174,6 +175,7 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
         ctx.metrics,
         s.routing.gap_timeout_ms,
         s.routing.gap_policy,
+        EndOffsets(clients.admin_config(s.kafka)),
     )
     bands = None
     if s.priority.bands > 1:
