@@ -24,9 +24,9 @@
   (`read_committed`, headers included, `earliest`, `failOnDataLoss`) can be overridden.
 * `complete_groups`: the checks of `groups.step` (one queue per group, in sequence from 0,
   completed by the final flag, copies recognised) over Spark's state
-  (`transformWithStateInPandas`: a group's members in a list state, appended as they
-  come, its metadata in a value state), in event time (a watermark on the messages'
-  creation time, event-time timers); see `group_state`. A group sent with
+  (`transformWithState`, row-based, on the RocksDB state store: a group's members in a
+  list state, appended as they come, its metadata in a value state), in event time (a
+  watermark on the messages' creation time, event-time timers); see `group_state`. A group sent with
   whole-group delivery (`to_router_rows(..., delivery=F.lit("complete"))`) that a
   micro-batch holds entirely is emitted at once, its payloads never in the state.
   Segments are reassembled and checked against their length and SHA-256 (`segmented`),
@@ -42,7 +42,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from router import contract
-from spark_jobs.group_state import OUTCOME_SCHEMA, STATE_SCHEMA, GroupProcessor, checker
+from spark_jobs.group_state import OUTCOME_SCHEMA, GroupProcessor
 from spark_jobs.reading import (
     SOURCE_DEFAULTS,
     header_value,
@@ -109,7 +109,7 @@ def complete_groups(
     (default `on_expiry`): `skip` goes on without it, `expire-group` expires the rest of
     the group (`groups`). Multicast (`router.multicast`): an ordinary message sent to
     several queues is one `record` per queue; only a second copy on the same queue is a
-    duplicate.
+    copy (dropped and counted).
 
     `record_id` identifies a message (default: the SHA-256 of its payload): the same ID
     again is a copy, another ID at a seq already taken a conflict. `problem` (a string
@@ -120,8 +120,12 @@ def complete_groups(
     should be the message's creation time, the same in a re-sent copy, so take it from
     the payload when it has one. The watermark trails the newest creation time read by
     `lateness_ms`. A group with no new message for `group_timeout_ms` (of creation time)
-    is incomplete once the watermark has passed that; finished groups and ordinary
-    records are remembered for `dedupe_horizon_ms` to recognise copies. A message older
+    is incomplete once the watermark has passed that; finished groups are remembered for
+    `dedupe_horizon_ms` to recognise copies (a copy of a member is a `duplicate` row). An
+    ordinary message's copies are dropped in the JVM (`dropDuplicatesWithinWatermark`,
+    for as long as the watermark has not passed its creation time; the state needs
+    Spark's RocksDB state store) and counted (`numDroppedDuplicateRows`;
+    `streaming.StreamJob.duplicates_dropped`), never in Python state. A message older
     than the watermark when it is read is dropped by Spark, and counted in the query's
     progress (`numRowsDroppedByWatermark`; `streaming.StreamJob.dropped_by_watermark`).
 
@@ -183,20 +187,43 @@ def complete_groups(
         "multicast",
         created.alias("event_time"),
     ).withWatermark("event_time", f"{lateness_ms} milliseconds")
-    keyed = state_input.groupBy("guarantee_id", "ordinary_id")
-    if hasattr(keyed, "transformWithStateInPandas"):
-        return keyed.transformWithStateInPandas(
+    _need_rocksdb(messages.sparkSession)
+    # Copies of ordinary messages are dropped here, in the JVM, by one deduplication over
+    # every message: an ordinary one without a problem keys by its ID (its first copy
+    # goes on), any other by its position (it always goes on). One chain, not a branch
+    # per kind: each branch of a streaming query would read the source again.
+    position = F.format_string("\u0000%s[%d]@%d", "queue", "partition", "offset")
+    ordinary = gid.isNull() & F.col("problem").isNull()
+    first = state_input.withColumn(
+        "dedupe_key", F.when(ordinary, F.col("ordinary_id")).otherwise(position)
+    ).dropDuplicatesWithinWatermark(["dedupe_key"])
+    # Ordinary messages then go through the stateful step without state, a few buckets
+    # of them per micro-batch (a Python call each, not one per message).
+    bucket = F.when(gid.isNull(), F.pmod(F.hash("ordinary_id"), F.lit(ORDINARY_BUCKETS)))
+    return (
+        first.withColumn("bucket", bucket)
+        .groupBy("guarantee_id", "bucket")
+        .transformWithState(
             GroupProcessor(group_timeout_ms, dedupe_horizon_ms),
             OUTCOME_SCHEMA,
             "Append",
             "EventTime",
         )
-    # Spark Connect 4.0.0's client has no transformWithStateInPandas (4.1 adds it): the
-    # previous step, one state row per key rewritten on every change, same verdicts.
-    return keyed.applyInPandasWithState(
-        checker(group_timeout_ms, dedupe_horizon_ms),
-        OUTCOME_SCHEMA,
-        STATE_SCHEMA,
-        "append",
-        "EventTimeTimeout",
     )
+
+
+ORDINARY_BUCKETS = 16
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+STATE_PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+
+
+def _need_rocksdb(spark: Any) -> None:
+    """`transformWithState` runs only on the RocksDB state store: say so before Spark
+    fails the query at its first micro-batch with STORE_BACKEND_NOT_SUPPORTED_FOR_TWS."""
+    provider = spark.conf.get(STATE_PROVIDER_CONF, None)
+    if provider != ROCKSDB_PROVIDER:
+        raise ValueError(
+            f"complete_groups needs Spark's RocksDB state store (transformWithState): set "
+            f"{STATE_PROVIDER_CONF}={ROCKSDB_PROVIDER} on the session (now {provider!r}); "
+            "spark_jobs.session.build_session does"
+        )

@@ -1,17 +1,18 @@
 """The receiver's per-group checks and reassembly, as a pure state machine (no Spark).
 
-The Spark receiver keeps one `State` per guarantee ID (and one per ordinary record, for
-de-duplication) in `transformWithStateInPandas` (`group_state.GroupProcessor`: the
-metadata in a value state, the members in a list state, appended as they come; see
-`State.meta_json`, `member_row`, `State.appended`) and calls `step` with the key's new
-messages.
+The Spark receiver keeps one `State` per guarantee ID in `transformWithState`
+(`group_state.GroupProcessor`: the metadata in a value state, the members in a list
+state, appended as they come; see `State.meta_json`, `member_row`, `State.appended`) and
+calls `step` with the key's new messages. Ordinary messages keep no state here: Spark
+drops their copies in the JVM before they get here (`api.complete_groups`), and
+`ordinary` gives each first copy's outcome.
 A group's messages must all come from one receive queue (partition), in sequence from 0
 with no gap; the message with the final flag completes the group. Outcomes:
 
 * GROUP: a complete group, its members in order (one row, reassembled by the receiver);
-* RECORD: an ordinary message, the first time its record ID is seen;
-* DUPLICATE: a copy of a message already accepted (same group, seq and record ID, or the
-  same ordinary record ID) - what a repeated send produces; not a broken guarantee;
+* RECORD: an ordinary message (the first time its record ID is seen: `api`);
+* DUPLICATE: a copy of a group member already accepted (same group, seq and record ID) -
+  what a repeated send produces; not a broken guarantee;
 * VIOLATION: a broken guarantee, with the reason: a message on a second queue (split), a
   gap or reversal in the sequence (order), a second message with one seq but another
   record ID (conflict), a message after the group was finished, a group left
@@ -31,7 +32,7 @@ large *ordinary* message, carried as a group of its own (guarantee ID = segment 
 a RECORD, with no group. Multicast copies are told apart by queue before they get here
 (`api.complete_groups` keys an ordinary multicast message by record ID and queue).
 
-A finished group (or ordinary record) is remembered for the dedupe horizon, then forgotten.
+A finished group is remembered for the dedupe horizon, then forgotten.
 
 Whole groups: a group sent with whole-group delivery (`guarantee-delivery: complete` on
 its first message) is written by the router to one queue in one Kafka transaction, so a
@@ -77,6 +78,7 @@ __all__ = [
     "State",
     "expire",
     "member_row",
+    "ordinary",
     "step",
 ]
 
@@ -86,12 +88,10 @@ def _order(messages: Iterable[Message]) -> list[Message]:
 
 
 def step(
-    guarantee_id: str | None, state: State | None, messages: Iterable[Message]
+    guarantee_id: str, state: State | None, messages: Iterable[Message]
 ) -> tuple[State, list[Outcome]]:
-    """Apply a key's new messages (any order; checked in queue order) to its state."""
+    """Apply a group's new messages (any order; checked in queue order) to its state."""
     ordered = _order(messages)
-    if guarantee_id is None:
-        return _ordinary(state, ordered)
     if not ordered:
         raise ValueError("step() needs at least one message")
     if state is None and (whole := _whole(guarantee_id, ordered)) is not None:
@@ -137,16 +137,10 @@ def _whole(gid: str, ordered: list[Message]) -> tuple[State, list[Outcome]] | No
     return _finish(gid, State("open", first.queue, first.partition, list(ordered)))
 
 
-def _ordinary(state: State | None, messages: list[Message]) -> tuple[State, list[Outcome]]:
-    out = []
-    for m in messages:
-        if state is None:
-            out.append(Outcome(RECORD, m) if m.expired is None else Outcome(EXPIRED, m, m.expired))
-            state = State("done", m.queue, m.partition, seen=[m.record_id])
-        else:
-            out.append(Outcome(DUPLICATE, m, f"copy of ordinary record {m.record_id}"))
-    assert state is not None, "step() needs at least one message for a new key"
-    return state, out
+def ordinary(m: Message) -> Outcome:
+    """The outcome of an ordinary message seen for the first time (its copies never get
+    here): a RECORD, or EXPIRED if its lifetime had ended."""
+    return Outcome(RECORD, m) if m.expired is None else Outcome(EXPIRED, m, m.expired)
 
 
 def _open(gid: str, state: State, m: Message, out: list[Outcome]) -> State:

@@ -97,12 +97,10 @@ class State:
 
     # ------------------------------------------------------------ (de)serialising
     #
-    # Two stored forms. `transformWithStateInPandas` (`group_state.GroupProcessor`) keeps
-    # a key's metadata (`meta_json`: no members) in a value state and its members, one
-    # `member_row` each, in a list state, appended as they are accepted: a new member
-    # never rewrites the ones before it (`appended`). `applyInPandasWithState` (under
-    # Spark Connect 4.0.0, which lacks the former) keeps `dump`: the metadata with the
-    # members' and their payloads concatenated, rewritten on every change.
+    # As `group_state.GroupProcessor` stores it: the key's metadata (`meta_json`: no
+    # members) in a value state and its members, one `member_row` each, in a list state,
+    # appended as they are accepted: a new member never rewrites the ones before it
+    # (`appended`).
 
     def meta_json(self) -> str:
         """The key's metadata without its members: a value state of `GroupProcessor`."""
@@ -119,10 +117,18 @@ class State:
             meta["expired_sets"] = self.expired_sets
         return json.dumps(meta, separators=(",", ":"))
 
+    def stored(self) -> tuple[str, list[tuple[Any, ...]]]:
+        """(`meta_json`, a `member_row` per member): everything `GroupProcessor` keeps."""
+        return self.meta_json(), [member_row(m) for m in self.members]
+
     @classmethod
     def from_stored(cls, meta_json: str, rows: Iterable[Sequence[Any]]) -> State:
         """The state from `meta_json` and its members' `member_row`s, in order."""
-        meta = json.loads(meta_json)
+        return cls.from_meta(json.loads(meta_json), rows)
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], rows: Iterable[Sequence[Any]]) -> State:
+        """`from_stored` with the metadata already parsed."""
         queue, partition = meta["queue"], meta["partition"]
         members = [_member(queue, partition, row) for row in rows]
         return cls(
@@ -147,58 +153,6 @@ class State:
         ):
             return None
         return self.members[n:]
-
-    def dump(self) -> tuple[str, bytes]:
-        """(metadata JSON, payload bytes): what Spark's state store keeps."""
-        meta: dict[str, Any] = {
-            "status": self.status,
-            "queue": self.queue,
-            "partition": self.partition,
-            "seen": self.seen,
-            "reason": self.reason,
-            "members": [
-                [m.record_id, m.schema, m.offset, m.seq, m.final, m.created_ms, len(m.value)]
-                + ([_seg_out(m.segment)] if m.segment is not None else [])
-                for m in self.members
-            ],
-        }
-        if self.skipped:
-            meta["skipped"] = sorted(self.skipped.items())
-        if self.expired_sets:
-            meta["expired_sets"] = self.expired_sets
-        return json.dumps(meta, separators=(",", ":")), b"".join(m.value for m in self.members)
-
-    @classmethod
-    def load(cls, meta_json: str, blob: bytes) -> State:
-        meta = json.loads(meta_json)
-        members = []
-        at = 0
-        for record_id, schema, offset, seq, final, created_ms, size, *seg in meta["members"]:
-            members.append(
-                Message(
-                    record_id,
-                    schema,
-                    meta["queue"],
-                    meta["partition"],
-                    offset,
-                    seq,
-                    final,
-                    created_ms,
-                    blob[at : at + size],
-                    segment=Seg(*seg[0]) if seg else None,
-                )
-            )
-            at += size
-        return cls(
-            meta["status"],
-            meta["queue"],
-            meta["partition"],
-            members,
-            meta["seen"],
-            meta["reason"],
-            {int(k): v for k, v in meta.get("skipped", [])},
-            list(meta.get("expired_sets", [])),
-        )
 
 
 def _seg_out(s: Seg) -> list[Any]:

@@ -1,7 +1,7 @@
 """The Spark receiver: receive queues -> checked, reassembled groups in Parquet.
 
     read_queues -> parse -> check_groups -> outputs.output_rows -> Parquet (file sink)
-    (api.read_router_queues)  (api.complete_groups: transformWithStateInPandas, `groups.step`)
+    (api.read_router_queues)  (api.complete_groups: transformWithState, `groups.step`)
 
 * Reads one or more receive queues through `api.read_router_queues` (`read_committed`,
   with headers; every Kafka source option passes through).

@@ -90,15 +90,24 @@ def parse_lines(lines: Any) -> Any:
     )
 
 
-def read_rate(spark: Any, rows_per_second: int, run_id: str) -> Any:
-    """Synthetic business records from Spark's rate source, for load: per 10 rows, five
-    stock updates, four purchase orders of 1..40 lines and one document of 1..256 KiB."""
+def read_rate(
+    spark: Any, rows_per_second: int, run_id: str, max_lines: int = 40, documents: bool = True
+) -> Any:
+    """Synthetic business records from Spark's rate source, for load (`rate_records`)."""
     rate = spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load()
+    return rate_records(rate, run_id, max_lines, documents)
+
+
+def rate_records(values: Any, run_id: str, max_lines: int = 40, documents: bool = True) -> Any:
+    """Business records (`domain.INPUT_SCHEMA`), one per row of `values` (a `value`
+    column: the rate source, or `spark.range(n)` renamed to recompute what it made): per
+    10 rows, five stock updates, four purchase orders of 1..`max_lines` lines and one
+    document of 1..256 KiB (without `documents`, a fifth purchase order instead)."""
     v = F.col("value")
     ident = F.concat(F.lit(f"{run_id}-"), v.cast("string"))
     bucket = F.pmod(v, F.lit(10))
     spread = F.pmod(F.xxhash64(v), F.lit(1_000_003))
-    n_lines = (spread % 40 + 1).cast("int")
+    n_lines = (spread % max_lines + 1).cast("int")
     lines = F.transform(
         F.sequence(F.lit(1), n_lines),
         lambda i: F.struct(
@@ -111,10 +120,10 @@ def read_rate(spark: Any, rows_per_second: int, run_id: str) -> Any:
     content = F.unhex(F.repeat(F.sha2(ident, 256), (spread % 8192 + 32).cast("int")))
     kind = (
         F.when(bucket < 5, F.lit(domain.STOCK_UPDATE))
-        .when(bucket < 9, F.lit(domain.PURCHASE_ORDER))
+        .when((bucket < 9) | F.lit(not documents), F.lit(domain.PURCHASE_ORDER))
         .otherwise(F.lit(domain.DOCUMENT))
     )
-    return rate.select(
+    return values.select(
         kind.alias("type"),
         ident.alias("order_id"),
         F.concat(F.lit("C-"), (spread % 500).cast("string")).alias("customer_id"),
@@ -122,7 +131,7 @@ def read_rate(spark: Any, rows_per_second: int, run_id: str) -> Any:
         lines.alias("lines"),
         ident.alias("document_id"),
         F.concat(ident, F.lit(".pdf")).alias("name"),
-        F.base64(content).alias("content_base64"),
+        F.when(kind == domain.DOCUMENT, F.base64(content)).alias("content_base64"),
         ident.alias("update_id"),
         F.format_string("SKU-%04d", spread % 10_000).alias("sku"),
         F.concat(F.lit("WH-"), (spread % 5).cast("string")).alias("warehouse"),
@@ -212,37 +221,40 @@ def to_messages(records: Any) -> Any:
     """One row per message, in send order within each record: guarantee_id, seq, final,
     key, record_id, schema, value (Avro bytes), created_ms. `records` must be valid. A
     document is one message, however large: `to_kafka_rows` cuts it into segments."""
+    return _messages(_exploded(records, F.lit(True)), F.lit(True))
+
+
+def _exploded(records: Any, valid: Any) -> Any:
+    """Each record once per message it becomes (`pos`: a purchase order's line; anything
+    else, or a record that is not `valid`, once), in one projection: a source read once."""
+    lines = F.when(valid & (F.col("type") == domain.PURCHASE_ORDER), F.size("lines"))
+    return records.select(
+        "*", F.explode(F.sequence(F.lit(0), F.coalesce(lines, F.lit(1)) - 1)).alias("pos")
+    )
+
+
+def _messages(rows: Any, valid: Any, *extra: Any) -> Any:
+    """`_exploded` rows -> the message columns (MESSAGE_COLUMNS; null where not `valid`:
+    a refused record is never encoded), and `extra` columns."""
     now = F.current_timestamp()  # the micro-batch's timestamp: the same when it is repeated
     t = F.col("type")
-
-    orders = records.where(t == domain.PURCHASE_ORDER).select(
-        "order_id",
-        "customer_id",
-        "currency",
-        F.size("lines").alias("n"),
-        F.posexplode("lines").alias("pos", "line"),
-    )
+    is_order, is_document = t == domain.PURCHASE_ORDER, t == domain.DOCUMENT
+    pos, n = F.col("pos"), F.size("lines")
+    line = F.col("lines")[pos]
+    order_id = F.col("order_id")
+    line_id = F.concat_ws("/", order_id, pos.cast("string"))
     order_line = F.struct(
-        F.concat_ws("/", "order_id", F.col("pos").cast("string")).alias("record_id"),
-        F.col("order_id"),
+        line_id.alias("record_id"),
+        order_id,
         F.col("customer_id"),
-        F.col("pos").cast("int").alias("line_no"),
-        F.col("n").cast("int").alias("line_count"),
-        F.col("line.sku").alias("sku"),
-        F.col("line.quantity").alias("quantity"),
-        F.col("line.unit_price_cents").alias("unit_price_cents"),
+        pos.cast("int").alias("line_no"),
+        n.cast("int").alias("line_count"),
+        line["sku"].alias("sku"),
+        line["quantity"].alias("quantity"),
+        line["unit_price_cents"].alias("unit_price_cents"),
         F.coalesce("currency", F.lit("EUR")).alias("currency"),
         now.alias("created_at"),
     )
-    order_messages = orders.select(
-        F.concat(F.lit(domain.ORDER_PREFIX), "order_id").alias("guarantee_id"),
-        F.col("pos").cast("int").alias("seq"),
-        (F.col("pos") == F.col("n") - 1).alias("final"),
-        order_line["record_id"].alias("record_id"),
-        F.lit(domain.ORDER_LINE).alias("schema"),
-        to_avro(order_line, domain.avro_json(domain.ORDER_LINE)).alias("value"),
-    )
-
     document = F.struct(
         F.col("document_id").alias("record_id"),
         F.col("document_id"),
@@ -250,15 +262,6 @@ def to_messages(records: Any) -> Any:
         now.alias("created_at"),
         F.try_to_binary("content_base64", F.lit("base64")).alias("content"),
     )
-    document_messages = records.where(t == domain.DOCUMENT).select(
-        F.lit(None).cast("string").alias("guarantee_id"),
-        F.lit(None).cast("int").alias("seq"),
-        F.lit(False).alias("final"),
-        F.col("document_id").alias("record_id"),
-        F.lit(domain.DOCUMENT_MESSAGE).alias("schema"),
-        to_avro(document, domain.avro_json(domain.DOCUMENT_MESSAGE)).alias("value"),
-    )
-
     update = F.struct(
         F.col("update_id").alias("record_id"),
         F.col("sku"),
@@ -266,19 +269,29 @@ def to_messages(records: Any) -> Any:
         F.col("delta"),
         now.alias("created_at"),
     )
-    update_messages = records.where(t == domain.STOCK_UPDATE).select(
-        F.lit(None).cast("string").alias("guarantee_id"),
-        F.lit(None).cast("int").alias("seq"),
-        F.lit(False).alias("final"),
-        F.col("update_id").alias("record_id"),
-        F.lit(domain.STOCK).alias("schema"),
-        to_avro(update, domain.avro_json(domain.STOCK)).alias("value"),
+    gid = F.when(is_order, F.concat(F.lit(domain.ORDER_PREFIX), order_id))
+    record_id = (
+        F.when(is_order, line_id)
+        .when(is_document, F.col("document_id"))
+        .otherwise(F.col("update_id"))
     )
-    return (
-        order_messages.unionByName(document_messages)
-        .unionByName(update_messages)
-        .withColumn("key", F.coalesce("guarantee_id", "record_id"))
-        .withColumn("created_ms", F.unix_millis(now))
+    return rows.select(
+        gid.alias("guarantee_id"),
+        F.when(is_order, pos.cast("int")).alias("seq"),
+        (is_order & (pos == n - 1)).alias("final"),
+        F.coalesce(gid, record_id).alias("key"),
+        record_id.alias("record_id"),
+        F.when(is_order, F.lit(domain.ORDER_LINE))
+        .when(is_document, F.lit(domain.DOCUMENT_MESSAGE))
+        .otherwise(F.lit(domain.STOCK))
+        .alias("schema"),
+        F.when(~valid, F.lit(None))
+        .when(is_order, to_avro(order_line, domain.avro_json(domain.ORDER_LINE)))
+        .when(is_document, to_avro(document, domain.avro_json(domain.DOCUMENT_MESSAGE)))
+        .otherwise(to_avro(update, domain.avro_json(domain.STOCK)))
+        .alias("value"),
+        F.unix_millis(now).alias("created_ms"),
+        *extra,
     )
 
 
@@ -307,29 +320,28 @@ def to_kafka_rows(
     )
 
 
-def to_rejects(records: Any) -> Any:
-    """Records the sender refused, as written to the rejects output."""
-    fields = [c for c in records.columns if c not in ("_corrupt_record", "_line", "reject_reason")]
-    raw = F.coalesce(F.col("_line"), F.to_json(F.struct(*fields)))
-    return records.select(raw.alias("record"), F.col("reject_reason"))
-
-
 def sender_stream(records: Any, config: SenderConfig) -> Any:
-    """Messages (`to_messages`) and rejects in one stream, told apart by `reject_reason`;
-    `SendBatch` turns the messages into Kafka rows (`to_kafka_rows`) batch by batch."""
+    """Messages (`to_messages`' columns) and rejects (`record`, `reject_reason`) in one
+    stream, told apart by `reject_reason`, from one read of the source; `SendBatch` turns
+    the messages into Kafka rows (`to_kafka_rows`) batch by batch."""
     checked = validate(records, config.max_guarantee_id_bytes)
-    good = checked.where(checked["reject_reason"].isNull())
-    bad = checked.where(checked["reject_reason"].isNotNull())
-    messages = to_messages(good)
-    return messages.unionByName(to_rejects(bad), allowMissingColumns=True)
+    valid = F.col("reject_reason").isNull()
+    fields = [c for c in checked.columns if c not in ("_corrupt_record", "_line", "reject_reason")]
+    raw = F.coalesce(F.col("_line"), F.to_json(F.struct(*fields)))
+    return _messages(
+        _exploded(checked, valid), valid, F.when(~valid, raw).alias("record"), "reject_reason"
+    )
 
 
 # ---------------------------------------------------------------------- the sink
 
 
 class SendBatch:
-    """Writes one micro-batch: rejects to `<rejects>/batch_id=N/` (replaced if the batch is
-    repeated), then every message to Kafka. Counts what it wrote."""
+    """Writes one micro-batch, read once from the source (`sender_stream` is one projection)
+    and held for the batch: rejects to `<rejects>/batch_id=N/` (replaced if the batch is
+    repeated), then every message to Kafka. Counts what it wrote. (Not `observe()`: an
+    `Observation` is never filled by a Kafka batch write, which runs its plan inside a
+    command, so its `get` would wait forever.)"""
 
     def __init__(self, config: SenderConfig) -> None:
         self.config = config

@@ -23,9 +23,9 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from router.config import load_settings
+from spark_jobs.api import ROCKSDB_PROVIDER, STATE_PROVIDER_CONF
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache"
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def build_session(options: SparkOptions) -> Any:
         # State off the JVM heap (RocksDB), each micro-batch's changes checkpointed as a
         # changelog rather than a full snapshot (issue 16, item 3). A query keeps the
         # provider its checkpoint was started with.
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        STATE_PROVIDER_CONF: ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         **options.conf,
         # Pinned, whatever `conf` says: `api.to_router_rows` has one task write a whole

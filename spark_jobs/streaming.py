@@ -106,15 +106,17 @@ def _quiet_refusals(spark: Any) -> Iterator[None]:
 
 class Progress(StreamingQueryListener):  # type: ignore[misc]
     """Follows one query's progress (Spark's listener bus): logs each micro-batch's
-    progress as JSON (logger `spark_jobs.progress`, DEBUG), and counts the input rows and
+    progress as JSON (logger `spark_jobs.progress`, DEBUG), and counts the input rows,
     the rows its watermark dropped (`numRowsDroppedByWatermark` of its stateful
-    operators), each drop logged as a warning: late rows are never dropped silently."""
+    operators) and the copies its deduplication dropped (`numDroppedDuplicateRows`),
+    each drop logged as a warning: nothing is dropped silently."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.query_id: str | None = None
         self.input_rows = 0
         self.dropped_by_watermark = 0
+        self.duplicates_dropped = 0
         self.terminated = threading.Event()
         self.observed: Counter[str] = Counter()  # sums of the query's observe() metrics
 
@@ -135,6 +137,19 @@ class Progress(StreamingQueryListener):  # type: ignore[misc]
                 p.batchId,
                 dropped,
                 self.dropped_by_watermark,
+            )
+        copies = sum(
+            int((op.customMetrics or {}).get("numDroppedDuplicateRows", 0))
+            for op in p.stateOperators
+        )
+        if copies:
+            self.duplicates_dropped += copies
+            log.warning(
+                "%s: batch %d: %d copies of ordinary records already received dropped (%d so far)",
+                self.name,
+                p.batchId,
+                copies,
+                self.duplicates_dropped,
             )
         for row in (p.observedMetrics or {}).values():
             self.observed.update({k: v for k, v in row.asDict().items() if v})
@@ -184,6 +199,18 @@ class StreamJob:
     def dropped_by_watermark(self) -> int:
         """Input rows this run's stateful step dropped as older than the watermark."""
         return self.progress.dropped_by_watermark
+
+    @property
+    def duplicates_dropped(self) -> int:
+        """Copies of ordinary records this run's deduplication dropped (see
+        `api.complete_groups`)."""
+        return self.progress.duplicates_dropped
+
+    @property
+    def accounted(self) -> int:
+        """Messages this run accounted for: in an output row (the observed `messages`), or
+        counted as dropped (older than the watermark, or an ordinary record's copy)."""
+        return self.metric("messages") + self.dropped_by_watermark + self.duplicates_dropped
 
     def metric(self, name: str) -> int:
         """The sum of observed metric `name` over this run's micro-batches."""

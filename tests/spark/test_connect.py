@@ -22,6 +22,7 @@ import pytest
 from pyspark.sql.connect.session import SparkSession as RemoteSession
 
 from spark_jobs import api, groups
+from spark_jobs.api import ROCKSDB_PROVIDER, STATE_PROVIDER_CONF
 from spark_jobs.session import connector_jars, kafka_options
 from tests.conftest import TopicFactory
 from tests.helpers import unique, wait_until
@@ -66,6 +67,7 @@ def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.session.timeZone=UTC",
         "--conf", "spark.speculation=false",
+        "--conf", f"{STATE_PROVIDER_CONF}={ROCKSDB_PROVIDER}",  # transformWithState needs it
         "spark-internal",
     ]  # fmt: skip
     with log_path.open("w") as log:

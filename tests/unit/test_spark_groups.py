@@ -16,6 +16,7 @@ from spark_jobs.groups import (
     Outcome,
     State,
     expire,
+    ordinary,
     step,
 )
 
@@ -32,12 +33,9 @@ def kinds(outcomes: list[Outcome]) -> list[tuple[str, str | None]]:
     return [(o.output, o.message.record_id if o.message else None) for o in outcomes]
 
 
-def test_ordinary_record_once_then_copies_are_duplicates() -> None:
-    state, out = step(None, None, [msg("u1", offset=3), msg("u1", offset=9)])
-    assert kinds(out) == [(RECORD, "u1"), (DUPLICATE, "u1")]
-    state, out = step(None, state, [msg("u1", offset=12)])
-    assert kinds(out) == [(DUPLICATE, "u1")]
-    assert state.status == "done"
+def test_an_ordinary_message_is_a_record() -> None:
+    """Its copies are dropped by Spark before (`api.complete_groups`)."""
+    assert kinds([ordinary(msg("u1", offset=3))]) == [(RECORD, "u1")]
 
 
 def test_group_in_sequence_is_complete_across_calls_and_in_offset_order() -> None:
@@ -114,7 +112,7 @@ def test_an_open_group_that_times_out_is_reported_incomplete() -> None:
 
 def test_state_round_trips_through_its_stored_form() -> None:
     state, _ = step("doc/1", None, [msg("d/0", 0, offset=7), msg("d/1", 1, offset=8)])
-    again = State.load(*state.dump())
+    again = State.from_stored(*state.stored())
     assert again == state
     assert [m.value for m in again.members] == [b"d/0", b"d/1"]
 
