@@ -1,5 +1,5 @@
 """`spark_jobs.api` under Spark Connect (issue 16, item 6, first slice): a local Spark
-Connect server (the `spark-connect` jar that pyspark 4.0.0 ships, with the cached Kafka
+Connect server (the `spark-connect` jar that pyspark ships, with the cached Kafka
 connector and Avro jars), a client session (`pyspark[connect]`: grpcio), and the API
 unchanged: `to_router_rows` with segments into Kafka, `read_router_queues` and
 `complete_groups` (a streaming query, its pandas step run by the server's Python
