@@ -88,9 +88,18 @@ def output_rows(outcomes: Any) -> Any:
     unreadable = unreadable | (named_document & doc["record_id"].isNull())
     is_record = is_record & ~unreadable
     is_document = is_record & (F.col("schema") == domain.DOCUMENT_MESSAGE)
-    lines = F.transform(
-        "members_value", lambda v: from_avro(v, domain.avro_json(domain.ORDER_LINE))
+    # A purchase order's lines, decoded once into a column of their own: the struct below
+    # reads them three times, and a higher-order function is interpreted, each use again.
+    outcomes = outcomes.withColumn(
+        "_lines",
+        F.when(
+            is_order,
+            F.transform(
+                "members_value", lambda v: from_avro(v, domain.avro_json(domain.ORDER_LINE))
+            ),
+        ),
     )
+    lines = F.col("_lines")
     document = F.struct(
         doc["document_id"].alias("document_id"),
         doc["name"].alias("name"),

@@ -339,9 +339,9 @@ def sender_stream(records: Any, config: SenderConfig) -> Any:
 class SendBatch:
     """Writes one micro-batch, read once from the source (`sender_stream` is one projection)
     and held for the batch: rejects to `<rejects>/batch_id=N/` (replaced if the batch is
-    repeated), then every message to Kafka. Counts what it wrote. (Not `observe()`: an
-    `Observation` is never filled by a Kafka batch write, which runs its plan inside a
-    command, so its `get` would wait forever.)"""
+    repeated), then every message to Kafka. Counts what it wrote. (Not `observe()`: inside
+    `foreachBatch` an `Observation` is never filled, not even with the connector's
+    DataSource V2 write, so its `get` would wait forever; measured on 4.2.0.)"""
 
     def __init__(self, config: SenderConfig) -> None:
         self.config = config
