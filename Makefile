@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: segments-100mb test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo clean
+.PHONY: segments-100mb test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -127,6 +127,9 @@ segments-100mb: venv $(JARS) stack-up ## A 100 MiB message in segments: sender -
 
 spark-demo: venv jars ## Spark sender -> router -> Spark receiver end to end, checked (starts the stack if needed)
 	$(BIN)/python -m ops.spark_demo $(ARGS)
+
+spark-bench: venv jars stack-up ## Spark bench: rate source -> Spark sender -> router -> Spark receiver, sustained msg/s and group latency at 5,000 and 2,500 msg/s offered (~8 min); .results/spark-bench
+	$(BIN)/python -m ops.spark_bench $(ARGS)
 
 clean: ## Remove the venv, caches and local stack data (stops the stack first)
 	-ops/stack.sh down

@@ -101,12 +101,18 @@ def build_session(options: SparkOptions) -> Any:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("ROUTER_SPARK_LOG_LEVEL", "WARN"))
-    # to_avro warns on every task that a nullable column meets a non-null Avro field; the
-    # sender only encodes records it validated, so the warning is noise here.
+    # Noise, silenced: to_avro warns on every task that a nullable column meets a non-null
+    # Avro field (the sender only encodes records it validated); transformWithState's
+    # state server warns on every `get` of a key with no state yet, that is on every new
+    # group (39,000 lines in one make spark-bench run).
     jvm = spark.sparkContext._jvm
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-        "org.apache.spark.sql.avro.AvroSerializer", jvm.org.apache.logging.log4j.Level.ERROR
-    )
+    for quiet in (
+        "org.apache.spark.sql.avro.AvroSerializer",
+        "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer",
+    ):
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            quiet, jvm.org.apache.logging.log4j.Level.ERROR
+        )
     return spark
 
 
