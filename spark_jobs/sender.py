@@ -339,14 +339,14 @@ def sender_stream(records: Any, config: SenderConfig) -> Any:
 class SendBatch:
     """Writes one micro-batch, read once from the source (`sender_stream` is one projection)
     and held for the batch: rejects to `<rejects>/batch_id=N/` (replaced if the batch is
-    repeated), then every message to Kafka. Counts what it wrote. (Not `observe()`: inside
-    `foreachBatch` an `Observation` is never filled, not even with the connector's
-    DataSource V2 write, so its `get` would wait forever; measured on 4.2.0.)"""
+    repeated), then every message to Kafka. It keeps no count of its own (under Spark
+    Connect it runs in the server's Python worker): what was sent is counted by `start`'s
+    `observe()`, in the query's progress. (Not an `Observation` in here: inside
+    `foreachBatch` one is never filled, not even with the connector's DataSource V2
+    write, so its `get` would wait forever; measured on 4.2.0.)"""
 
     def __init__(self, config: SenderConfig) -> None:
         self.config = config
-        self.messages = 0
-        self.rejected = 0
 
     def __call__(self, df: Any, batch_id: int) -> None:
         df = df.persist()
@@ -381,18 +381,29 @@ class SendBatch:
                     .save()
                 )
                 log.info("batch %d: %d messages sent", batch_id, n)
-            self.messages += n
-            self.rejected += n_rejects
         finally:
             df.unpersist()
 
 
-def start(spark: Any, records: Any, config: SenderConfig, name: str = "sender") -> StreamJob:
-    """Start the sender on a stream of business records."""
-    stream = sender_stream(records, config)
-    return StreamJob(
-        spark, name, stream, SendBatch(config), config.checkpoint, config.trigger_seconds
-    ).start()
+def start(
+    spark: Any,
+    records: Any,
+    config: SenderConfig,
+    name: str = "sender",
+    writer: SendBatch | None = None,
+) -> StreamJob:
+    """Start the sender on a stream of business records (through `writer`, by default a
+    `SendBatch`). `job.metric("messages")` counts the messages it sent,
+    `job.metric("rejected")` the records it refused (`observe`: in each committed
+    micro-batch's progress)."""
+    refused = F.col("reject_reason").isNotNull()
+    stream = sender_stream(records, config).observe(
+        "sender",
+        F.count(F.when(~refused, 1)).alias("messages"),
+        F.count(F.when(refused, 1)).alias("rejected"),
+    )
+    sink = writer if writer is not None else SendBatch(config)
+    return StreamJob(spark, name, stream, sink, config.checkpoint, config.trigger_seconds).start()
 
 
 # ---------------------------------------------------------------------- main

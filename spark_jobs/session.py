@@ -21,6 +21,7 @@ from typing import Any
 
 import pyspark
 from pyspark.sql import SparkSession
+from pyspark.sql.connect.session import SparkSession as RemoteSession
 
 from router.config import load_settings
 from spark_jobs.api import ROCKSDB_PROVIDER, STATE_PROVIDER_CONF
@@ -37,6 +38,10 @@ class SparkOptions:
     ui: bool = False
     jars_dir: Path | None = None
     conf: dict[str, str] = field(default_factory=dict)
+    # A Spark Connect server (`sc://host:port`): the job is its client. The server has
+    # the jars, the master and the cluster settings; the session's SQL settings are set
+    # from here as for a local session.
+    remote: str | None = None
 
 
 def jars_dir(explicit: Path | None = None) -> Path:
@@ -66,18 +71,24 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def build_session(options: SparkOptions) -> Any:
-    """A SparkSession for a streaming job (or the tests' shared one)."""
-    builder = SparkSession.builder.appName(options.app_name)
-    if options.master:
-        builder = builder.master(options.master)
-    if not launched_by_spark_submit():
-        # The JVM starts now: give it the cached jars, and local Python workers this
-        # interpreter (PySpark's default is whatever `python3` is on PATH).
-        builder = builder.config("spark.jars", ",".join(connector_jars(options.jars_dir)))
-        builder = builder.config("spark.driver.memory", options.driver_memory)
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings = {
+# Settings a Spark Connect client may set on its session (the others are the server's).
+_SESSION_SETTINGS = (
+    "spark.sql.shuffle.partitions",
+    "spark.sql.session.timeZone",
+    "spark.sql.adaptive.enabled",
+    "spark.sql.streaming.metricsEnabled",
+    STATE_PROVIDER_CONF,
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+)
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect client session (no JVM of ours to call)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _settings(options: SparkOptions) -> dict[str, str]:
+    return {
         "spark.sql.shuffle.partitions": str(options.shuffle_partitions),
         "spark.ui.enabled": "true" if options.ui else "false",
         "spark.sql.session.timeZone": "UTC",
@@ -87,7 +98,7 @@ def build_session(options: SparkOptions) -> Any:
         "spark.ui.showConsoleProgress": "false",
         # State off the JVM heap (RocksDB), each micro-batch's changes checkpointed as a
         # changelog rather than a full snapshot (issue 16, item 3). A query keeps the
-        # provider its checkpoint was started with.
+        # provider its checkpoint was started with; `transformWithState` needs RocksDB.
         STATE_PROVIDER_CONF: ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         **options.conf,
@@ -96,7 +107,40 @@ def build_session(options: SparkOptions) -> Any:
         # interleaved with the first attempt's messages.
         "spark.speculation": "false",
     }
-    for key, value in settings.items():
+
+
+def _connect_session(options: SparkOptions) -> Any:
+    """A Spark Connect client session: the session's SQL settings are set from here;
+    the server's own (jars, master, `spark.speculation`, which must be `false` there too)
+    are the server's. Checks what it can: a server with speculation on is refused."""
+    spark = RemoteSession.builder.remote(options.remote).getOrCreate()
+    settings = _settings(options)
+    for key in (*_SESSION_SETTINGS, *options.conf):
+        spark.conf.set(key, settings[key])
+    if spark.conf.get("spark.speculation", "false").lower() != "false":
+        raise RuntimeError(
+            f"the Spark Connect server at {options.remote} runs with spark.speculation on: "
+            "a speculative copy of a sender task would write a group twice; start the "
+            "server with --conf spark.speculation=false"
+        )
+    return spark
+
+
+def build_session(options: SparkOptions) -> Any:
+    """A SparkSession for a streaming job (or the tests' shared one); with
+    `options.remote`, a Spark Connect client session."""
+    if options.remote:
+        return _connect_session(options)
+    builder = SparkSession.builder.appName(options.app_name)
+    if options.master:
+        builder = builder.master(options.master)
+    if not launched_by_spark_submit():
+        # The JVM starts now: give it the cached jars, and local Python workers this
+        # interpreter (PySpark's default is whatever `python3` is on PATH).
+        builder = builder.config("spark.jars", ",".join(connector_jars(options.jars_dir)))
+        builder = builder.config("spark.driver.memory", options.driver_memory)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    for key, value in _settings(options).items():
         builder = builder.config(key, value)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = builder.getOrCreate()
@@ -136,6 +180,12 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
         help="Spark master URL, e.g. spark://host:7077 or yarn (default: spark-submit's "
         "--master, else local[*])",
     )
+    g.add_argument(
+        "--remote",
+        default=os.environ.get("SPARK_REMOTE") or None,
+        help="Run as a client of this Spark Connect server, e.g. sc://host:15002 "
+        "(default: $SPARK_REMOTE; the server holds the connector jars and the master)",
+    )
     g.add_argument("--shuffle-partitions", type=int, default=2, help="(default: %(default)s)")
     g.add_argument("--driver-memory", default="1g", help="(default: %(default)s)")
     g.add_argument("--ui", action="store_true", help="Enable the Spark UI.")
@@ -166,6 +216,7 @@ def spark_options(args: argparse.Namespace, app_name: str) -> SparkOptions:
         ui=args.ui,
         jars_dir=args.jars_dir,
         conf=key_values(args.spark_conf, "--spark-conf"),
+        remote=args.remote,
     )
 
 

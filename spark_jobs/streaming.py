@@ -10,17 +10,21 @@ sink's log once. The sender writes each micro-batch through `foreachBatch`
 * inside a micro-batch (its offsets logged, its commit not): the next run repeats that
   batch with the same input (Spark's offset log) and the same batch timestamp.
 
-With `foreachBatch`, `StreamJob.stop()` always stops between micro-batches: the sink
-refuses to start writing a new batch once a stop is requested (the batch fails before it
-wrote anything and is repeated, whole, by the next run), waits for the batch being
-written to finish, and waits for Spark to record that batch's commit before it stops the
-query. A job killed with SIGKILL, or a driver that dies, can still stop inside a batch:
-see README ("Spark jobs").
+With `foreachBatch`, `StreamJob.stop()` always stops between micro-batches: it writes a
+stop marker under the checkpoint (`<checkpoint>/stop/<run>`, through Spark, so on any
+file system the query's own process can read), and the sink refuses to start writing a
+batch once its run's marker exists (the batch fails before it wrote anything and is
+repeated, whole, by the next run); `stop()` waits until no trigger is active, so the
+batch being written has finished and is committed, and then stops the query. Nothing of
+this lives in a driver-side Python object, so it works the same when the `foreachBatch`
+function runs in a Spark Connect server's Python worker. A job killed with SIGKILL, or a
+driver that dies, can still stop inside a batch: see README ("Spark jobs").
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
 import threading
 import time
@@ -30,7 +34,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql.streaming import StreamingQueryListener
+
+from spark_jobs.session import is_connect
 
 log = logging.getLogger("spark_jobs.streaming")
 _progress_log = logging.getLogger("spark_jobs.progress")
@@ -47,28 +54,35 @@ class StopRequested(RuntimeError):
         super().__init__(f"{self.MARKER}: batch {batch_id} not started, it runs after a restart")
 
 
-class BatchSink:
-    """The `foreachBatch` function: writes one micro-batch at a time, until closed."""
+def exists(spark: Any, path: str) -> bool:
+    """Whether `path` exists, on any file system Spark reaches (local, HDFS, S3...), asked
+    of Spark itself (planning a read of it lists it), so from a Spark Connect client too."""
+    try:
+        spark.read.format("text").load(path).schema  # noqa: B018 - analysed, not run
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            return False
+        raise
+    return True
 
-    def __init__(self, write: Writer) -> None:
+
+class BatchSink:
+    """The `foreachBatch` function: writes one micro-batch at a time, and refuses to start
+    one once `stop_marker` exists (checked through the batch's own session: no state of
+    the driver, so it runs where Spark Connect runs it). `last_written` is the last batch
+    it wrote, seen by a classic session's driver only."""
+
+    def __init__(self, write: Writer, stop_marker: str) -> None:
         self._write = write
-        self._lock = threading.Lock()
-        self._closed = False
+        self.stop_marker = stop_marker
         self.last_written = -1
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        with self._lock:
-            if self._closed:
-                log.info("batch %d refused: stopping; it runs after a restart", batch_id)
-                raise StopRequested(batch_id)
-            self._write(df, batch_id)
-            self.last_written = batch_id
-
-    def close(self) -> int:
-        """Refuse further batches; waits for the one being written. Returns its ID."""
-        with self._lock:
-            self._closed = True
-            return self.last_written
+        if exists(df.sparkSession, self.stop_marker):
+            log.info("batch %d refused: stopping; it runs after a restart", batch_id)
+            raise StopRequested(batch_id)
+        self._write(df, batch_id)
+        self.last_written = batch_id
 
 
 # Who reports a refused or interrupted batch as an error, with its stack trace: Spark's
@@ -87,6 +101,9 @@ _REFUSAL_LOGGERS = (
 def _quiet_refusals(spark: Any) -> Iterator[None]:
     """While stopping, a refused batch is expected: keep its stack traces out of the log.
     (A real failure still ends the job with exit 1 and is logged by `run_until_signalled`.)"""
+    if is_connect(spark):  # the server's log: not ours to set
+        yield
+        return
     jvm = spark.sparkContext._jvm
     log4j = jvm.org.apache.logging.log4j
     configurator = log4j.core.config.Configurator
@@ -189,7 +206,9 @@ class StreamJob:
         self.checkpoint = checkpoint.rstrip("/")
         self.writer = write
         self.file_sink = write if isinstance(write, FileSink) else None
-        self.sink = BatchSink(write) if not isinstance(write, FileSink) else None
+        # Each run its own stop marker: one left by an earlier run never stops this one.
+        self.stop_marker = f"{self.checkpoint}/stop/{secrets.token_hex(8)}"
+        self.sink = BatchSink(write, self.stop_marker) if self.file_sink is None else None
         self._df = df
         self._trigger = f"{trigger_seconds} seconds"
         self.query: Any = None
@@ -250,29 +269,23 @@ class StreamJob:
             return None
         return str(exc)
 
-    def _exists(self, path: str) -> bool:
-        """Whether `path` exists, on any file system Spark can reach (local, HDFS, S3...)."""
-        jvm = self.spark.sparkContext._jvm
-        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-        fs = hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        return bool(fs.exists(hadoop_path))
-
-    def _committed(self, batch_id: int) -> bool:
-        return self._exists(f"{self.checkpoint}/commits/{batch_id}")
-
     def stop(self, timeout: float = 120.0) -> None:
-        """Stop between micro-batches (foreachBatch), or at once (a file sink: a batch it
-        interrupts is repeated by the next run and committed once; see the docstring)."""
+        """Stop between micro-batches (foreachBatch: see the module's docstring), or at
+        once (a file sink: a batch it interrupts is repeated by the next run and committed
+        once)."""
         if self.query is None:
             return
         with _quiet_refusals(self.spark):
-            last = self.sink.close() if self.sink is not None else -1
-            deadline = time.monotonic() + timeout
-            while last >= 0 and self.active and not self._committed(last):
-                if time.monotonic() > deadline:
-                    log.warning("%s: batch %d not committed after %.0fs", self.name, last, timeout)
-                    break
-                time.sleep(0.05)  # polling the checkpoint for Spark's commit record
+            if self.sink is not None and self.active:
+                self.spark.createDataFrame([(self.name,)], "stopping STRING").write.mode(
+                    "overwrite"
+                ).text(self.stop_marker)
+                deadline = time.monotonic() + timeout
+                while self.active and self.query.status["isTriggerActive"]:
+                    if time.monotonic() > deadline:
+                        log.warning("%s: a batch still runs after %.0fs", self.name, timeout)
+                        break
+                    time.sleep(0.05)  # polling the query's status for the batch's end
             self.query.stop()
         # The listener bus delivers the last progress before the termination event.
         if not self.progress.terminated.wait(30):
@@ -300,7 +313,7 @@ class StreamJob:
         signal.signal(signal.SIGTERM, request)
         signal.signal(signal.SIGINT, request)
         while self.active and not stop.wait(1.0):
-            if stop_file and self._exists(stop_file):
+            if stop_file and exists(self.spark, stop_file):
                 log.info("%s: %s exists, stopping between micro-batches", self.name, stop_file)
                 break
         self.stop()

@@ -165,18 +165,16 @@ def run_bench(
             lambda: sender.start(spark, rate, send_config, name=f"{run_id}-sender"),
         )
         jobs.append(send)
-        writer = send.writer
-        assert isinstance(writer, sender.SendBatch)
         started_ms = time.time() * 1000
         t0 = time.monotonic()
         with console.progress("committed by the receiver", None) as bar:
             while time.monotonic() - t0 < spec.seconds:
                 _check(jobs)
-                bar.update(recv.metric("messages"), f"sent {writer.messages}")
+                bar.update(recv.metric("messages"), f"sent {send.metric('messages')}")
                 time.sleep(0.5)  # pacing the progress line; the load runs in Spark
         send.stop()
         stopped_ms = time.time() * 1000
-        sent = writer.messages
+        sent = send.metric("messages")
         say(f"   sender stopped: {sent} messages sent; draining the receiver")
         with console.progress("committed by the receiver", sent) as bar:
             while recv.accounted < sent:

@@ -294,7 +294,7 @@ def run_spark_demo(
                 bar.update(
                     recv.metric("messages"),
                     f"files {spec.files - len(chunks):>3}/{spec.files}   sent "
-                    f"{send.writer.messages:>6}/{wanted}",
+                    f"{send.metric('messages'):>6}/{wanted}",
                 )
                 # A row the receiver's watermark dropped is counted, not written: it is
                 # lost to the checks, and fails the run below. An ordinary record's copy
@@ -337,7 +337,7 @@ def run_spark_demo(
             if role.endswith("-unit")
         }
         sender_failures = (
-            [f"{send.writer.rejected} input records rejected"] if send.writer.rejected else []
+            [f"{send.metric('rejected')} input records rejected"] if send.metric("rejected") else []
         )
         if recv.dropped_by_watermark:
             sender_failures.append(

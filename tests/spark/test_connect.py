@@ -1,10 +1,15 @@
-"""`spark_jobs.api` under Spark Connect (issue 16, item 6, first slice): a local Spark
-Connect server (the `spark-connect` jar that pyspark ships, with the cached Kafka
-connector and Avro jars), a client session (`pyspark[connect]`: grpcio), and the API
-unchanged: `to_router_rows` with segments into Kafka, `read_router_queues` and
-`complete_groups` (a streaming query, its pandas step run by the server's Python
-workers) back out, on the real broker. Not yet: the demo jobs' `StreamJob` (its clean
-stop and progress use driver-side objects) and `build_session` (it calls the JVM)."""
+"""`spark_jobs` under Spark Connect (issue 16, item 6): a local Spark Connect server (the
+`spark-connect` jar that pyspark ships, with the cached Kafka connector and Avro jars), a
+client session (`build_session(SparkOptions(remote=...))`, `pyspark[connect]`), on the
+real broker:
+
+* the API unchanged: `to_router_rows` with segments into Kafka, `read_router_queues` and
+  `complete_groups` (a streaming query, its stateful step run by the server's Python
+  workers) back out;
+* the jobs unchanged: the sender (`foreachBatch`, run in the server's Python worker) and
+  the receiver (the file sink) started with `sender.start`/`receiver.start`, their counts
+  from the queries' progress (a client-side listener), the sender stopped between
+  micro-batches by its stop marker, the receiver's output read back."""
 
 from __future__ import annotations
 
@@ -19,11 +24,10 @@ from typing import Any
 
 import pyspark
 import pytest
-from pyspark.sql.connect.session import SparkSession as RemoteSession
 
-from spark_jobs import api, groups
+from spark_jobs import api, domain, groups, outputs, receiver, sender, workload
 from spark_jobs.api import ROCKSDB_PROVIDER, STATE_PROVIDER_CONF
-from spark_jobs.session import connector_jars, kafka_options
+from spark_jobs.session import SparkOptions, build_session, connector_jars, kafka_options
 from tests.conftest import TopicFactory
 from tests.helpers import unique, wait_until
 
@@ -83,7 +87,7 @@ def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         # pyspark.sql.functions dispatch to Connect while this is set (as
         # `SparkSession.builder.remote(...)` sets it); unset after, for the other tests.
         os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-        session = RemoteSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+        session = build_session(SparkOptions(remote=f"sc://127.0.0.1:{port}"))
         yield session
         session.stop()
     finally:
@@ -146,3 +150,74 @@ def test_the_api_runs_unchanged_under_spark_connect(
         assert [len(p) for p in o.members_parts] == [1, 2, 1]  # 1500 bytes: two segments
     records = sorted(bytes(o.value) for o in outcomes if o.output == groups.RECORD)
     assert records == sorted(r[3] for r in rows if r[0] is None)
+
+
+def test_the_jobs_run_unchanged_under_spark_connect(
+    connect: Any, kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    spark = connect
+    queues = (new_topic("spark-connect-jobs", 2), new_topic("spark-connect-jobs", 2))
+    items = workload.records(
+        workload.BusinessWorkload(
+            unique("cj"), orders=12, documents=2, updates=20, max_document_bytes=3000
+        )
+    )
+    inbox = tmp_path / "input"
+    for i, chunk in enumerate(workload.split(items, 2)):
+        workload.drop(inbox, f"records-{i}.json", chunk)
+    expected = sum(len(domain.expected_messages(r)) for r in items)
+    kafka = kafka_options(kafka_bootstrap)
+    send = sender.start(
+        spark,
+        sender.read_files(spark, str(inbox)),
+        sender.SenderConfig(
+            queues,
+            kafka,
+            str(tmp_path / "send-ckpt"),
+            str(tmp_path / "rejects"),
+            trigger_seconds=0.5,
+        ),
+        unique("connect-sender"),
+    )
+    recv = receiver.start(
+        spark,
+        receiver.ReceiverConfig(
+            queues,
+            kafka,
+            str(tmp_path / "recv-ckpt"),
+            str(tmp_path / "output"),
+            trigger_seconds=0.5,
+        ),
+        unique("connect-receiver"),
+    )
+    try:
+        wait_until(lambda: recv.accounted >= expected, 180, f"{expected} messages received")
+    finally:
+        send.stop()
+        recv.stop()
+    assert send.failure() is None and recv.failure() is None
+    assert send.metric("messages") == expected and send.metric("rejected") == 0
+    out = {n: outputs.read(spark, str(tmp_path / "output"), n).count() for n in outputs.OUTPUTS}
+    assert out == {"groups": 12, "records": 22, "duplicates": 0, "violations": 0, "expired": 0}
+    assert recv.metric("messages") == expected
+    # Stopped between micro-batches: the sender's last batch was committed, not refused
+    # after writing, so a restart sends nothing again.
+    again = sender.start(
+        spark,
+        sender.read_files(spark, str(inbox)),
+        sender.SenderConfig(
+            queues,
+            kafka,
+            str(tmp_path / "send-ckpt"),
+            str(tmp_path / "rejects"),
+            trigger_seconds=0.5,
+        ),
+        unique("connect-sender"),
+    )
+    try:
+        wait_until(
+            lambda: again.query.lastProgress is not None, 60, "the restarted sender's first trigger"
+        )
+    finally:
+        again.stop()
+    assert again.failure() is None and again.metric("messages") == 0

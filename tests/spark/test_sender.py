@@ -181,6 +181,7 @@ def test_a_stopped_and_restarted_sender_neither_loses_nor_resends(
         str(tmp_path / "checkpoint"),
         str(tmp_path / "rejects"),
         segment_bytes=SEGMENT,
+        trigger_seconds=0.5,
     )
 
     def expected(n_chunks: int) -> int:
@@ -194,10 +195,8 @@ def test_a_stopped_and_restarted_sender_neither_loses_nor_resends(
             super().__call__(df, batch_id)
 
     def start() -> StreamJob:
-        stream = sender.sender_stream(sender.read_files(spark, str(inbox), 1), config)
-        return StreamJob(
-            spark, unique("sender"), stream, Observed(config), config.checkpoint, 0.5
-        ).start()
+        records = sender.read_files(spark, str(inbox), 1)
+        return sender.start(spark, records, config, unique("sender"), Observed(config))
 
     workload.drop(inbox, "a.json", chunks[0])
     job = start()
@@ -208,16 +207,16 @@ def test_a_stopped_and_restarted_sender_neither_loses_nor_resends(
     wait_until(writing.is_set, 60, "the second batch to start writing")
     job.stop()
     assert job.failure() is None
-    sent_first = job.writer.messages
+    sent_first = job.metric("messages")
     assert sent_first == expected(2)
 
     workload.drop(inbox, "c.json", chunks[2])  # arrives while the sender is down
     job = start()
     workload.drop(inbox, "d.json", chunks[3])
-    wait_until(lambda: job.writer.messages >= expected(4) - sent_first, 90, "the rest sent")
+    wait_until(lambda: job.metric("messages") >= expected(4) - sent_first, 90, "the rest sent")
     job.stop()
     assert job.failure() is None
-    assert job.writer.messages == expected(4) - sent_first
+    assert job.metric("messages") == expected(4) - sent_first
 
     got = _read_back(kafka_bootstrap, list(queues), expected(4))
     ids = []
