@@ -58,34 +58,15 @@ Outcome = Row(*[column.split()[0] for column in OUTCOME_SCHEMA.split(", ")])
 def _row(guarantee_id: str | None, o: groups.Outcome) -> Any:
     """An outcome as a row of OUTCOME_SCHEMA (a GROUP row carries its members as arrays)."""
     m = o.message if o.message is not None else o.members[-1]
-    if o.members:
-        ms = o.members
-        return Outcome(
-            o.output,
-            None if o.ordinary else guarantee_id,
-            None,
-            m.schema or None,
-            m.queue,
-            m.partition,
-            m.offset,
-            m.seq,
-            m.final,
-            m.created_ms,
-            None,
-            o.reason,
-            [x.record_id for x in ms],
-            [x.seq for x in ms],
-            [x.offset for x in ms],
-            [x.created_ms for x in ms],
-            [x.value for x in ms],
-            m.multicast,
-            None,
-            [list(x.parts or (x.offset,)) for x in ms],
-        )
+    ms = o.members
+
+    def each(field: str) -> list[Any] | None:
+        return [getattr(x, field) for x in ms] if ms else None
+
     return Outcome(
         o.output,
         None if o.ordinary else guarantee_id,
-        m.record_id or None,
+        None if ms else (m.record_id or None),
         m.schema or None,
         m.queue,
         m.partition,
@@ -93,16 +74,16 @@ def _row(guarantee_id: str | None, o: groups.Outcome) -> Any:
         m.seq,
         m.final,
         m.created_ms,
-        m.value,
+        None if ms else m.value,
         o.reason,
-        None,
-        None,
-        None,
-        None,
-        None,
+        each("record_id"),
+        each("seq"),
+        each("offset"),
+        each("created_ms"),
+        each("value"),
         m.multicast,
-        list(m.parts) if m.parts else None,
-        None,
+        list(m.parts) if m.parts and not ms else None,
+        [list(x.parts or (x.offset,)) for x in ms] if ms else None,
     )
 
 

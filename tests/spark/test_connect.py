@@ -167,17 +167,11 @@ def test_the_jobs_run_unchanged_under_spark_connect(
         workload.drop(inbox, f"records-{i}.json", chunk)
     expected = sum(len(domain.expected_messages(r)) for r in items)
     kafka = kafka_options(kafka_bootstrap)
+    send_config = sender.SenderConfig(
+        queues, kafka, str(tmp_path / "send-ckpt"), str(tmp_path / "rejects"), trigger_seconds=0.5
+    )
     send = sender.start(
-        spark,
-        sender.read_files(spark, str(inbox)),
-        sender.SenderConfig(
-            queues,
-            kafka,
-            str(tmp_path / "send-ckpt"),
-            str(tmp_path / "rejects"),
-            trigger_seconds=0.5,
-        ),
-        unique("connect-sender"),
+        spark, sender.read_files(spark, str(inbox)), send_config, unique("connect-sender")
     )
     recv = receiver.start(
         spark,
@@ -203,16 +197,7 @@ def test_the_jobs_run_unchanged_under_spark_connect(
     # Stopped between micro-batches: the sender's last batch was committed, not refused
     # after writing, so a restart sends nothing again.
     again = sender.start(
-        spark,
-        sender.read_files(spark, str(inbox)),
-        sender.SenderConfig(
-            queues,
-            kafka,
-            str(tmp_path / "send-ckpt"),
-            str(tmp_path / "rejects"),
-            trigger_seconds=0.5,
-        ),
-        unique("connect-sender"),
+        spark, sender.read_files(spark, str(inbox)), send_config, unique("connect-sender")
     )
     try:
         wait_until(
