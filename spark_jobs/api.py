@@ -122,10 +122,15 @@ def complete_groups(
     `lateness_ms`. A group with no new message for `group_timeout_ms` (of creation time)
     is incomplete once the watermark has passed that; finished groups are remembered for
     `dedupe_horizon_ms` to recognise copies (a copy of a member is a `duplicate` row). An
-    ordinary message's copies are dropped in the JVM (`dropDuplicatesWithinWatermark`,
-    for as long as the watermark has not passed its creation time; the state needs
-    Spark's RocksDB state store) and counted (`numDroppedDuplicateRows`;
-    `streaming.StreamJob.duplicates_dropped`), never in Python state. A message older
+    ordinary message's copies are dropped in the JVM (`dropDuplicatesWithinWatermark`:
+    recognised until the watermark has passed the original's creation time plus
+    `lateness_ms`, not `dedupe_horizon_ms`; the state needs Spark's RocksDB state store)
+    and counted (`numDroppedDuplicateRows`; `streaming.StreamJob.duplicates_dropped`),
+    never in Python state. A copy that shares the original's `created_at` and comes later
+    than that is older than the watermark, so dropped as late and counted too; one that
+    does not share it (the default `created_at`, the Kafka record's timestamp, is a re-sent
+    copy's own) and comes more than about `lateness_ms` later is a second record: give
+    `created_at` from the payload. A message older
     than the watermark when it is read is dropped by Spark, and counted in the query's
     progress (`numRowsDroppedByWatermark`; `streaming.StreamJob.dropped_by_watermark`).
 

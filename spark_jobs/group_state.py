@@ -149,8 +149,8 @@ class GroupProcessor(StatefulProcessor):  # type: ignore[misc]
     `timeMode="EventTime"`, "Append"): see the module's docstring for the state.
 
     Timers are event time: an open group times out `group_timeout_ms` after the creation
-    time of its newest message, a finished group or ordinary record is forgotten
-    `dedupe_horizon_ms` after it, and either happens only once the watermark (the newest
+    time of its newest message, a finished group is forgotten `dedupe_horizon_ms` after
+    it, and either happens only once the watermark (the newest
     creation time read, less the allowed lateness) has passed that instant. A key's
     timer never moves earlier and is always after the current watermark, so a receiver
     that was down, or catches up in small micro-batches, reaches the same verdicts as one

@@ -50,10 +50,19 @@ def source_options(queues: Sequence[str], options: Mapping[str, Any]) -> dict[st
 # headers that way per record was the largest CPU cost of the Spark jobs (issue 16).
 
 
+def _lookup(keys: Column, values: Column, name: str) -> Column:
+    at = F.array_position(keys, F.lit(name)).cast("int")
+    return F.when(at > 0, F.element_at(values, at))
+
+
+def _count(keys: Column, name: str) -> Column:
+    every = F.coalesce(F.size(keys), F.lit(0))
+    return every - F.coalesce(F.size(F.array_remove(keys, F.lit(name))), F.lit(0))
+
+
 def header_bytes(name: str) -> Column:
     """The value of header `name` (the first, if repeated) as bytes, or null."""
-    at = F.array_position(F.col("headers.key"), F.lit(name)).cast("int")
-    return F.when(at > 0, F.element_at(F.col("headers.value"), at))
+    return _lookup(F.col("headers.key"), F.col("headers.value"), name)
 
 
 def header_value(name: str) -> Column:
@@ -63,9 +72,53 @@ def header_value(name: str) -> Column:
 
 def header_count(name: str) -> Column:
     """How many times header `name` is there (0 on a record without headers)."""
-    keys = F.col("headers.key")
-    every = F.coalesce(F.size(keys), F.lit(0))
-    return every - F.coalesce(F.size(F.array_remove(keys, F.lit(name))), F.lit(0))
+    return _count(F.col("headers.key"), name)
+
+
+class Headers:
+    """How the checks below read headers: straight from the `headers` column (as the
+    public functions above), or `Stored`."""
+
+    def bytes(self, name: str) -> Column:
+        return header_bytes(name)
+
+    def value(self, name: str) -> Column:
+        return self.bytes(name).cast("string")
+
+    def count(self, name: str) -> Column:
+        return header_count(name)
+
+
+def _stored_name(name: str, kind: str) -> str:
+    return f"_{kind}_" + name.replace("-", "_")
+
+
+class Stored(Headers):
+    """Headers looked up once per record into columns of their own (`with_routing`): the
+    checks refer to each many times, and inlined into one compiled method the lookups
+    grew past the JVM's 64 KB limit for a method (Spark then fell back to slower code
+    and logged the failure on every micro-batch)."""
+
+    def bytes(self, name: str) -> Column:
+        return F.col(_stored_name(name, "h"))
+
+    def count(self, name: str) -> Column:
+        return F.col(_stored_name(name, "n"))
+
+
+_LOOKED_UP = sorted(
+    {
+        contract.GUARANTEE_ID,
+        contract.SEQ,
+        contract.FINAL,
+        contract.MESSAGE_TYPE,
+        contract.DELIVERY,
+        multicast.DELIVERY,
+    }
+    | segments.HEADERS
+    | lifetime.HEADERS
+)
+_COUNTED = sorted(segments.HEADERS | lifetime.HEADERS)
 
 
 def _whole_number(raw: Column, digits: int) -> Column:
@@ -73,21 +126,22 @@ def _whole_number(raw: Column, digits: int) -> Column:
     return F.when(raw.rlike(f"^[0-9]{{1,{digits}}}$"), raw.try_cast("bigint"))
 
 
-def segment_columns() -> list[Column]:
+def segment_columns(h: Headers | None = None) -> list[Column]:
     """`segment_id`, `segment_index`, `segment_last`, `segment_bytes`, `segment_sha256` of
     a segment (all null on a record that is not one), and `segment_problem`: why its
     segment headers are malformed, as `router.segments.problem` says (null: fine)."""
-    sid, index = header_bytes(contract.SEGMENT_ID), header_value(contract.SEGMENT_INDEX)
-    flag = F.lower(header_value(contract.SEGMENT_LAST))
-    total, digest = header_value(contract.SEGMENT_BYTES), header_value(contract.SEGMENT_SHA256)
+    h = h or Headers()
+    sid, index = h.bytes(contract.SEGMENT_ID), h.value(contract.SEGMENT_INDEX)
+    flag = F.lower(h.value(contract.SEGMENT_LAST))
+    total, digest = h.value(contract.SEGMENT_BYTES), h.value(contract.SEGMENT_SHA256)
     last = F.coalesce(flag.isin(*_TRUE), F.lit(False))
     n_index = _whole_number(index, len(str(segments.MAX_SEGMENTS - 1)))
     n_total = _whole_number(total, len(str(segments.MAX_TOTAL_BYTES)))
-    gid, final = header_value(contract.GUARANTEE_ID), header_value(contract.FINAL)
+    gid, final = h.value(contract.GUARANTEE_ID), h.value(contract.FINAL)
     is_final = F.coalesce(F.lower(final).isin(*_TRUE), F.lit(False))
     names = sorted(segments.HEADERS)
-    present = F.greatest(*[header_count(n) for n in names]) > 0
-    twice = F.coalesce(*[F.when(header_count(n) > 1, F.lit(n)) for n in names])
+    present = F.greatest(*[h.count(n) for n in names]) > 0
+    twice = F.coalesce(*[F.when(h.count(n) > 1, F.lit(n)) for n in names])
     bad = (
         F.when(twice.isNotNull(), F.format_string("header '%s' appears more than once", twice))
         .when(sid.isNull(), F.lit(f"a segment header without '{contract.SEGMENT_ID}'"))
@@ -143,19 +197,20 @@ def segment_columns() -> list[Column]:
     ]
 
 
-def lifetime_columns() -> list[Column]:
+def lifetime_columns(h: Headers | None = None) -> list[Column]:
     """`expires_ms` (the instant the message expires, ms since the epoch, or null: the
     earliest of `message-expires-at`, `router-expires-at` and the record's timestamp plus
     `message-lifetime-ms`), `on_expiry` (`message-on-expiry` as sent) and
     `lifetime_problem` (a malformed or repeated lifetime header, as the units'
     `bad-lifetime`; the bounds of a relative lifetime are the router's to check)."""
+    h = h or Headers()
     digits = lifetime.MAX_DIGITS
-    at = _whole_number(header_value(lifetime.EXPIRES_AT), digits)
-    stamped = _whole_number(header_value(lifetime.ROUTER_EXPIRES_AT), digits)
-    relative = _whole_number(header_value(lifetime.LIFETIME_MS), digits)
-    on_expiry = header_value(lifetime.ON_EXPIRY)
+    at = _whole_number(h.value(lifetime.EXPIRES_AT), digits)
+    stamped = _whole_number(h.value(lifetime.ROUTER_EXPIRES_AT), digits)
+    relative = _whole_number(h.value(lifetime.LIFETIME_MS), digits)
+    on_expiry = h.value(lifetime.ON_EXPIRY)
     names = sorted(lifetime.HEADERS)
-    twice = F.coalesce(*[F.when(header_count(n) > 1, F.lit(n)) for n in names])
+    twice = F.coalesce(*[F.when(h.count(n) > 1, F.lit(n)) for n in names])
     numbers = [
         (lifetime.EXPIRES_AT, at),
         (lifetime.ROUTER_EXPIRES_AT, stamped),
@@ -166,7 +221,7 @@ def lifetime_columns() -> list[Column]:
     )
     for name, number in numbers:
         problem = problem.when(
-            header_value(name).isNotNull() & number.isNull(),
+            h.value(name).isNotNull() & number.isNull(),
             F.lit(f"{name} is not a whole number of milliseconds"),
         )
     problem = problem.when(
@@ -191,10 +246,21 @@ def with_routing(kafka: Any) -> Any:
     `message_type`, `delivery` (`guarantee-delivery` as sent), `multicast` (a copy of a
     `message-delivery: multicast` message), the segment columns (`segment_columns`) and
     the lifetime columns (`lifetime_columns`)."""
-    raw_seq = header_value(contract.SEQ)
-    final = header_value(contract.FINAL).isin("true", "1", "True", "TRUE")
-    is_multicast = header_value(multicast.DELIVERY) == F.lit(multicast.MULTICAST)
-    return kafka.select(
+    # Each header looked up once per record (`Stored`), from its keys and values taken
+    # out of the structs once (`coalesce`: not inlined into every use).
+    keys = F.coalesce(F.col("headers.key"), F.array().cast("array<string>"))
+    values = F.coalesce(F.col("headers.value"), F.array().cast("array<binary>"))
+    split = kafka.select("*", keys.alias("_hk"), values.alias("_hv"))
+    looked_up = split.select(
+        "*",
+        *[_lookup(F.col("_hk"), F.col("_hv"), n).alias(_stored_name(n, "h")) for n in _LOOKED_UP],
+        *[_count(F.col("_hk"), n).alias(_stored_name(n, "n")) for n in _COUNTED],
+    )
+    h = Stored()
+    raw_seq = h.value(contract.SEQ)
+    final = h.value(contract.FINAL).isin("true", "1", "True", "TRUE")
+    is_multicast = h.value(multicast.DELIVERY) == F.lit(multicast.MULTICAST)
+    return looked_up.select(
         F.col("topic").alias("queue"),
         "partition",
         "offset",
@@ -202,15 +268,15 @@ def with_routing(kafka: Any) -> Any:
         "key",
         "value",
         "headers",
-        header_value(contract.GUARANTEE_ID).alias("guarantee_id"),
+        h.value(contract.GUARANTEE_ID).alias("guarantee_id"),
         raw_seq.alias("raw_seq"),
         raw_seq.try_cast("bigint").alias("seq"),
         F.coalesce(final, F.lit(False)).alias("final"),
-        header_value(contract.MESSAGE_TYPE).alias("message_type"),
-        header_value(contract.DELIVERY).alias("delivery"),
+        h.value(contract.MESSAGE_TYPE).alias("message_type"),
+        h.value(contract.DELIVERY).alias("delivery"),
         F.coalesce(is_multicast, F.lit(False)).alias("multicast"),
-        *segment_columns(),
-        *lifetime_columns(),
+        *segment_columns(h),
+        *lifetime_columns(h),
     )
 
 

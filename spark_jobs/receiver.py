@@ -8,7 +8,8 @@
 * `parse` decodes the payload with `from_avro` (the Avro schema named by the `schema`
   header) and checks the routing headers against the payload's own group and position;
   a message that fails (undecodable, headers contradicting the payload) is a violation.
-* `check_groups` keeps one state per guarantee ID (and per ordinary record ID): every
+* `check_groups` keeps one state per guarantee ID (an ordinary record's copies are
+  dropped in the JVM and counted, `api.complete_groups`): every
   message of a group from one queue, in sequence, none missing; see `groups`. An open
   group's members are a list state, appended as they come; its metadata a value state
   (`group_state.GroupProcessor`). Its
@@ -187,8 +188,8 @@ def parse(messages: Any) -> Any:
 
 
 def check_groups(parsed: Any, config: ReceiverConfig) -> Any:
-    """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group / ordinary record,
-    in event time: the payload's `created_at` (the Kafka timestamp if undecodable)."""
+    """Parsed messages -> outcomes (OUTCOME_SCHEMA), one state per group, in event time:
+    the payload's `created_at` (the Kafka timestamp if undecodable)."""
     return api.complete_groups(
         parsed,
         record_id="record_id",
@@ -252,8 +253,9 @@ def parser() -> argparse.ArgumentParser:
         "--dedupe-horizon-seconds",
         type=float,
         default=600.0,
-        help="How long (in creation time) a finished group or record is remembered to "
-        "recognise copies (default: %(default)s)",
+        help="How long (in creation time) a finished group is remembered to recognise "
+        "copies of its members (default: %(default)s; an ordinary record's copies are "
+        "recognised within --lateness-seconds of its creation time)",
     )
     p.add_argument(
         "--lateness-seconds",

@@ -15,7 +15,9 @@ stop marker under the checkpoint (`<checkpoint>/stop/<run>`, through Spark, so o
 file system the query's own process can read), and the sink refuses to start writing a
 batch once its run's marker exists (the batch fails before it wrote anything and is
 repeated, whole, by the next run); `stop()` waits until no trigger is active, so the
-batch being written has finished and is committed, and then stops the query. Nothing of
+batch being written has finished and is committed, and then stops the query (unless that
+batch outlasts `stop`'s timeout, 120 s by default: then it stops inside it, with a
+warning, and the batch is repeated after a restart). Nothing of
 this lives in a driver-side Python object, so it works the same when the `foreachBatch`
 function runs in a Spark Connect server's Python worker. A job killed with SIGKILL, or a
 driver that dies, can still stop inside a batch: see README ("Spark jobs").
@@ -24,6 +26,7 @@ driver that dies, can still stop inside a batch: see README ("Spark jobs").
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import signal
 import threading
@@ -55,10 +58,18 @@ class StopRequested(RuntimeError):
 
 
 def exists(spark: Any, path: str) -> bool:
-    """Whether `path` exists, on any file system Spark reaches (local, HDFS, S3...), asked
-    of Spark itself (planning a read of it lists it), so from a Spark Connect client too."""
+    """Whether `path` exists, on any file system Spark reaches (local, HDFS, S3...): asked
+    of the Hadoop file system in a classic session; from a Spark Connect client, which has
+    no JVM of its own, asked of Spark (planning a read of the path lists it, its glob
+    characters escaped)."""
+    if not is_connect(spark):
+        jvm = spark.sparkContext._jvm
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        return bool(fs.exists(hadoop_path))
+    literal = re.sub(r"([\\*?\[\]{}])", r"\\\1", path)
     try:
-        spark.read.format("text").load(path).schema  # noqa: B018 - analysed, not run
+        spark.read.format("text").load(literal).schema  # noqa: B018 - analysed, not run
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
             return False
@@ -272,7 +283,8 @@ class StreamJob:
     def stop(self, timeout: float = 120.0) -> None:
         """Stop between micro-batches (foreachBatch: see the module's docstring), or at
         once (a file sink: a batch it interrupts is repeated by the next run and committed
-        once)."""
+        once). A foreachBatch batch still running after `timeout` is stopped inside, with
+        a warning: Spark's stop interrupts it (and may itself wait for its tasks)."""
         if self.query is None:
             return
         with _quiet_refusals(self.spark):
@@ -283,7 +295,13 @@ class StreamJob:
                 deadline = time.monotonic() + timeout
                 while self.active and self.query.status["isTriggerActive"]:
                     if time.monotonic() > deadline:
-                        log.warning("%s: a batch still runs after %.0fs", self.name, timeout)
+                        log.warning(
+                            "%s: a batch still runs after %.0f s: stopping inside it; it is "
+                            "repeated after a restart (what it already wrote to Kafka is "
+                            "sent again)",
+                            self.name,
+                            timeout,
+                        )
                         break
                     time.sleep(0.05)  # polling the query's status for the batch's end
             self.query.stop()
