@@ -2,7 +2,8 @@
 group or an ordinary message.
 
 Backlog = high watermark - the send units' committed offset, read with one admin request
-per refresh (every `refresh_s`), plus what this sender produced since. A refresh that
+per refresh (every `refresh_s`, `router.endoffsets`: a failed request makes its admin
+client again), plus what this sender produced since. A refresh that
 fails (a leader away) keeps the estimates and backs off, doubling up to `MAX_BACKOFF_S`:
 the measure runs on the send path, and librdkafka's admin ListOffsets busy-polls while a
 leader it asked is down (about one core for the request's duration, measured on the
@@ -18,9 +19,9 @@ destinations at the same time).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from router.clock import Every
 from router.offsets import CommittedOffsets
@@ -38,7 +39,7 @@ class Backlog:
 
     def __init__(
         self,
-        admin: AdminClient,
+        ends: Callable[[Iterable[TP]], dict[TP, int]],
         committed: CommittedOffsets,
         units_group: str,
         partitions: list[TP],
@@ -46,7 +47,7 @@ class Backlog:
         refresh_s: float,
         slack: int,
     ) -> None:
-        self._admin = admin
+        self._ends = ends  # an EndOffsets(committed=False): the high watermarks
         self._committed = committed
         self._units_group = units_group
         self.partitions = partitions
@@ -81,15 +82,12 @@ class Backlog:
         return self._estimate
 
     def _measure(self) -> dict[TP, int]:
-        tps = [TopicPartition(t, p) for t, p in self.partitions]
-        latest = self._admin.list_offsets(
-            {tp: OffsetSpec.latest() for tp in tps}, request_timeout=REQUEST_TIMEOUT_S
-        )
-        ends = {
-            (tp.topic, tp.partition): f.result(timeout=REQUEST_TIMEOUT_S + 1).offset
-            for tp, f in latest.items()
-        }
+        ends = self._ends(self.partitions)
+        missing = [tp for tp in self.partitions if tp not in ends]
+        if missing:
+            raise TimeoutError(f"no end offset for {len(missing)} of the send queue's partitions")
         self.ends = ends
+        tps = [TopicPartition(t, p) for t, p in self.partitions]
         done = self._committed.read(self._units_group, tps, timeout=REQUEST_TIMEOUT_S)
         return {tp: max(ends[tp] - done.get(tp, 0), 0) for tp in self.partitions}
 

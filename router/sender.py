@@ -27,9 +27,10 @@ from confluent_kafka.admin import AdminClient
 
 from router import clientconfig, clients, segments, sendgroups
 from router import priority as prio
-from router.backlog import Backlog
+from router.backlog import REQUEST_TIMEOUT_S, Backlog
 from router.clock import Every
 from router.config import RouterSettings, RoutingSettings
+from router.endoffsets import EndOffsets
 from router.offsets import CommittedOffsets
 from router.senddelivery import TP, Deliveries, OnDelivery, Track
 from router.senderjournal import Journal, OpenGroupInfo, info
@@ -117,8 +118,9 @@ class Sender:
         self._queues = queues
         # priority bands: `<queue>.p<b>` beside each queue (router.priority)
         self._bands = prio.bands_in(self._admin.list_topics(timeout=30).topics, queues[0])
+        self._ends = EndOffsets(connection, REQUEST_TIMEOUT_S, committed=False)
         self._backlog = Backlog(
-            self._admin,
+            self._ends,
             self._committed,
             group,
             partitions,
@@ -364,7 +366,10 @@ class Sender:
         finally:
             self._closed = True
             self._committed.close()
+            self._ends.close()
 
     def __del__(self) -> None:
         if "_admin" in self.__dict__:
             clients.dispose_in_background([self.__dict__.pop("_admin")])
+        if "_ends" in self.__dict__:
+            self.__dict__.pop("_ends").close()
