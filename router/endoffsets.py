@@ -6,7 +6,9 @@ after the consumer's fetch long-poll in flight (`fetch.wait.max.ms`, 500 ms by d
 so an idle consumer waited about 0.5 s per partition. An admin client has its own
 connection, and one request carries every partition asked (about 1 ms on loopback).
 
-After a failed answer the admin client is made again. Its metadata names each partition's
+After a failed answer the admin client is made again (at most once per `REMAKE_S`: during
+a broker outage, a new client per request would only pile up threads). Its metadata names
+each partition's
 leader epoch, and librdkafka's admin ListOffsets does not refresh that metadata when the
 broker refuses the epoch (FENCED_LEADER_EPOCH after a broker restart or a leader move):
 every later request carried the old epoch until `metadata.max.age.ms` (15 min) passed.
@@ -16,6 +18,7 @@ A new client reads the metadata afresh.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -27,6 +30,8 @@ from router.clients import dispose_in_background
 log = logging.getLogger("router.endoffsets")
 
 TP = tuple[str, int]
+
+REMAKE_S = 5.0  # at least this long between two admin clients
 
 
 class EndOffsets:
@@ -46,6 +51,7 @@ class EndOffsets:
             IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         )
         self._admin: AdminClient | None = None  # made on first use: most units never ask
+        self._made_at: float | None = None  # time.monotonic() when self._admin was made
         self.failures = 0  # answers in a row that left a partition out
 
     def __call__(self, tps: Iterable[TP]) -> dict[TP, int]:
@@ -54,6 +60,7 @@ class EndOffsets:
             return {}
         if self._admin is None:
             self._admin = AdminClient(self._config)
+            self._made_at = time.monotonic()
         try:
             futures = self._admin.list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in wanted},
@@ -78,20 +85,22 @@ class EndOffsets:
         return out
 
     def _failed(self, what: str) -> None:
-        """Drop the admin client: the next request makes one with fresh metadata."""
+        """Drop the admin client if it is `REMAKE_S` old: the next request makes one with
+        fresh metadata."""
         if self.failures == 0:
-            log.warning("%s; asking again later on a new admin connection", what)
+            log.warning("%s; asking again later, on a new admin connection", what)
         else:
             log.debug("%s (failure %d in a row)", what, self.failures + 1)
         self.failures += 1
-        self.close()
+        if self._made_at is None or time.monotonic() - self._made_at >= REMAKE_S:
+            self.close()
 
     def close(self) -> None:
         """Let the admin client go (destroyed on a daemon thread: `dispose_in_background`,
         a destroy after a broker restart has been seen to hang)."""
         if self._admin is not None:
             box: list[Any] = [self._admin]
-            self._admin = None
+            self._admin = self._made_at = None
             dispose_in_background(box)
 
 
