@@ -38,7 +38,8 @@ class EndOffsets:
     """`ends(tps)`: each partition's end as a read_committed consumer sees it (the last
     stable offset: nothing of an open transaction), as the router's consumers' own
     watermark requests returned it; with `committed=False`, the high watermark. A
-    partition the broker cannot say now (a leader moving) is left out of the answer: the
+    partition the broker cannot say now (a leader moving; an answer without an offset) is
+    left out of the answer: the
     caller asks again later (one warning per run of failures, then one line when answers
     come back)."""
 
@@ -74,9 +75,18 @@ class EndOffsets:
         errors: list[str] = []
         for tp, future in futures.items():
             try:
-                out[(tp.topic, tp.partition)] = int(future.result(timeout=self.timeout_s).offset)
+                # librdkafka's own request timeout ends the future first
+                offset = int(future.result(timeout=self.timeout_s + 1).offset)
             except Exception as exc:  # KafkaException, or a future that timed out
-                errors.append(f"{tp.topic}[{tp.partition}]: {exc}")
+                errors.append(f"{tp.topic}[{tp.partition}]: {exc!r}")
+                continue
+            if offset < 0:
+                # Resolved without an error but with no offset (OFFSET_INVALID, -1001):
+                # seen right after a broker was killed. Not an end: a drain would take
+                # any position as past it.
+                errors.append(f"{tp.topic}[{tp.partition}]: no offset ({offset})")
+            else:
+                out[(tp.topic, tp.partition)] = offset
         if errors:
             self._failed(f"end offsets unknown ({'; '.join(errors)})")
         elif self.failures:

@@ -25,6 +25,7 @@ class Offset:
 class FakeAdmin:
     made: list[FakeAdmin] = []
     fail = False
+    offset = 7
 
     def __init__(self, config: dict[str, Any]) -> None:
         FakeAdmin.made.append(self)
@@ -36,7 +37,7 @@ class FakeAdmin:
             if FakeAdmin.fail:
                 f.set_exception(KafkaException(KafkaError(KafkaError.FENCED_LEADER_EPOCH)))
             else:
-                f.set_result(Offset(7))
+                f.set_result(Offset(FakeAdmin.offset))
             out[tp] = f
         return out
 
@@ -45,7 +46,7 @@ class FakeAdmin:
 def env(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], list[list[Any]]]:
     now = [50.0]  # a machine that booted a minute ago
     disposed: list[list[Any]] = []
-    FakeAdmin.made, FakeAdmin.fail = [], False
+    FakeAdmin.made, FakeAdmin.fail, FakeAdmin.offset = [], False, 7
     monkeypatch.setattr(endoffsets, "AdminClient", FakeAdmin)
     monkeypatch.setattr(endoffsets, "time", SimpleNamespace(monotonic=lambda: now[0]))
     monkeypatch.setattr(endoffsets, "dispose_in_background", disposed.append)
@@ -92,3 +93,20 @@ def test_close_lets_the_client_go_and_a_later_request_makes_one(
     ends.close()
     assert disposed == [[FakeAdmin.made[0]]]
     assert ends([]) == {} and len(FakeAdmin.made) == 1  # nothing asked: no client
+
+
+def test_an_answer_without_an_offset_is_a_failure_not_an_end(
+    env: tuple[list[float], list[list[Any]]],
+) -> None:
+    """librdkafka resolved the futures of a request sent as the broker was killed with
+    offset -1001 (OFFSET_INVALID) and no error: as an end, every position is past it."""
+    now, disposed = env
+    ends = EndOffsets({"bootstrap.servers": "x"})
+    FakeAdmin.offset = -1001
+    assert ends([("t", 0), ("t", 1)]) == {}
+    assert ends.failures == 1
+    now[0] += endoffsets.REMAKE_S
+    assert ends([("t", 0)]) == {}
+    assert len(disposed) == 1  # a client that answers so is made again too
+    FakeAdmin.offset = 7
+    assert ends([("t", 0)]) == {("t", 0): 7} and ends.failures == 0
