@@ -45,7 +45,8 @@ from spark_jobs.session import (
     launched_by_spark_submit,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+STACK_SCRIPT = ROOT / "ops" / "stack.sh"
 
 
 @dataclass(frozen=True)
@@ -189,11 +190,10 @@ def ensure_stack(settings: RouterSettings, say: Callable[[str], None]) -> None:
     if answers():
         say(f"   Kafka {settings.kafka.bootstrap_servers} and Redis {settings.redis.url} answer")
         return
-    script = ROOT / "ops" / "stack.sh"
-    if not script.exists():
-        raise RuntimeError("Kafka or Redis does not answer, and there is no ops/stack.sh here")
+    if not STACK_SCRIPT.exists():
+        raise RuntimeError(f"Kafka or Redis does not answer, and there is no {STACK_SCRIPT}")
     say("   starting the local stack (ops/stack.sh up) ...")
-    subprocess.run([str(script), "up"], check=True)
+    subprocess.run([str(STACK_SCRIPT), "up"], check=True)
 
 
 def run_spark_demo(
