@@ -111,13 +111,16 @@ class Sender:
         settings = {"logger": clients.LIBRDKAFKA_LOGGER, **config}
         self._out = Deliveries(Producer(clientconfig.producer_config(settings, cid)), self._lock)
         connection = clientconfig.connection_config(settings)
-        self._admin = AdminClient(connection)
         # An estimate that must never block a send on a pending transaction.
         self._committed = CommittedOffsets(connection, cid, stable=False)
-        queues, partitions = clientconfig.discover_send_queues(self._admin, send_queues, topology)
+        admin = [AdminClient(connection)]  # for discovery only; the backlog has its own
+        try:
+            queues, partitions = clientconfig.discover_send_queues(admin[0], send_queues, topology)
+            # priority bands: `<queue>.p<b>` beside each queue (router.priority)
+            self._bands = prio.bands_in(admin[0].list_topics(timeout=30).topics, queues[0])
+        finally:
+            clients.dispose_in_background(admin)
         self._queues = queues
-        # priority bands: `<queue>.p<b>` beside each queue (router.priority)
-        self._bands = prio.bands_in(self._admin.list_topics(timeout=30).topics, queues[0])
         self._ends = EndOffsets(connection, REQUEST_TIMEOUT_S, committed=False)
         self._backlog = Backlog(
             self._ends,
@@ -369,7 +372,5 @@ class Sender:
             self._ends.close()
 
     def __del__(self) -> None:
-        if "_admin" in self.__dict__:
-            clients.dispose_in_background([self.__dict__.pop("_admin")])
         if "_ends" in self.__dict__:
             self.__dict__.pop("_ends").close()
