@@ -34,8 +34,8 @@ from confluent_kafka import TopicPartition
 
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import segments
 from router.config import RouterSettings, load_settings
+from router.contract import segments
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024

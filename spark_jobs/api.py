@@ -15,8 +15,8 @@
   (which keeps the order on the group's partition; the sink's producer is idempotent).
   This holds only if a task is never run twice at once: `session.build_session` pins
   `spark.speculation=false`; keep it off on a cluster too. It also cuts large payloads
-  into segments (`segment_bytes`, `router.segments`' contract), and sets a lifetime
-  (`router.lifetime`) and multicast (`router.multicast`): see `writing`.
+  into segments (`segment_bytes`, `router.contract.segments`' contract), and sets a lifetime
+  (`router.contract.lifetime`) and multicast (`router.table.multicast`): see `writing`.
 * `read_router_queues`: the receive queues (or any topic the router writes) as a
   streaming (or batch) DataFrame of raw payloads with their routing headers parsed.
   Every Kafka source option passes through unchanged, `kafka.*` or not (`groupIdPrefix`,
@@ -92,7 +92,7 @@ def complete_groups(
     `members_parts`), one `record` row per ordinary message, and `duplicate`, `violation`
     and `expired` rows (with `reason`).
 
-    Segments (`router.segments`): a segmented member is one member of its GROUP row,
+    Segments (`router.contract.segments`): a segmented member is one member of its GROUP row,
     reassembled (`members_value` the whole payload, `members_record_id` its segment ID,
     `members_parts` its segments' offsets), its length and SHA-256 checked; a segmented
     ordinary message (a group of its own, guarantee ID = segment ID) is one `record`
@@ -103,11 +103,11 @@ def complete_groups(
     record, so on a segment (a piece of a payload) they should not decode the payload:
     a segment's record ID is `<segment-id>#<index>` whatever `record_id` says.
 
-    Lifetime (`router.lifetime`): a message whose instant (`expires_ms`) is not after the
+    Lifetime (`router.contract.lifetime`): a message whose instant (`expires_ms`) is not after the
     micro-batch's time (`current_timestamp()`, the same when a batch is replayed) is an
     `expired` row, never delivered; in a group, per its `message-on-expiry` header
     (default `on_expiry`): `skip` goes on without it, `expire-group` expires the rest of
-    the group (`groups`). Multicast (`router.multicast`): an ordinary message sent to
+    the group (`groups`). Multicast (`router.table.multicast`): an ordinary message sent to
     several queues is one `record` per queue; only a second copy on the same queue is a
     copy (dropped and counted).
 

@@ -7,7 +7,7 @@ Business records arrive as JSON lines, one record per line, `type` saying what i
   consumer must process them together and in line order (PurchaseOrderLine.avsc).
 * `document`: `document_id`, `name`, `content_base64`. One ordinary message (Document.avsc);
   a document larger than `segment_bytes` travels as segments of the router's contract
-  (`router.segments`: a group of its own whose guarantee ID is its segment ID), which the
+  (`router.contract.segments`: a group of its own whose guarantee ID is its segment ID), which the
   receiver reassembles and checks against their length and SHA-256.
 * `stock_update`: `update_id`, `sku`, `warehouse`, `delta`. An ordinary message with no
   group, free to go anywhere (StockUpdate.avsc).
@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from router import schemas, segments
+from router.contract import schemas, segments
 
 PURCHASE_ORDER = "purchase_order"
 DOCUMENT = "document"

@@ -20,13 +20,13 @@ with no gap; the message with the final flag completes the group. Outcomes:
   segmented message that does not add up (`segmented`: `segment-missing`,
   `checksum-mismatch`, ...). Once broken, a group's accepted messages and every later one
   are reported as violations too, so every message is accounted for;
-* EXPIRED: a message whose lifetime (`router.lifetime`'s headers) had ended when the
+* EXPIRED: a message whose lifetime (`router.contract.lifetime`'s headers) had ended when the
   receiver read it: never delivered. In a group, `message-on-expiry: skip` (default)
   skips the member and the group goes on without it (its GROUP row shows the gap in
   `seq`); `expire-group` ends the group there: its members so far and every later one
   are EXPIRED too. An expired segment expires its whole message (every segment).
 
-Segments (`router.segments`' contract): a large message travels as consecutive members
+Segments (`router.contract.segments`' contract): a large message travels as consecutive members
 of its group; the GROUP row holds it once, reassembled and checked (`segmented`), and a
 large *ordinary* message, carried as a group of its own (guarantee ID = segment ID), is
 a RECORD, with no group. Multicast copies are told apart by queue before they get here

@@ -22,7 +22,7 @@ EXPIRED = "expired"
 
 @dataclass(frozen=True, slots=True)
 class Seg:
-    """A record's segment headers (`router.segments`), already checked: the logical
+    """A record's segment headers (`router.contract.segments`), already checked: the logical
     message's ID, this segment's index, whether it is the last, and on the last the
     whole payload's length and SHA-256 (hex)."""
 

@@ -1,10 +1,10 @@
 """Reading the router's queues in Spark: Kafka records with their headers parsed.
 
 `read_router_queues` and `with_routing` (re-exported by `spark_jobs.api`) give every
-record its routing headers (`router.contract`), its segment headers (`router.segments`,
+record its routing headers (`router.contract`), its segment headers (`router.contract.segments`,
 checked here as the units check them: `segment_problem`), its lifetime
-(`router.lifetime`: `expires_ms`, `on_expiry`) and whether it is a multicast copy
-(`router.multicast`). The header names come from those modules; the checks are Spark
+(`router.contract.lifetime`: `expires_ms`, `on_expiry`) and whether it is a multicast copy
+(`router.table.multicast`). The header names come from those modules; the checks are Spark
 expressions, so that executors need nothing of the router.
 """
 
@@ -16,7 +16,8 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from router import contract, lifetime, multicast, segments
+from router import contract
+from router.contract import lifetime, multicast, segments
 
 # What the router needs from a reader of its queues; a caller's option wins.
 SOURCE_DEFAULTS: Mapping[str, str] = {
@@ -129,7 +130,7 @@ def _whole_number(raw: Column, digits: int) -> Column:
 def segment_columns(h: Headers | None = None) -> list[Column]:
     """`segment_id`, `segment_index`, `segment_last`, `segment_bytes`, `segment_sha256` of
     a segment (all null on a record that is not one), and `segment_problem`: why its
-    segment headers are malformed, as `router.segments.problem` says (null: fine)."""
+    segment headers are malformed, as `router.contract.segments.problem` says (null: fine)."""
     h = h or Headers()
     sid, index = h.bytes(contract.SEGMENT_ID), h.value(contract.SEGMENT_INDEX)
     flag = F.lower(h.value(contract.SEGMENT_LAST))

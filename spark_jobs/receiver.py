@@ -42,8 +42,8 @@ from typing import Any
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from router.priority import band_topics
-from router.schemas import SCHEMA_HEADER
+from router.contract.priority import band_topics
+from router.contract.schemas import SCHEMA_HEADER
 from spark_jobs import api, domain, outputs
 from spark_jobs.session import (
     add_kafka_arguments,

@@ -1,12 +1,12 @@
 """Reassembly of segmented messages in a complete group (pure, no Spark, no router import).
 
-The contract is `router.segments`'s: a payload too large for one record travels as
+The contract is `router.contract.segments`'s: a payload too large for one record travels as
 *segments*, consecutive members of its group (`segment-id`, `segment-index` from 0,
 `segment-last` with `segment-bytes` and `segment-sha256` on the last); an ordinary
 message travels as a group of its own whose guarantee ID is its segment ID. When a
 group is complete (its members in sequence, checked by `groups`), `assemble` puts each
 run of segments back into one message, its length and SHA-256 checked, or says what is
-wrong, with the reason codes of `router.reassembly` (docs/routing.md, "Segments"):
+wrong, with the reason codes of `router.receiver.reassembly` (docs/routing.md, "Segments"):
 
 * `segment-missing`: an index never came, or the message ended without its last segment
   (the next member is not one of its segments);

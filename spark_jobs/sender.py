@@ -10,7 +10,7 @@
 * Groups: a purchase order's lines form a group; the guarantee ID comes from the business
   key, `guarantee-seq` is the position, and `guarantee-final` is true on the last message
   (see `domain`). A document is one ordinary message; one larger than `--segment-bytes`
-  goes as segments of the router's contract (`router.segments`, a group of its own).
+  goes as segments of the router's contract (`router.contract.segments`, a group of its own).
 * Kafka: the send queue is a stable hash of the key (the guarantee ID, or the record ID
   of an ordinary message) over the send queues, and the key keeps a group on one
   partition, so the send units see it in order. Each micro-batch is written through
@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
 from router import contract
-from router.schemas import SCHEMA_HEADER
+from router.contract.schemas import SCHEMA_HEADER
 from spark_jobs import api, domain
 from spark_jobs.session import (
     add_kafka_arguments,

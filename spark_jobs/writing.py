@@ -2,8 +2,8 @@
 
 `to_router_rows` (re-exported by `spark_jobs.api`) puts the router's header contract on
 each row: the routing headers (`router.contract`), segments of a large payload
-(`router.segments`), a lifetime (`router.lifetime`) and multicast (`router.multicast`).
-The header names come from those modules, never copied.
+(`router.contract.segments`), a lifetime (`router.contract.lifetime`) and multicast
+(`router.table.multicast`). The header names come from those modules, never copied.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
 
-from router import contract, lifetime, multicast, priority, segments
-from router.priority import PRIORITY
+from router import contract
+from router.contract import lifetime, multicast, priority, segments
+from router.contract.priority import PRIORITY
 
 ColumnLike = Any  # a Column or a column name (pyspark is untyped here)
 # The Java producer's default max.request.size, and the router's kafka.max_message_bytes.
@@ -104,7 +105,7 @@ def to_router_rows(
     (and segment) they are not null for. **Multicast**: `multicast_to=True` (or a boolean
     column) for every receive queue, a list of receive queues (or a string column of
     comma-separated names) for those; on ordinary messages only (the router dead-letters
-    a grouped one as `multicast-in-group`). **Priority** (`router.priority`): `priority`
+    a grouped one as `multicast-in-group`). **Priority** (`router.contract.priority`): `priority`
     (0-9, 9 the highest) sets `message-priority`; a group keeps its first member's band,
     so give its members the same priority."""
     gid = _col(group_id).cast("string")

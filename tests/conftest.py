@@ -27,10 +27,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.harness.localstack import LocalStack
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import clients
+from router.backends.redis import client as redisclient
 from router.config import KafkaSettings, RedisSettings, RouterSettings
-from router.side import table_for
-from router.topics import ensure_topics, plan
+from router.topology.side import table_for
+from router.topology.topics import ensure_topics, plan
 from tests.helpers import unique, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -287,7 +287,7 @@ def topology(base_settings: RouterSettings, admin: AdminClient) -> Iterator[Topo
 
     yield make
     for settings in made:
-        client = clients.redis_client(settings.redis)
+        client = redisclient.redis_client(settings.redis)
         for side in ("send", "receive"):
             table_for(settings, side, client).drop()  # type: ignore[arg-type]
         names = [spec.name for spec in plan(settings)]

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, TopicPartition
 
-from router import schemas
 from router.config import RouterSettings
+from router.contract import schemas
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 topics, and every message in the band its priority asks for.
 
 With `priority.bands` = N > 1, every destination (a transfer partition, a receive queue)
-is N band topics (`router.priority`). The router keeps a group on one band topic of one
+is N band topics (`router.contract.priority`). The router keeps a group on one band topic of one
 destination and appends nothing to any band topic of a destination while a group is open
 on it; what its verdict must show:
 
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from router.priority import band_of, band_topic
+from router.contract.priority import band_of, band_topic
 
 if TYPE_CHECKING:
     from ops.harness.verify import Seen, Sent

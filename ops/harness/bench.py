@@ -4,7 +4,7 @@ and in Java, measured side by side in one run on one stack.
 Stages, each real processes draining a topic filled beforehand:
 
 * raw relay (`router relay`): a unit with the routing taken out, same Kafka code and
-  settings (router/relay.py) - the ceiling for a Python Kafka hop on this machine;
+  settings (router/unit/relay.py) - the ceiling for a Python Kafka hop on this machine;
 * Java relay (ops/java/Relay.java): the same exactly-once hop with Kafka's own Java client,
   what a plain Java consume -> produce service does (ops/harness/javarelay.py);
 * send unit, receive unit: one unit alone;
@@ -76,13 +76,14 @@ from ops.harness.benchreport import (
 )
 from ops.harness.console import Console, ProgressTask
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import clients
+from router.backends.kafka import clients
+from router.backends.kafka.offsets import CommittedOffsets
+from router.backends.redis.client import redis_client
 from router.config import RouterSettings
-from router.offsets import CommittedOffsets
-from router.relay import relay_spec
-from router.side import side_spec
-from router.table import Side
-from router.topics import ensure_topics
+from router.table.store.management import Side
+from router.topology.side import side_spec
+from router.topology.topics import ensure_topics
+from router.unit.relay import relay_spec
 
 __all__ = [  # what the drivers and tests import from here
     "KEY", "LATENCY_COLUMNS", "POLL_S", "SOURCE_PARTITIONS", "THROUGHPUT_COLUMNS",
@@ -128,7 +129,7 @@ class Bench:
         # Not `stable`: with transactions always pending, a stable read would wait for a
         # gap between them and start the clock late.
         self.offsets = CommittedOffsets(base.kafka, self.id, stable=False)
-        self.redis = clients.redis_client(base.redis)
+        self.redis = redis_client(base.redis)
         self.results = results or Results(spec, batch_size=base.unit.batch_size)
         self.filled: dict[Workload, tuple[str, int]] = {}
         self.java_classes: Path | None = None

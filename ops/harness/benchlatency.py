@@ -16,11 +16,11 @@ from confluent_kafka import Consumer, Message
 from ops.harness.benchload import offer_load
 from ops.harness.benchmodel import JAVA_CHAINED, PATH, Latency, Workload
 from ops.harness.pipeline import Pipeline
-from router import clients
-from router.relay import relay_spec
-from router.side import side_spec
-from router.table import Side
-from router.topics import ensure_topics
+from router.backends.kafka import clients
+from router.table.store.management import Side
+from router.topology.side import side_spec
+from router.topology.topics import ensure_topics
+from router.unit.relay import relay_spec
 
 if TYPE_CHECKING:
     from ops.harness.bench import Bench

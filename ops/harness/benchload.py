@@ -12,7 +12,8 @@ from typing import Any
 from confluent_kafka import Producer
 
 from ops.harness.benchmodel import MEAN_GROUP_LENGTH, SOURCE_PARTITIONS, Workload
-from router import clients, contract
+from router import contract
+from router.backends.kafka import clients
 from router.config import RouterSettings
 
 

@@ -16,9 +16,9 @@ import redis
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from router import clients
+from router.backends.kafka import clients
+from router.backends.kafka.offsets import CommittedOffsets
 from router.config import RouterSettings
-from router.offsets import CommittedOffsets
 
 log = logging.getLogger("router.bench")
 

@@ -28,10 +28,10 @@ from confluent_kafka import Message
 from ops.harness.benchlatency import offer_and_collect, percentile, wait_assigned
 from ops.harness.benchmodel import JAVA_CHAINED, PATH, SEGMENTS, Trace, Workload
 from ops.harness.console import Column, markdown_table
-from router.relay import relay_spec
-from router.side import side_spec
-from router.table import Side
-from router.topics import ensure_topics
+from router.table.store.management import Side
+from router.topology.side import side_spec
+from router.topology.topics import ensure_topics
+from router.unit.relay import relay_spec
 
 if TYPE_CHECKING:
     from ops.harness.bench import Bench

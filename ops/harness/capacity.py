@@ -30,7 +30,7 @@ append time (LogAppendTime), never from the router's counters:
   ordinary message, which the table places on such a destination). A copy whose window
   meets its queue's occupancy (a group in charge, or an earlier such copy) may have
   waited in the room: once admitted, its queue is in charge of the copies (load 1 in the
-  table, `router/lua/prelude.lua` `admit`) until the drain's release, so its window +
+  table, `router/table/store/lua/prelude.lua` `admit`) until the drain's release, so its window +
   the release slack counts as occupancy for every placement.
 
 Instants are whole milliseconds and intervals are closed: a timestamp of X ms stands for
@@ -91,7 +91,7 @@ RELEASE_SLACK_MS = 200
 # reached 549 ms; a CI run of tests/integration/test_multiprocess.py's join-and-leave case
 # showed a destination "free since -10" ms through a 99 ms window (a release ~310 ms after
 # its final). The chaos runs (ops.harness.chaos: replacements join after every kill) are
-# judged with it too: with the release on the unit's commit thread (router.steps
+# judged with it too: with the release on the unit's commit thread (router.unit.steps.pipeline
 # `release`), short chaos runs measured release lags of p99 243 ms, max 303-486 ms (table
 # polled every 5 ms). 600 ms covers these; a placement on a destination free for longer
 # than that is still disallowed.
@@ -131,7 +131,7 @@ class Placed:
     final: bool
     from_ms: int
     append_ms: int
-    copy: bool = False  # a multicast copy (router/multicast.py)
+    copy: bool = False  # a multicast copy (router/table/multicast.py)
     band: int = 0  # the band topic of `dest` it is on (router.priority: 0 = dest itself)
 
 

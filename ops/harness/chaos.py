@@ -1,7 +1,7 @@
 """Chaos: the full pipeline under fire, then an exact account of every message.
 
 While senders send, unit processes are killed with SIGKILL at random moments and
-restarted; some are restarted with a fault-injection point armed (`router.faults`), so
+restarted; some are restarted with a fault-injection point armed (`router.utils.faults`), so
 they kill themselves exactly between routing and producing, between producing and
 committing, or between committing and settling. The broker is restarted once and Redis
 once (with its append-only file) mid-run. A share of the messages is multicast (to every
@@ -43,7 +43,7 @@ from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.verify import Report, deliveries
 from ops.harness.workload import Senders, WorkloadSpec
 from router.config import RouterSettings
-from router.faults import POINTS
+from router.utils.faults import POINTS
 
 UNIT_ROLES = ("send-unit", "receive-unit")
 

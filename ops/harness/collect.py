@@ -44,9 +44,10 @@ from ops.harness.bands import lane_name
 from ops.harness.capacity import RELEASE_SLACK_MS, Disturbance
 from ops.harness.verify import CapacitySpec, Report, Seen, Sent, verify
 from ops.harness.workload import ORDER_EVENT
-from router import contract, events, schemas
+from router import contract
 from router.config import KafkaSettings, RouterSettings
-from router.priority import band_topic
+from router.contract import events, schemas
+from router.contract.priority import band_topic
 from router.receiver import Receiver
 
 log = logging.getLogger("router.collect")

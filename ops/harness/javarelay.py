@@ -1,7 +1,7 @@
 """The native baseline (ops/java/Relay.java): compiled with `javac` against the
 kafka-clients jar the stack caches (ops/stack.sh fetch-jars), run as a process of a
 pipeline's fleet beside the router's own, on the same topics and consumer group as the
-Python raw relay of that side (`router.relay.relay_spec`).
+Python raw relay of that side (`router.unit.relay.relay_spec`).
 
     classes = build()                      # once; again only when the source changed
     proc = start(pipeline, "send")         # a Proc in pipeline.fleet: stopped with it
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from ops.harness.fleet import Proc
 from ops.harness.pipeline import Pipeline
-from router.relay import relay_spec
-from router.side import side_spec
-from router.table import Side
+from router.table.store.management import Side
+from router.topology.side import side_spec
+from router.unit.relay import relay_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "ops" / "java" / "Relay.java"

@@ -38,13 +38,14 @@ from confluent_kafka.admin import (
 )
 
 from ops.harness.fleet import Fleet
-from router import clients
+from router.backends.kafka import clients
+from router.backends.redis.client import redis_client
 from router.config import RouterSettings, load_settings
-from router.metrics import read_all
-from router.priority import band_topics
-from router.side import side_spec, table_for
-from router.table import Side
-from router.topics import ensure_topics, plan
+from router.contract.priority import band_topics
+from router.metrics.registry import read_all
+from router.table.store.management import Side
+from router.topology.side import side_spec, table_for
+from router.topology.topics import ensure_topics, plan
 
 log = logging.getLogger("router.pipeline")
 
@@ -255,7 +256,7 @@ class Pipeline:
 
     def cleanup(self, keep: Collection[str] = ()) -> None:
         """Delete the run's topics (but those in `keep`) and tables."""
-        client = clients.redis_client(self.settings.redis)
+        client = redis_client(self.settings.redis)
         sides: tuple[Side, ...] = ("send", "receive")
         for side in sides:
             table_for(self.settings, side, client).drop()
@@ -269,7 +270,7 @@ class Pipeline:
     # ------------------------------------------------------------------ observing
 
     def table_stats(self) -> dict[Side, dict[str, int]]:
-        client = clients.redis_client(self.settings.redis)
+        client = redis_client(self.settings.redis)
         return {
             side: table_for(self.settings, side, client).stats() for side in ("send", "receive")
         }
@@ -281,7 +282,7 @@ class Pipeline:
 
     def unit_metrics(self) -> dict[str, dict[str, int]]:
         """Counters summed per role over every process that published them."""
-        client = clients.redis_client(self.settings.redis)
+        client = redis_client(self.settings.redis)
         totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for name, counters in read_all(
             client, self.settings.redis.key_prefix, self.settings.topology.name

@@ -33,8 +33,8 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import priority
 from router.config import RouterSettings, load_settings
+from router.contract import priority
 
 log = logging.getLogger("router.bench")
 

@@ -26,10 +26,10 @@ from ops.harness.collect import SideRead, verdict
 from ops.harness.demo import DemoResult, run_pipeline_workload
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.workload import WorkloadSpec
-from router import clients
+from router.backends.redis.client import redis_client
 from router.config import RouterSettings, load_settings
-from router.side import table_for
-from router.table import Side
+from router.table.store.management import Side
+from router.topology.side import table_for
 
 SIDES: tuple[Side, Side] = ("send", "receive")
 
@@ -39,7 +39,7 @@ class TablePoller:
     ms) that no longer saw it after it was seen."""
 
     def __init__(self, settings: RouterSettings, poll_ms: float) -> None:
-        self._redis = clients.redis_client(settings.redis)
+        self._redis = redis_client(settings.redis)
         self._keys = {s: table_for(settings, s, self._redis).keys.entries for s in SIDES}
         self._interval = poll_ms / 1000
         self.present: dict[str, set[str]] = {s: set() for s in SIDES}

@@ -1,8 +1,8 @@
 """The secured local stack (ops/secure.sh) from Python: start and stop it, and make users.
 
-Redis: TLS only, ACL users (an admin; router users made with `router.redisauth`'s rule).
+Redis: TLS only, ACL users (an admin; router users made with `router.security.redis`'s rule).
 Kafka: SASL_SSL with SCRAM-SHA-512 and the StandardAuthorizer (an admin super user; role
-users made through the Admin API, their ACLs by `router.acls`). Passwords live in files
+users made through the Admin API, their ACLs by `router.security.acls`). Passwords live in files
 (mode 600) under the stack's folder and reach clients through settings, never a command
 line. The tests start one on free ports in a temporary folder.
 """
@@ -26,9 +26,10 @@ from confluent_kafka.admin import (
 )
 
 from ops.harness.localstack import free_port
-from router import clients
+from router.backends.kafka import clients
+from router.backends.redis.client import redis_client
 from router.config import KafkaSettings, RedisSettings
-from router.redisauth import acl_rule
+from router.security.redis import acl_rule
 
 
 @dataclass
@@ -108,10 +109,10 @@ class SecureStack:
         )
 
     def redis_admin(self) -> redis.Redis:
-        return clients.redis_client(self.redis_settings("admin", self.secret_file("redis-admin")))
+        return redis_client(self.redis_settings("admin", self.secret_file("redis-admin")))
 
     def redis_user(self, user: str, rule: list[str]) -> Path:
-        """Create (or reset) an ACL user with `rule` (see `router.redisauth.acl_rule`) and
+        """Create (or reset) an ACL user with `rule` (see `router.security.redis.acl_rule`) and
         a fresh password; returns the password's file."""
         path = self.new_secret(f"redis-{user}")
         password = path.read_text().strip()

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from ops.harness.localstack import free_port
-from router import clients
+from router.backends.redis.client import redis_client
 from router.config import RedisSettings
 
 HOST = "127.0.0.1"
@@ -100,7 +100,7 @@ class SentinelSet:
     def node_client(self, node: int) -> redis.Redis:
         """A client of one data node, whatever its role (to observe it)."""
         port = self.node_ports[node - 1]
-        return clients.redis_client(RedisSettings(url=f"redis://{HOST}:{port}/0"))
+        return redis_client(RedisSettings(url=f"redis://{HOST}:{port}/0"))
 
     # ------------------------------------------------------------------ observing
 

@@ -34,8 +34,11 @@ from ops.harness.console import Console
 from ops.harness.demo import SUMMARY_WIDTH, DemoResult, summary_rows
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.verify import CapacitySpec, Seen, Sent, judge_sides, verify
-from router import clients, contract, schemas, segments
+from router import contract
+from router.backends.kafka import clients
+from router.backends.redis.client import redis_client
 from router.config import RouterSettings, RoutingSettings, load_settings
+from router.contract import schemas, segments
 from spark_jobs import domain, outputs, receiver, sender, workload
 from spark_jobs.session import (
     SparkOptions,
@@ -183,7 +186,7 @@ def ensure_stack(settings: RouterSettings, say: Callable[[str], None]) -> None:
     def answers() -> bool:
         try:
             AdminClient(clients.admin_config(settings.kafka)).list_topics(timeout=3)
-            return bool(clients.redis_client(settings.redis).ping())
+            return bool(redis_client(settings.redis).ping())
         except Exception:
             return False
 

@@ -43,10 +43,9 @@ from confluent_kafka import Producer
 
 from ops.harness.accounts import EVENT_ID_HEADER
 from ops.harness.verify import Sent
-from router import lifetime, multicast, priority, schemas
-from router.clients import idempotent_producer_config
+from router.backends.kafka.clients import idempotent_producer_config
 from router.config import RouterSettings
-from router.contract import headers_for
+from router.contract import headers_for, lifetime, multicast, priority, schemas
 from router.sender import DeliveryFailed, Sender
 
 ORDER_EVENT = "router.demo.OrderEvent"

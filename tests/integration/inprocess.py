@@ -9,11 +9,11 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from router.backends.kafka.offsets import CommittedOffsets
 from router.config import KafkaSettings, RouterSettings
-from router.offsets import CommittedOffsets
-from router.side import side_spec
-from router.table import Side
-from router.unit import TransferUnit
+from router.table.store.management import Side
+from router.topology.side import side_spec
+from router.unit.loop import TransferUnit
 from tests.helpers import unique
 
 

@@ -18,9 +18,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.workload import encode_event
-from router import contract, schemas
-from router.contract import BadInput
-from router.events import DEAD_LETTER
+from router import contract
+from router.contract import BadInput, schemas
+from router.contract.events import DEAD_LETTER
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
 

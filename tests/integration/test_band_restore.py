@@ -1,5 +1,5 @@
 """A receiver that takes a banded queue over in the middle of a higher-band group holds the
-queue's other bands until the group's final (router/bandrestore.py), on the real broker.
+queue's other bands until the group's final (router/receiver/bandrestore.py), on the real broker.
 
 The records are written straight to the receive queue's band topics, as the router would
 have (an ordinary record in band 0, then a group in band 2); a first receiver hands out
@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from router import contract, priority
+from router import contract
+from router.contract import priority
 from router.receiver import Receiver
 from tests.helpers import unique, wait_until
 

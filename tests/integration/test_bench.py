@@ -21,11 +21,11 @@ from ops.harness import javarelay
 from ops.harness.bench import SOURCE_PARTITIONS, Workload, fill
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import clients
+from router.backends.kafka import clients
 from router.config import RouterSettings
-from router.relay import relay_spec
-from router.side import side_spec
-from router.topics import ensure_topics
+from router.topology.side import side_spec
+from router.topology.topics import ensure_topics
+from router.unit.relay import relay_spec
 from tests.helpers import unique, wait_until
 
 pytestmark = pytest.mark.slow

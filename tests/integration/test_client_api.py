@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from ops.harness.pipeline import PipelineSpec
-from router.offsets import CommittedOffsets
+from router.backends.kafka.offsets import CommittedOffsets
 from router.receiver import Hook, Received, Receiver
 from router.sender import Sender
 from tests.conftest import PipelineFactory, TopologyFactory

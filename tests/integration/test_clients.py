@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 
 from router.receiver import Receiver, ReceiveTimeout
 from router.sender import Sender
-from router.topics import ensure_topics
+from router.topology.topics import ensure_topics
 from tests.conftest import TopologyFactory
 from tests.helpers import unique, wait_until
 

@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka import Producer
 
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router.clients import redis_client
+from router.backends.redis.client import redis_client
 from router.contract import headers_for
-from router.side import table_for
+from router.topology.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import wait_until
 from tests.integration.test_busy_policy import ONE_WAY

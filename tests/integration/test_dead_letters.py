@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ops.harness.pipeline import PipelineSpec
-from router import schemas
-from router.events import DEAD_LETTER
+from router.contract import schemas
+from router.contract.events import DEAD_LETTER
 from router.receiver import Receiver
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until

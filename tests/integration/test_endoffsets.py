@@ -1,4 +1,4 @@
-"""`router.endoffsets.EndOffsets` against the real broker: the end a read_committed
+"""`router.backends.kafka.endoffsets.EndOffsets` against the real broker: the end a read_committed
 consumer sees (an open transaction's records are not in it, a committed one's and its
 marker are), every partition in one answer, an unknown partition left out."""
 
@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.harness.localstack import LocalStack
-from router.endoffsets import EndOffsets
+from router.backends.kafka.endoffsets import EndOffsets
 from tests.conftest import TopicFactory
 from tests.helpers import wait_until
 

@@ -21,7 +21,8 @@ from confluent_kafka import Producer, TopicPartition
 
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import contract, events, lifetime, schemas
+from router import contract
+from router.contract import events, lifetime, schemas
 from tests.conftest import PipelineFactory
 from tests.helpers import wait_until
 

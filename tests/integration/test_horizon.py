@@ -1,4 +1,4 @@
-"""The sweeper's horizon (router/horizon.py) against the real broker and Redis: an entry
+"""The sweeper's horizon (router/sweeper/horizon.py) against the real broker and Redis: an entry
 past its TTL is swept only once every record written before its deadline was routed by
 its side, and never while the broker does not answer."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from router.clients import redis_client
+from router.backends.redis.client import redis_client
 from router.config import KafkaSettings
-from router.horizon import HorizonReader
-from router.model import TableModel
-from router.routing import RouteRequest
-from router.side import table_for
-from router.sweeper import Sweeper
-from router.table import ManagementTable
+from router.sweeper.horizon import HorizonReader
+from router.sweeper.loop import Sweeper
+from router.table.model import TableModel
+from router.table.routing import RouteRequest
+from router.table.store.management import ManagementTable
+from router.topology.side import table_for
 from tests.conftest import TopologyFactory
 from tests.helpers import unique, wait_until
 

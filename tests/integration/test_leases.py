@@ -8,12 +8,12 @@ import time
 import pytest
 from confluent_kafka import TopicPartition
 
-from router import clients
-from router.batch import Batch
-from router.emit import Output, Record
-from router.routing import RouteRequest
-from router.session import TxnFailed, TxnState
-from router.side import table_for
+from router.backends.redis.client import redis_client
+from router.table.routing import RouteRequest
+from router.topology.side import table_for
+from router.unit.commit.session import TxnFailed, TxnState
+from router.unit.steps.batch import Batch
+from router.unit.steps.emit.records import Output, Record
 from tests.conftest import TopologyFactory
 from tests.helpers import wait_until
 from tests.integration.inprocess import (
@@ -46,7 +46,7 @@ def test_a_batch_whose_lease_lapsed_before_it_was_produced_is_not_appended_insid
     s = s.model_copy(update={"kafka": kafka})
     queue, transfer = s.topology.send_queues[0], s.topology.transfer_topic
     bootstrap = s.kafka.bootstrap_servers
-    client = clients.redis_client(s.redis)
+    client = redis_client(s.redis)
     other = table_for(s, "send", client)  # another unit's view of the send table
     assert other.destinations == ["0"]
     took: list[str] = []

@@ -12,12 +12,11 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ops.harness.pipeline import PipelineSpec
-from router import schemas
-from router.clients import redis_client
+from router.backends.redis.client import redis_client
 from router.config import RouterSettings
-from router.contract import GUARANTEE_ID, SEQ, headers_for
-from router.events import DEAD_LETTER, SEQUENCE_GAP
-from router.side import table_for
+from router.contract import GUARANTEE_ID, SEQ, headers_for, schemas
+from router.contract.events import DEAD_LETTER, SEQUENCE_GAP
+from router.topology.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import read_records, unique, wait_until
 from tests.integration.test_busy_policy import one_way

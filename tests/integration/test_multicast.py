@@ -25,12 +25,12 @@ from confluent_kafka.admin import AdminClient
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.verify import CapacitySpec, Report, Seen, Sent, verify
-from router import contract, events, multicast, schemas
-from router.clients import redis_client
+from router import contract
+from router.backends.redis.client import redis_client
 from router.config import RoutingSettings
-from router.contract import headers_for
+from router.contract import events, headers_for, multicast, schemas
 from router.sender import Sender
-from router.side import table_for
+from router.topology.side import table_for
 from tests.conftest import PipelineFactory, TopologyFactory
 from tests.helpers import unique, wait_until
 from tests.integration.inprocess import (

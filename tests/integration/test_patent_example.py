@@ -17,10 +17,10 @@ from __future__ import annotations
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ops.harness.pipeline import PipelineSpec
-from router.clients import redis_client
+from router.backends.redis.client import redis_client
 from router.contract import headers_for
 from router.receiver import Receiver
-from router.side import table_for
+from router.topology.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
 

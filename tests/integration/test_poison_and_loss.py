@@ -19,13 +19,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from ops.harness.collect import read_to_end
 from ops.harness.localstack import LocalStack
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import contract, schemas
-from router.clients import redis_client
+from router import contract
+from router.backends.redis.client import redis_client
 from router.config import RouterSettings
-from router.contract import headers_for
-from router.events import DEAD_LETTER, GROUP_STOPPED, TABLE_RESET
+from router.contract import headers_for, schemas
+from router.contract.events import DEAD_LETTER, GROUP_STOPPED, TABLE_RESET
 from router.receiver import Receiver
-from router.side import table_for
+from router.topology.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
 

@@ -26,13 +26,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.priority_bench import run_priority
-from router import contract, priority
-from router.bands import GroupBands
+from router import contract
 from router.config import RouterSettings
-from router.metrics import Metrics
+from router.contract import priority
+from router.metrics.registry import Metrics
 from router.receiver import Receiver
 from router.sender import Sender
-from router.tablecodec import TableKeys
+from router.table.store.codec import TableKeys
+from router.unit.steps.bands import GroupBands
 from tests.conftest import PipelineFactory
 from tests.helpers import unique, wait_until
 

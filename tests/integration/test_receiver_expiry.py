@@ -25,8 +25,9 @@ from confluent_kafka import Producer, TopicPartition
 
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import contract, events, lifetime, schemas
+from router import contract
 from router.config import RouterSettings
+from router.contract import events, lifetime, schemas
 from router.receiver import Received, Receiver, ReceiveTimeout
 from router.sender import Sender
 from tests.conftest import PipelineFactory

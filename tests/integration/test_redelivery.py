@@ -27,9 +27,10 @@ from confluent_kafka import Producer, TopicPartition
 
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import PipelineSpec
-from router import contract, events, schemas
+from router import contract
+from router.backends.kafka.offsets import CommittedOffsets
 from router.config import RouterSettings
-from router.offsets import CommittedOffsets
+from router.contract import events, schemas
 from router.receiver import Received, Receiver, ReceiveTimeout
 from router.sender import Sender
 from tests.conftest import PipelineFactory, TopologyFactory

@@ -9,14 +9,15 @@ import redis
 from confluent_kafka import Producer
 
 from ops.harness.pipeline import PipelineSpec
-from router import contract, priority
-from router.bands import BandStep, GroupBands
-from router.batch import Batch
-from router.classify import Classifier
+from router import contract
 from router.config import RouterSettings
-from router.emit import Emitter
-from router.side import side_spec
-from router.tablecodec import TableKeys
+from router.contract import priority
+from router.table.store.codec import TableKeys
+from router.topology.side import side_spec
+from router.unit.steps.bands import BandStep, GroupBands
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.emit.emitter import Emitter
 from tests.conftest import PipelineFactory
 from tests.helpers import wait_until
 from tests.integration.test_priority import BANDS, count_delivered, received
@@ -34,7 +35,7 @@ def member(gid: str, seq: int, *, final: bool = False, prio: bytes | None = None
 def test_the_real_script_keeps_a_reused_id_in_one_band(
     redis_client: redis.Redis, redis_prefix: str
 ) -> None:
-    """The unit test's scenario on the real script (router/lua/bands.lua): the old group
+    """The unit test's scenario on the real script (router/table/store/lua/bands.lua): the old group
     ends and the ID is reused in one batch; the new group's next member, one batch later,
     is in the band its first member took."""
     s = RouterSettings(

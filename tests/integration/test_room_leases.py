@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import redis
 
-from router import room
-from router.routing import RouteRequest
-from router.side import table_for
-from router.sweeper import Sweeper
+from router.sweeper.loop import Sweeper
+from router.table import room
+from router.table.routing import RouteRequest
+from router.topology.side import table_for
 from tests.conftest import TopologyFactory
 
 

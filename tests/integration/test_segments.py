@@ -24,7 +24,7 @@ from ops.harness.pipeline import PipelineSpec
 from ops.segments_proof import run_proof
 from router import contract
 from router.config import RouterSettings
-from router.events import DEAD_LETTER
+from router.contract.events import DEAD_LETTER
 from router.receiver import Hook, Received, Receiver, SegmentError
 from router.sender import Sender
 from tests.conftest import PipelineFactory

@@ -1,5 +1,5 @@
-"""A sender's journal of open groups in the real Redis (`router.senderjournal`,
-`router.statestore`): the order of its writes, fencing, abandoning; the partition's tail
+"""A sender's journal of open groups in the real Redis (`router.sender.journal`,
+`router.state.store`): the order of its writes, fencing, abandoning; the partition's tail
 is given (the Kafka side is proven by `test_sender_resume`)."""
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 import redis
 
-from router import tableview
-from router.groupstatus import GroupStatus
-from router.senderjournal import Journal
-from router.senderstate import TailRecord
-from router.sendgroups import OpenGroups, request
-from router.statestore import SenderFenced, SenderStore, StatusStore, find_group
+from router.contract.request import request
+from router.sender.groups import OpenGroups
+from router.sender.journal import Journal
+from router.state.groups import GroupStatus
+from router.state.sender import TailRecord
+from router.state.store import SenderFenced, SenderStore, StatusStore, find_group
+from router.table import view as tableview
 
 TP = ("shop.send.0", 1)
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from router import clients
+from router.backends.kafka import clients
 from router.config import KafkaSettings
-from router.emit import Record
-from router.metrics import Metrics
-from router.session import TransactionalSession, TxnFailed, TxnState
+from router.metrics.registry import Metrics
+from router.unit.commit.session import TransactionalSession, TxnFailed, TxnState
+from router.unit.steps.emit.records import Record
 from tests.conftest import TopicFactory
 from tests.helpers import unique
 

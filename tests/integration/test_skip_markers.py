@@ -1,4 +1,5 @@
-"""Skip markers (`router/markers.py`, docs/routing.md "Group end" item 7) against the real
+"""Skip markers (`router/unit/steps/emit/markers.py`, docs/routing.md "Group end" item 7) against
+the real
 broker and Redis: a member the send side does not forward while its group goes on is
 followed on its transfer partition by a `router-control: skip` record in the same
 transaction, which the receive unit routes as that member and forwards nowhere.
@@ -26,9 +27,9 @@ from confluent_kafka.admin import AdminClient
 
 from ops.harness.collect import read_to_end
 from ops.harness.pipeline import Pipeline, PipelineSpec
-from router import contract, events, lifetime, schemas
+from router import contract
 from router.config import RouterSettings
-from router.contract import headers_for
+from router.contract import events, headers_for, lifetime, schemas
 from tests.conftest import PipelineFactory, TopologyFactory
 from tests.helpers import wait_until
 from tests.integration.inprocess import (

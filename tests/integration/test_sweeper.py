@@ -6,14 +6,13 @@ from __future__ import annotations
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ops.harness.pipeline import PipelineSpec
-from router import schemas
-from router.clients import redis_client
-from router.contract import headers_for
-from router.events import ABANDONED_GROUP
-from router.horizon import HorizonReader
-from router.routing import RouteRequest
-from router.side import table_for
-from router.sweeper import Sweeper
+from router.backends.redis.client import redis_client
+from router.contract import headers_for, schemas
+from router.contract.events import ABANDONED_GROUP
+from router.sweeper.horizon import HorizonReader
+from router.sweeper.loop import Sweeper
+from router.table.routing import RouteRequest
+from router.topology.side import table_for
 from tests.conftest import PipelineFactory, TopologyFactory
 from tests.helpers import unique, wait_until
 

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from router.backends.redis.client import redis_client
 from router.cli import cli
-from router.clients import redis_client
+from router.cli.table import NOT_CONFIRMED
 from router.config import load_settings
-from router.routing import RouteRequest
-from router.side import table_for
-from router.table import ManagementTable
-from router.table_cli import NOT_CONFIRMED
+from router.table.routing import RouteRequest
+from router.table.store.management import ManagementTable
+from router.topology.side import table_for
 from tests.helpers import unique
 
 Run = Callable[..., Result]

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import redis
 
-from router import room
-from router.model import TableModel
-from router.routing import HELD, PARKED, SKIPPED, SPANS, STOPPED, STOPPING, RouteRequest
-from router.table import CALL_REQUESTS, ManagementTable, TableKeys
+from router.table import room
+from router.table.model import TableModel
+from router.table.routing import HELD, PARKED, SKIPPED, SPANS, STOPPED, STOPPING, RouteRequest
+from router.table.store.management import CALL_REQUESTS, ManagementTable, TableKeys
 from tests.helpers import unique
 
 

@@ -13,14 +13,14 @@ import redis
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from router import tableview
+from router.backends.redis.client import redis_client as client_for
 from router.cli import cli
-from router.clients import redis_client as client_for
 from router.config import load_settings
 from router.contract import headers_for
-from router.routing import PARKED, STOPPED, STOPPING, RouteRequest
-from router.side import table_for
-from router.table import ManagementTable, TableKeys
+from router.table import view as tableview
+from router.table.routing import PARKED, STOPPED, STOPPING, RouteRequest
+from router.table.store.management import ManagementTable, TableKeys
+from router.topology.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import unique
 from tests.integration.test_steering import SPEC, Landed, router_table

@@ -19,11 +19,11 @@ After every step the real table (real Redis) must equal the model, and:
   either parked or placed on a destination that is clean (free, for an ordinary one),
   unless forced; the room, the park leases and the admitted groups equal the model's,
   and drains open or release admitted groups exactly as the model says;
-* steering (`router.placement`): no new group and no ordinary message is placed on a
+* steering (`router.table.placement`): no new group and no ordinary message is placed on a
   draining destination while a non-draining one exists (and the draining set equals the
   model's); a pinned group's messages land on its pinned destination, whatever the
   policy; an eviction ("@<destination>") removes exactly the entries on it;
-* multicast (`router.multicast`, any policy): every target gets the copy straight or
+* multicast (`router.table.multicast`, any policy): every target gets the copy straight or
   parked in its destination's copies pseudo-group, straight only where no group is open
   (but ones closed earlier in the batch) and no earlier copy waits; copies are admitted
   to their own destination only.
@@ -38,9 +38,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from router import multicast, placement, room
-from router.model import TableModel
-from router.routing import (
+from router.table import multicast, placement, room
+from router.table.model import TableModel
+from router.table.routing import (
     DUPLICATE,
     HELD,
     IGNORED,
@@ -54,7 +54,7 @@ from router.routing import (
     RouteRequest,
     TraceStep,
 )
-from router.table import ManagementTable, TableKeys
+from router.table.store.management import ManagementTable, TableKeys
 from tests.helpers import unique
 
 GIDS = [f"g{i}" for i in range(6)] + ["grüße|x", "a b"]  # non-ASCII and a '|' in an ID

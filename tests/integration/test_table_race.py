@@ -7,8 +7,8 @@ from typing import Any
 
 import redis
 
-from router.routing import RouteRequest
-from router.table import ManagementTable, TableKeys
+from router.table.routing import RouteRequest
+from router.table.store.management import ManagementTable, TableKeys
 
 DESTS = [str(i) for i in range(4)]
 GIDS = [f"order-{i}" for i in range(600)]

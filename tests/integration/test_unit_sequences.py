@@ -11,8 +11,8 @@ from confluent_kafka.admin import AdminClient
 
 from router import contract
 from router.contract import headers_for
-from router.routing import NO_DEST, STOPPED
-from router.side import table_for
+from router.table.routing import NO_DEST, STOPPED
+from router.topology.side import table_for
 from tests.conftest import TopologyFactory
 from tests.integration.inprocess import (
     committed,

@@ -15,12 +15,12 @@ from confluent_kafka import Producer, TopicPartition
 from ops.harness.burst import HEADER, burst_spec, run_burst
 from ops.harness.demo import summary
 from ops.harness.pipeline import PipelineSpec
-from router.clients import redis_client
+from router.backends.kafka.offsets import CommittedOffsets
+from router.backends.redis.client import redis_client
 from router.contract import headers_for
-from router.events import DEAD_LETTER, GROUP_WAIT_TIMED_OUT
-from router.offsets import CommittedOffsets
+from router.contract.events import DEAD_LETTER, GROUP_WAIT_TIMED_OUT
 from router.receiver import Receiver
-from router.side import side_spec, table_for
+from router.topology.side import side_spec, table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import read_records, unique, wait_until
 from tests.integration.test_busy_policy import ONE_WAY, Queue, one_way

@@ -10,13 +10,13 @@ from confluent_kafka import TopicPartition
 from ops.harness.burst import HEADER, burst_spec, run_burst
 from ops.harness.demo import summary
 from ops.harness.pipeline import PipelineSpec
-from router.clients import redis_client
+from router.backends.kafka.offsets import CommittedOffsets
+from router.backends.redis.client import redis_client
 from router.contract import headers_for
-from router.events import GROUP_STAGING_ABORTED
-from router.offsets import CommittedOffsets
+from router.contract.events import GROUP_STAGING_ABORTED
 from router.receiver import Receiver
 from router.sender import Sender
-from router.side import table_for
+from router.topology.side import table_for
 from tests.conftest import PipelineFactory
 from tests.helpers import read_records, unique, wait_until
 from tests.integration.test_busy_policy import ONE_WAY, one_way

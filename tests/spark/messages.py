@@ -8,7 +8,9 @@ import hashlib
 
 from confluent_kafka import Producer
 
-from router import contract, schemas, segments, sendgroups
+from router import contract
+from router.contract import request as sendrequest
+from router.contract import schemas, segments
 from spark_jobs import domain
 
 NOW = dt.datetime.now(dt.UTC)
@@ -87,11 +89,11 @@ class Queues:
         set_id: str = "",
         created: dt.datetime = NOW,
     ) -> list[tuple[str, list[tuple[str, bytes]], bytes]]:
-        """`value` in segments of `size` bytes as `router.segments.plan` cuts them (a
+        """`value` in segments of `size` bytes as `router.contract.segments.plan` cuts them (a
         group member, or an ordinary message's group of its own), with the `schema` and
         `created-ms` headers; returns what it produced (topic, headers, value), so that a
         test may produce a broken variant instead."""
-        request = sendgroups.request(
+        request = sendrequest.request(
             [],
             guarantee_id=gid,
             final=final and gid is not None,

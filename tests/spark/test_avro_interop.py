@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from router import schemas
+from router.contract import schemas
 from spark_jobs import domain
 
 pytestmark = pytest.mark.spark

@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
-from router import contract, lifetime, multicast, priority
-from router.contract import BadInput
+from router import contract
+from router.contract import BadInput, lifetime, multicast, priority
 from spark_jobs import api, groups
 from spark_jobs.session import kafka_options
 from tests.conftest import TopicFactory
@@ -84,7 +84,7 @@ def test_lifetime_and_multicast_headers_are_the_routers(spark: Any) -> None:
     ).first()
     with pytest.raises(BadInput, match="cannot be multicast"):
         multicast.read(_headers(grouped), QUEUES, contract.Routing("g/1", False, 1))
-    # Priority: the header engineer A's units read (router.priority), 0..9.
+    # Priority: the header engineer A's units read (router.contract.priority), 0..9.
     ranked = api.to_router_rows(
         df, group_id="gid", sequence="seq", final="last", payload="body", priority=7
     ).collect()

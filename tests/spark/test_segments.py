@@ -1,4 +1,4 @@
-"""Segments (`router.segments`' contract) in the Spark clients, on the real broker: what
+"""Segments (`router.contract.segments`' contract) in the Spark clients, on the real broker: what
 `to_router_rows(segment_bytes=...)` writes is what the Python receiver reassembles, what
 a Python client segments is what `complete_groups` reassembles, and a broken segmented
 message is a visible violation with its reason, never data."""
@@ -16,10 +16,11 @@ from confluent_kafka import TopicPartition
 from pyspark.sql import functions as F
 
 from ops.harness.collect import read_to_end
-from router import contract, segments
+from router import contract
 from router.config import KafkaSettings, RoutingSettings
-from router.reassembly import Reassembler
-from router.received import Received
+from router.contract import segments
+from router.receiver.reassembly import Reassembler
+from router.receiver.received import Received
 from spark_jobs import api, groups
 from spark_jobs.session import kafka_options
 from tests.conftest import TopicFactory
@@ -248,7 +249,7 @@ CASES: list[list[tuple[str, bytes]]] = [
 
 
 def test_segment_headers_are_checked_as_the_units_check_them(spark: Any) -> None:
-    """`reading.segment_columns` against `router.segments.problem`, for each case as a
+    """`reading.segment_columns` against `router.contract.segments.problem`, for each case as a
     member of a group, final or not, and as an ordinary message's group of its own."""
     headers_type = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
     rows = []

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from router import contract, schemas, segments
+from router import contract
 from router.config import RoutingSettings
+from router.contract import schemas, segments
 from spark_jobs import domain, sender, workload
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob

@@ -8,16 +8,18 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from router import contract, events, schemas
-from router.batch import Batch
-from router.classify import Classifier
+from router import contract
 from router.config import RouterSettings
-from router.drain import Drain
-from router.emit import Emitter, Output
-from router.model import TableModel
-from router.route import request_for
-from router.routing import STOPPED, RoomState
-from router.side import side_spec
+from router.contract import events, schemas
+from router.table.model import TableModel
+from router.table.routing import STOPPED, RoomState
+from router.topology.side import side_spec
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.drain.step import Drain
+from router.unit.steps.emit.emitter import Emitter
+from router.unit.steps.emit.records import Output
+from router.unit.steps.route import request_for
 from tests.unit.fakes import FakeMessage, msg
 
 LEASE_MS = 15_000

@@ -1,4 +1,4 @@
-"""The per-role ACL plan (`router.acls`) and the Spark jobs' Kafka security options."""
+"""The per-role ACL plan (`router.security.acls`) and the Spark jobs' Kafka security options."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 import pytest
 from click.testing import CliRunner
 
-from router import acls
 from router.cli import cli
 from router.config import KafkaSettings, RouterSettings
+from router.security import acls
 from spark_jobs.session import kafka_options
 
 S = RouterSettings(topology={"name": "orders", "receive_queue_count": 2})  # type: ignore[arg-type]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from router import backlog
-from router.backlog import Backlog
+from router.sender import backlog
+from router.sender.backlog import Backlog
 
 TP = tuple[str, int]
 
@@ -37,7 +37,7 @@ class Committed:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [1000.0]
-    monkeypatch.setattr("router.clock.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("router.utils.clock.time.monotonic", lambda: now[0])
     return now
 
 

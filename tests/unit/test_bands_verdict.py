@@ -14,7 +14,7 @@ from ops.harness.capacity import Placed, judge_side
 from ops.harness.chaos import ChaosResult, summary
 from ops.harness.verify import CapacitySpec, Report, Seen, Sent, verify
 from ops.harness.workload import WorkloadSpec, plan
-from router.priority import band_of
+from router.contract.priority import band_of
 
 BANDS = 3
 Q, R = "t.recv.0", "t.recv.1"

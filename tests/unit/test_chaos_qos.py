@@ -12,7 +12,7 @@ from ops.harness.chaos import ChaosResult, summary
 from ops.harness.collect import expired_seen
 from ops.harness.verify import Seen, Sent, deliveries, verify
 from ops.harness.workload import LIFETIMES, WorkloadSpec, plan
-from router import lifetime, multicast
+from router.contract import lifetime, multicast
 
 QUEUES = ("t.recv.0", "t.recv.1", "t.recv.2", "t.recv.3")
 

@@ -12,25 +12,24 @@ from typing import Any
 
 import pytest
 
-from router import (
-    backlog,
-    clientconfig,
-    groupstatus,
-    received,
-    receiver,
-    sender,
-    senderjournal,
-    senderstate,
-    sendgroups,
-    statestore,
-    tailprobe,
-)
+from router.config import client as clientconfig
+from router.contract import request as sendrequest
+from router.receiver import client as receiver
+from router.receiver import received
+from router.sender import backlog, tailprobe
+from router.sender import client as sender
+from router.sender import groups as sendgroups
+from router.sender import journal as senderjournal
+from router.state import groups as groupstatus
+from router.state import sender as senderstate
+from router.state import store as statestore
 
 MODULES = [
     sender,
     receiver,
     received,
     sendgroups,
+    sendrequest,
     clientconfig,
     backlog,
     senderstate,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from router import clientconfig
+from router.config import client as clientconfig
 
 
 def test_the_producer_keeps_the_callers_settings_and_adds_idempotence() -> None:

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from router import clients
-from router.clock import Every
+from router.backends.kafka import clients
+from router.utils.clock import Every
 
 
 def test_every_is_due_at_once_on_a_clock_that_just_booted() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from router.clients import dispose_in_background
+from router.backends.kafka.clients import dispose_in_background
 from router.config import RoutingSettings, UnitSettings, load_settings
 
 
@@ -68,7 +68,7 @@ def test_the_production_cli_does_not_load_the_drivers() -> None:
     """The demo, chaos and benchmark drivers live in ops/, which the wheel does not ship;
     loading the `router` command must not import any of it."""
     code = (
-        "import sys, router.cli, router.unit, router.sweeper; "
+        "import sys, router.cli.main, router.unit.loop, router.sweeper.loop; "
         "loaded = sorted(m for m in sys.modules if m == 'ops' or m.startswith('ops.')); "
         "assert not loaded, loaded"
     )

@@ -1,11 +1,11 @@
-"""The status page's data (`router.consoleview`), built without servers."""
+"""The status page's data (`router.console.view`), built without servers."""
 
 from __future__ import annotations
 
-from router import consoleview
-from router.console import page
-from router.consoleview import Sample, SideSnapshot, rates, status
-from router.tableview import EntryView
+from router.console import view as consoleview
+from router.console.server import page
+from router.console.view import Sample, SideSnapshot, rates, status
+from router.table.view import EntryView
 
 
 def entry(gid: str, dest: str, state: str = "open", age: float = 1.0, parks: int = 0) -> EntryView:

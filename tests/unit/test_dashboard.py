@@ -1,5 +1,5 @@
 """The Grafana dashboard (ops/grafana/router-dashboard.json) is built on the registry's
-series only: every query names metrics that `router.prom` exposes. (Its queries also run
+series only: every query names metrics that `router.metrics.prom` exposes. (Its queries also run
 against a real Prometheus in tests/integration/test_prometheus.py.)"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from router import prom
+from router.metrics import prom
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "ops" / "grafana" / "router-dashboard.json"

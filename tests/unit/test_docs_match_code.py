@@ -7,7 +7,6 @@ import re
 import typing
 from pathlib import Path
 
-from router import metrics, prom
 from router.config import (
     KafkaSettings,
     MetricsSettings,
@@ -17,6 +16,8 @@ from router.config import (
     SweeperSettings,
     UnitSettings,
 )
+from router.metrics import prom
+from router.metrics import registry as metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +46,7 @@ def test_docs_metrics_lists_every_prometheus_series_with_its_type_and_labels() -
 
 
 def test_every_dead_letter_reason_is_documented_in_events() -> None:
-    source = "\n".join(p.read_text() for p in (ROOT / "router").glob("*.py"))
+    source = "\n".join(p.read_text() for p in (ROOT / "router").rglob("*.py"))
     codes = set(re.findall(r'(?:BadInput|\.bad)\(\s*"([a-z][a-z-]+)"', source))
     codes |= {f"bad-{n}" for n in re.findall(r'_int\("([a-z]+)"', source)}
     assert {"bad-ttl", "bad-seq", "group-spans-partitions", "room-late"} <= codes

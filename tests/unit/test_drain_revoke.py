@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from router.drain import Drain
-from router.roomindex import room_partition
+from router.unit.steps.drain.index import room_partition
+from router.unit.steps.drain.step import Drain
 
 TOPIC = "t.room.receive"
 

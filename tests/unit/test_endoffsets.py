@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from router import endoffsets
-from router.endoffsets import EndOffsets
+from router.backends.kafka import endoffsets
+from router.backends.kafka.endoffsets import EndOffsets
 
 
 class Offset:

@@ -1,4 +1,4 @@
-"""Naming partitions short of in-sync replicas (router/insync.py), from metadata shaped
+"""Naming partitions short of in-sync replicas (router/unit/commit/insync.py), from metadata shaped
 like confluent-kafka's `list_topics` answer."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from router.insync import ReplicaCheck, min_insync, shortages
+from router.unit.commit.insync import ReplicaCheck, min_insync, shortages
 
 
 def meta(**topics: list[tuple[int, list[int], list[int]]]) -> Any:

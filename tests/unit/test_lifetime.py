@@ -1,4 +1,4 @@
-"""Per-message lifetime (router.lifetime) and the steps that apply it: the classify step
+"""Per-message lifetime (router.contract.lifetime) and the steps that apply it: the classify step
 marks an expired message, the emit step writes its ExpiredMessage event instead of
 forwarding it and stamps `router-expires-at` on what it forwards. No broker."""
 
@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from router import contract, events, lifetime, schemas
-from router.batch import Batch
-from router.classify import Classifier
+from router import contract
 from router.config import RouterSettings
-from router.contract import BadInput
-from router.emit import Emitter
-from router.side import side_spec
+from router.contract import BadInput, events, lifetime, schemas
+from router.topology.side import side_spec
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.emit.emitter import Emitter
 from tests.unit.fakes import FakeMessage, msg
 
 T0 = 1_700_000_000_000  # the fake messages' CreateTime
@@ -122,7 +122,7 @@ def test_emit_writes_an_expired_message_event_and_stamps_what_it_forwards() -> N
     out = Emitter(SETTINGS, side_spec(SETTINGS, "send"), "unit-1").emit(batch, T0 + 501)
     forwarded, event, skip = out.records
     # the group goes on without its member 0: the receive side routes a skip marker in its
-    # place (router.markers), so the group still opens there
+    # place (router.unit.steps.emit.markers), so the group still opens there
     assert (skip.topic, skip.partition, skip.value) == ("t.transfer", 1, None)
     assert (contract.CONTROL, contract.SKIP) in skip.headers
     assert (contract.SEQ, b"0") in skip.headers and (contract.GUARANTEE_ID, b"g") in skip.headers

@@ -1,13 +1,15 @@
 """Logical order on the pure waiting-room harness (model table, real emit and drain
 steps, fake room log): members from several lanes in shuffled order go out in sequence;
-a replay of an aborted batch is not taken for a duplicate; and `router.sequence`'s plan."""
+a replay of an aborted batch is not taken for a duplicate; and `router.unit.steps.drain.sequence`'s
+plan."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from router import contract, sequence
-from router.roomindex import Parked
+from router import contract
+from router.unit.steps.drain import sequence
+from router.unit.steps.drain.index import Parked
 from tests.unit.fakes import FakeMessage, msg
 from tests.unit.roomharness import Side
 

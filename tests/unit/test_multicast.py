@@ -1,4 +1,5 @@
-"""Point-to-point and multicast (`router.multicast`, `router.fanout`): the headers, the
+"""Point-to-point and multicast (`router.table.multicast`, `router.unit.steps.emit.fanout`): the
+headers, the
 table's rule on the pure model, the emit step's copies and what the Sender checks. No
 broker, no Redis (the Lua script is checked against the model by
 tests/integration/test_table_properties.py)."""
@@ -12,17 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ops.harness.verify import CapacitySpec, Seen, Sent, verify
-from router import contract, multicast, room
-from router.batch import Batch
-from router.classify import Classifier
+from router import contract
 from router.config import RouterSettings
-from router.contract import BadInput, Routing
-from router.emit import Emitter
-from router.model import TableModel
-from router.roomindex import RoomIndex
-from router.routing import HELD, RouteRequest
-from router.sendgroups import request
-from router.side import side_spec
+from router.contract import BadInput, Routing, multicast
+from router.contract.request import request
+from router.table import multicast as table_multicast
+from router.table import room
+from router.table.model import TableModel
+from router.table.routing import HELD, RouteRequest
+from router.topology.side import side_spec
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.drain.index import RoomIndex
+from router.unit.steps.emit.emitter import Emitter
 from tests.unit.fakes import FakeMessage, msg
 
 QUEUES = ("t.recv.1", "t.recv.2", "t.recv.3")
@@ -123,14 +126,14 @@ def test_copies_go_straight_where_no_group_is_open_and_wait_for_the_others(polic
     result = t.route([mc("a", "b", "c")], 1, batch="b2")
     # Whatever the policy: never shared, never held; b and c are leased like an
     # ordinary message's destination, a's copy waits for a alone.
-    assert result.decisions == [multicast.decision(["b", "c"], ["a"])]
+    assert result.decisions == [table_multicast.decision(["b", "c"], ["a"])]
     assert (result.shared, result.held) == (0, 0)
     assert set(t.inflight) == {("b", "b2"), ("c", "b2")}
     assert t.room == {"~*a": 1} and t.entries["~*a"].state == room.WAITING
     # A later copy for a parks behind it, even once a is freed in its batch: one
     # queue's copies keep their order.
     later = t.route([req("g", final=True), mc("a")], 2, batch="b3")
-    assert later.decisions == ["a", multicast.decision([], ["a"])]
+    assert later.decisions == ["a", table_multicast.decision([], ["a"])]
     assert t.entries["~*a"].parks == 2
     t.settle("b2", ["b", "c"], [])
     t.settle("b3", [], [("g", "x/0/g/True")])
@@ -147,7 +150,7 @@ def test_a_group_closed_earlier_in_the_batch_does_not_stop_a_copy() -> None:
     t.settle("b1", [], [])
     # One transaction: the copy is appended after g's final.
     decisions = t.route([req("g", final=True), mc("a", "b")], 1, batch="b2").decisions
-    assert decisions == ["a", multicast.decision(["a", "b"], [])]
+    assert decisions == ["a", table_multicast.decision(["a", "b"], [])]
 
 
 def test_a_copy_in_flight_fences_its_queue_for_other_batches_new_groups() -> None:
@@ -193,7 +196,7 @@ def test_copies_are_admitted_in_their_turn_and_do_not_block_younger_groups() -> 
 def test_a_copy_ignores_draining_and_a_held_lane_skips_it() -> None:
     t = TableModel(["a", "b"], policy="hold")
     t.draining.add("a")
-    assert t.route([mc("a")], 0, batch="b1").decisions == [multicast.decision(["a"], [])]
+    assert t.route([mc("a")], 0, batch="b1").decisions == [table_multicast.decision(["a"], [])]
     # groups are not placed on draining a: g1 takes b, g2 is held (policy hold)
     assert t.route([req("g1"), req("g2", lane="y/0")], 1, batch="b2").decisions == ["b", HELD]
     decisions = t.route([req("g3"), mc("b")], 2, batch="b3").decisions
@@ -245,7 +248,7 @@ def test_a_copy_never_lands_inside_an_open_groups_span_and_every_copy_arrives_on
         shared += result.shared
         finals = []
         if r.targets:
-            straight, waits = multicast.split(d)
+            straight, waits = table_multicast.split(d)
             for dest in straight:
                 land(dest, "copy", name)
             for dest in waits:
@@ -333,7 +336,10 @@ def test_the_copies_carry_the_message_as_it_came_straight_or_parked_for_their_qu
     headers = [(contract.ORIGIN, b"t.send.1/0/7"), MC, ("x-trace", b"42")]
     m = FakeMessage("t.transfer", 0, 7, b"news", b"k", headers)
     out = emitted(
-        [(m, multicast.decision(["t.recv.1", "t.recv.3"], ["t.recv.2"])), (msg(8), "t.recv.2")]
+        [
+            (m, table_multicast.decision(["t.recv.1", "t.recv.3"], ["t.recv.2"])),
+            (msg(8), "t.recv.2"),
+        ]
     )
     straight = [r for r in out.records if r.topic.startswith("t.recv")]
     assert [(r.topic, r.partition, r.key, r.value) for r in straight] == [

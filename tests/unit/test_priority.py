@@ -10,18 +10,20 @@ import pytest
 from confluent_kafka import TopicPartition
 from pydantic import ValidationError
 
-from router import acls, bandsched, contract, priority, topics
-from router.bands import BandStep
-from router.bandsched import BandScheduler, Turn
-from router.batch import Batch
-from router.classify import Classifier
+from router import contract
 from router.config import RouterSettings
-from router.contract import BadInput
-from router.emit import Emitter
-from router.received import Received
-from router.receiverbands import ReceiverBands
-from router.routing import STOPPING
-from router.side import side_spec
+from router.contract import BadInput, bandsched, priority
+from router.contract.bandsched import BandScheduler, Turn
+from router.receiver.bands import ReceiverBands
+from router.receiver.received import Received
+from router.security import acls
+from router.table.routing import STOPPING
+from router.topology import topics
+from router.topology.side import side_spec
+from router.unit.steps.bands import BandStep
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.emit.emitter import Emitter
 from tests.unit.fakes import FakeMessage, msg
 
 P = priority.PRIORITY
@@ -173,7 +175,7 @@ def test_starvation_is_bounded_whatever_the_backlogs(bands: int, share: float) -
 
 
 class MemoryBands:
-    """The Redis script's rules over a dict (`router/lua/bands.lua`; the real one is
+    """The Redis script's rules over a dict (`router/table/store/lua/bands.lua`; the real one is
     tested against Redis in tests/integration/test_priority.py)."""
 
     def __init__(self) -> None:

@@ -1,4 +1,5 @@
-"""Prometheus metrics and health of one process (`router.prom`, `router.exporter`): the
+"""Prometheus metrics and health of one process (`router.metrics.prom`, `router.metrics.exporter`):
+the
 series come from the typed registry, counters are read from `Metrics`, timings reach the
 histograms only when served, and /healthz and /readyz follow the loop and the servers."""
 
@@ -14,10 +15,10 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ops.harness.fleet import free_port
-from router import prom
 from router.config import RouterSettings
-from router.exporter import Exporter
-from router.metrics import GaugeName, HistogramName, MetricName, Metrics, MetricsPublisher
+from router.metrics import prom
+from router.metrics.exporter import Exporter
+from router.metrics.registry import GaugeName, HistogramName, MetricName, Metrics, MetricsPublisher
 from tests.helpers import http_get as get
 
 

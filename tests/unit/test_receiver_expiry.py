@@ -1,4 +1,4 @@
-"""Lifetime at the receiver hop (router/receiverlifetime.py, receiverexpiry.py): the rules,
+"""Lifetime at the receiver hop (router/receiver/expiry_rules.py, receiverexpiry.py): the rules,
 the group statuses and gathered groups an expired member leaves, and the order of writes
 (the event flushed before the offset moves past the message), on a Receiver fed by a fake
 consumer whose letters are recorded instead of produced. No Kafka, no Redis: the real
@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from router import contract, events, lifetime, schemas
+from router import contract
 from router.config import RouterSettings
-from router.contract import BadInput
-from router.groupstatus import GroupStatus, advance, expired
-from router.received import Gatherer, Received
-from router.receiverexpiry import ReceiverExpiry
-from router.receiverletters import ReceiverLetters
-from router.receiverlifetime import ExpiryOptions, judge
-from router.redeliveries import Redeliveries
+from router.contract import BadInput, events, lifetime, schemas
+from router.receiver.expiry import ReceiverExpiry
+from router.receiver.expiry_rules import ExpiryOptions, judge
+from router.receiver.letters import ReceiverLetters
+from router.receiver.received import Gatherer, Received
+from router.receiver.redelivery import Redeliveries
+from router.state.groups import GroupStatus, advance, expired
 from tests.unit.fakes import FakeMessage
 from tests.unit.test_review_staging_bound import FeedConsumer, fake_receiver
 
@@ -347,7 +347,7 @@ def test_letters_without_an_events_topic_refuse_to_expire_silently() -> None:
 
 
 class Statuses:
-    """A StatusStore in memory: the same rules (`router.groupstatus`), no Redis."""
+    """A StatusStore in memory: the same rules (`router.state.groups`), no Redis."""
 
     def __init__(self) -> None:
         self.by_gid: dict[str, GroupStatus] = {}

@@ -1,4 +1,5 @@
-"""Redelivery at the head and the delivery limit: the pure rules (router.redelivery), the
+"""Redelivery at the head and the delivery limit: the pure rules (router.receiver.redelivery_rules),
+the
 receiver's bookkeeping under abandons (OffsetTracker.rewind, Gatherer.rewind) and the
 in-process counts. No servers."""
 
@@ -8,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router import redelivery as rules
 from router.config import RouterSettings, RoutingSettings, TopologySettings
-from router.deliverycounts import MemoryCounts, key_of
-from router.received import Gatherer, OffsetTracker, Received
-from router.redelivery import Ledger, RedeliveryOptions
+from router.receiver import redelivery_rules as rules
+from router.receiver.deliverycounts import MemoryCounts, key_of
+from router.receiver.received import Gatherer, OffsetTracker, Received
+from router.receiver.redelivery_rules import Ledger, RedeliveryOptions
 
 TP = ("shop.recv.0", 0)
 

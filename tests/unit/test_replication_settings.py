@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from router import clients
+from router.backends.kafka import clients
 from router.config import KafkaSettings, RouterSettings
-from router.topics import plan, replication
+from router.topology.topics import plan, replication
 
 
 @pytest.mark.parametrize(

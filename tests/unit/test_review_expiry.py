@@ -1,6 +1,6 @@
-"""Adversarial review of per-message lifetime and expiry (`router.lifetime`, the classify
-step's `_expiry`, `router.letters`, the drain's `_expired_while_parked`), on pure harnesses:
-two hops (send side -> transfer records -> receive side) whose tables are the model, and
+"""Adversarial review of per-message lifetime and expiry (`router.contract.lifetime`, the classify
+step's `_expiry`, `router.unit.steps.emit.letters`, the drain's `_expired_while_parked`), on pure
+harnesses: two hops (send side -> transfer records -> receive side) whose tables are the model, and
 the waiting-room harness (`tests.unit.roomharness`). No Kafka, no Redis.
 
 Judged from what the hops deliver, dead-letter and write as events only: an expired
@@ -15,17 +15,21 @@ from typing import Any
 
 import pytest
 
-from router import classify, contract, events, letters, lifetime, schemas
-from router.batch import Batch
+from router import contract
 from router.config import RouterSettings
-from router.emit import Emitter, Output
-from router.faults import Faults
-from router.holds import Holds
-from router.metrics import Metrics
-from router.model import TableModel
-from router.route import TableRoute
-from router.routing import STOPPED
-from router.side import side_spec
+from router.contract import events, lifetime, schemas
+from router.metrics.registry import Metrics
+from router.table.model import TableModel
+from router.table.routing import STOPPED
+from router.topology.side import side_spec
+from router.unit.steps import classify
+from router.unit.steps.batch import Batch
+from router.unit.steps.emit import letters
+from router.unit.steps.emit.emitter import Emitter
+from router.unit.steps.emit.records import Output
+from router.unit.steps.holds import Holds
+from router.unit.steps.route import TableRoute
+from router.utils.faults import Faults
 from tests.unit.fakes import FakeMessage, msg
 from tests.unit.roomharness import LEASE_MS, Side, whole
 
@@ -154,7 +158,7 @@ def member(offset: int, gid: str, seq: int, final: bool = False, extra: Headers 
 
 @pytest.mark.parametrize("key", [lifetime.EXPIRES_AT, lifetime.LIFETIME_MS])
 def test_a_lifetime_of_thousands_of_digits_is_bad_input_not_a_crash(key: str) -> None:
-    """FIXED (router/lifetime.py): `int()` of more than 4,300 digits raises ValueError,
+    """FIXED (router/contract/lifetime.py): `int()` of more than 4,300 digits raises ValueError,
     which escaped `lifetime.read` and the classify step: one such header on a send queue
     crashed every unit that read it (a poison pill), instead of being `bad-lifetime`."""
     huge = msg(0, "g", seq=0, extra=[(key, b"1" * 5000)])
@@ -216,7 +220,8 @@ def test_skip_an_expired_middle_member_the_rest_goes_in_order_on_one_queue() -> 
 
 
 def test_skip_an_expired_first_member_the_rest_of_its_group_is_still_delivered() -> None:
-    """FIXED (router/markers.py): the send side skipped member 0 (its entry created by the
+    """FIXED (router/unit/steps/emit/markers.py): the send side skipped member 0 (its entry created
+    by the
     member it did not forward) and the receive side got the group from member 1 on, a
     continuation without an entry: every later member was dead-lettered as
     group-entry-missing. The send side now writes a skip marker in member 0's place,
@@ -297,7 +302,8 @@ def test_expire_group_stops_the_group_like_stop_group_on_both_sides() -> None:
 
 
 def test_the_expired_metric_counts_a_member_that_stops_its_group() -> None:
-    """FIXED (router/emit.py): an expired member under expire-group (and an expired member
+    """FIXED (router/unit/steps/emit/emitter.py): an expired member under expire-group (and an
+    expired member
     of a group already stopped) is written as an ExpiredMessage event by the park path,
     which counted it as `parked`: the `expired` metric missed it."""
     hops = TwoHops()
@@ -427,7 +433,8 @@ def test_a_whole_groups_final_expiring_in_the_room_still_ends_the_group() -> Non
 
 
 def test_a_member_expired_when_parked_has_its_seq_and_outcome_in_its_event() -> None:
-    """FIXED (router/roomindex.py): a member already expired when the route step parks it
+    """FIXED (router/unit/steps/drain/index.py): a member already expired when the route step parks
+    it
     in the room (its group waits) is parked with its reason; the drain's ExpiredMessage
     event then lost its `seq` (the reason read back from `router-bad` kept the group and
     final flag only) and its `on_expiry`: the gap in the group was not visible."""
@@ -531,8 +538,8 @@ def logical(offset: int, seq: int, partition: int, final: bool = False, extra: H
 def test_logical_order_an_expired_member_fills_its_number_and_a_late_copy_is_expired() -> None:
     """An expired member of a logical group is routed dead with its number, so the drain's
     sequence runs on past it (no gap); a retry copy below the next number, expired too, has
-    one ExpiredMessage event, counted as expired. FIXED (router/drainorder.py): the drain
-    counted expired duplicates and unsequenced members as dead letters."""
+    one ExpiredMessage event, counted as expired. FIXED (router/unit/steps/drain/logical.py): the
+    drain counted expired duplicates and unsequenced members as dead letters."""
     s = Room(["0"])
     s.route(T0, logical(0, 0, 0), logical(1, 1, 0))  # straight
     s.route(T0 + 10, logical(0, 3, 1))  # out of sequence: the group goes back to the room
@@ -546,7 +553,7 @@ def test_logical_order_an_expired_member_fills_its_number_and_a_late_copy_is_exp
 
 
 def test_an_expired_ordinary_message_takes_no_destination() -> None:
-    """FIXED (router/route.py): an expired ordinary message (readable routing headers, no
+    """FIXED (router/unit/steps/route.py): an expired ordinary message (readable routing headers, no
     group) was still routed: the table leased it a destination for its batch, which the
     emitter never settles (it forwards nothing there), so the destination stayed fenced
     for new groups until the lease ran out (transaction timeout + 5 s); with one

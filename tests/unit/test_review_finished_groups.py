@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from router import contract
-from router.routing import DUPLICATE, STOPPED
+from router.table.routing import DUPLICATE, STOPPED
 from tests.unit.fakes import FakeMessage, msg
 from tests.unit.test_review_logical_order import (
     LOGICAL,

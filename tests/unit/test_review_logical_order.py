@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from router import contract, events, schemas
-from router.batch import Batch
-from router.emit import Output
-from router.routing import HELD, SKIPPED
+from router import contract
+from router.contract import events, schemas
+from router.table.routing import HELD, SKIPPED
+from router.unit.steps.batch import Batch
+from router.unit.steps.emit.records import Output
 from tests.unit.fakes import FakeMessage, msg
 from tests.unit.roomharness import LEASE_MS, Side
 

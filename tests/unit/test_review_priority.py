@@ -11,19 +11,20 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from router import bandrestore, contract, lifetime, priority
-from router.bands import BandStep
-from router.batch import Batch
-from router.classify import Classifier
+from router import contract
 from router.config import RouterSettings
-from router.emit import Emitter
-from router.reassembly import Reassembler
-from router.received import Gatherer, OffsetTracker, Received
-from router.receiver import Receiver
-from router.receiverbands import ReceiverBands
-from router.receiverlifetime import ExpiryOptions, judge
-from router.redeliveries import Redeliveries
-from router.side import side_spec
+from router.contract import lifetime, priority
+from router.receiver import Receiver, bandrestore
+from router.receiver.bands import ReceiverBands
+from router.receiver.expiry_rules import ExpiryOptions, judge
+from router.receiver.reassembly import Reassembler
+from router.receiver.received import Gatherer, OffsetTracker, Received
+from router.receiver.redelivery import Redeliveries
+from router.topology.side import side_spec
+from router.unit.steps.bands import BandStep
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.emit.emitter import Emitter
 from tests.unit.fakes import FakeMessage, msg
 from tests.unit.test_priority import FakeConsumer, MemoryBands, received
 
@@ -48,7 +49,7 @@ def classified(s: RouterSettings, *messages: FakeMessage) -> Batch:
 
 
 def test_an_id_reused_in_the_batch_of_its_final_keeps_one_band_for_the_new_group() -> None:
-    """Fixed (router/bands.py `settle`). A plain producer's group g (priority 9: band 2)
+    """Fixed (router/unit/steps/bands.py `settle`). A plain producer's group g (priority 9: band 2)
     ends, and on the same lane the ID is reused at once by a new group (priority 0) in the
     same batch: the script resolves both in one call, so the new group's first member takes
     band 2. The settle step then forgot g's band (the stored call was the final's call), and
@@ -149,7 +150,7 @@ class StaleConsumer(FakeConsumer):
 
 
 def test_a_lower_band_paused_while_empty_still_gets_its_share_in_the_receiver() -> None:
-    """Fixed (router/receiverbands.py `_backlog`). The Receiver measured a paused band's
+    """Fixed (router/receiver/bands.py `_backlog`). The Receiver measured a paused band's
     backlog from librdkafka's cached watermark, which a paused partition does not update:
     a band paused while empty showed no backlog however much came to it, earned no credit,
     and was not read at all while a higher band kept a backlog (the documented bound: 1
@@ -174,7 +175,7 @@ def test_a_lower_band_paused_while_empty_still_gets_its_share_in_the_receiver() 
 # The group's sender pausing longer than HOLD_IDLE_S (10 s) is ordinary: a group's TTL is
 # minutes (routing.ttl_ms), and the router keeps the queue for it all that time.
 def test_an_older_lower_band_record_is_not_handed_out_inside_a_slow_group() -> None:
-    """Fixed (router/receiverbands.py): the hold lasted 10 s after the group's band had
+    """Fixed (router/receiver/bands.py): the hold lasted 10 s after the group's band had
     nothing new, far below a group's TTL, so an older record of a lower band (appended
     before the group, passed over because the group's band was higher) was handed out
     between a slow sender's members. It now lasts the group's TTL (`guarantee-ttl-ms`, else
@@ -214,7 +215,7 @@ def test_a_groups_own_ttl_bounds_its_hold() -> None:
 
 
 def test_a_restarted_receiver_does_not_hand_out_another_band_inside_an_open_group() -> None:
-    """Fixed (router/bandrestore.py): which band a queue's open group is in lived only in
+    """Fixed (router/receiver/bandrestore.py): which band a queue's open group is in lived only in
     memory, so a receiver restarted after handing out the first members of a higher-band
     group read the queue's older lower-band record first. A receiver taking partitions
     over now reads each band partition's last record before its committed offset: a
@@ -380,7 +381,7 @@ def member(extra: list[tuple[str, bytes | None]], ts: int | None = NOW - 1_000) 
 
 
 def test_the_send_units_instant_expires_a_message_whose_own_lifetime_the_receiver_rejects() -> None:
-    """Fixed (router/receiverlifetime.py `judge`). The send unit validated the message's
+    """Fixed (router/receiver/expiry_rules.py `judge`). The send unit validated the message's
     own lifetime against the router's bounds and stamped `router-expires-at`; a Receiver
     with other bounds (built without the router's settings: 30 days by default, while
     `routing.max_lifetime_ms` may be longer; or a stricter `min_lifetime_ms`) found the
@@ -421,7 +422,7 @@ def test_lifetimes_at_their_bounds() -> None:
 
 
 def test_a_record_held_after_a_failure_is_not_skipped_by_the_band_hold() -> None:
-    """Fixed (router/receiver.py `_received`). One `consume()` batch held, in fetch order,
+    """Fixed (router/receiver/client.py `_received`). One `consume()` batch held, in fetch order,
     q@1 (band 0), g's first member (band 2), q@2. Handing out q@1 failed (Redis or the
     events topic away: `Redeliveries` rewinds q to 1 and pauses it for a while); then g
     opened in band 2, and q@2, of another band, made the band hold seek q to 2: past the
@@ -457,7 +458,7 @@ def test_a_record_held_after_a_failure_is_not_skipped_by_the_band_hold() -> None
 
 
 def test_a_queue_without_bands_does_not_hide_the_other_queues_bands() -> None:
-    """Fixed (router/receiverbands.py `ReceiverBands.of`). The Receiver took the fewest
+    """Fixed (router/receiver/bands.py `ReceiverBands.of`). The Receiver took the fewest
     bands of its queues for all of them: one queue without band topics (the harness's
     collector reads the events topic beside the receive queues) and it read no band topic
     at all, so every message of a higher band stayed unread, without a word."""

@@ -1,4 +1,4 @@
-"""Review findings on the Receiver's priority bands (router/receiverbands.py), each fixed:
+"""Review findings on the Receiver's priority bands (router/receiver/bands.py), each fixed:
 a band resume undid a failure pause (records lost), an abandoned final let another band
 in (interleaved), revoking one band partition ended the hold of a band kept, and a held
 queue's unreadable backlog starved other queues. Pure logic: in-memory consumers."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.received import Received
-from router.receiverbands import ReceiverBands
+from router.receiver.bands import ReceiverBands
+from router.receiver.received import Received
 from tests.unit.fakes import msg
 from tests.unit.test_priority import FakeConsumer, received
 from tests.unit.test_review_priority import banded_receiver, rec

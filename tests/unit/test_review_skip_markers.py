@@ -1,4 +1,5 @@
-"""Adversarial review of skip markers (`router/markers.py`, docs/routing.md "Group end"
+"""Adversarial review of skip markers (`router/unit/steps/emit/markers.py`, docs/routing.md "Group
+end"
 item 7): a member the send side does not forward while its group goes on is followed on
 its transfer partition by a `router-control: skip` record, which the receive side routes
 as that member and forwards nowhere.
@@ -17,19 +18,24 @@ from typing import Any
 
 import pytest
 
-from router import classify, contract, events, groupstatus, lifetime, room, schemas
-from router.batch import Batch
+from router import contract
 from router.config import RouterSettings
-from router.drain import Drain
-from router.emit import Emitter, Output, Record
-from router.faults import Faults
-from router.holds import Holds
-from router.metrics import Metrics
-from router.model import TableModel
-from router.received import Gatherer, Received
-from router.route import TableRoute
-from router.routing import STOPPED, RoomState
-from router.side import side_spec
+from router.contract import events, lifetime, schemas
+from router.metrics.registry import Metrics
+from router.receiver.received import Gatherer, Received
+from router.state import groups as groupstatus
+from router.table import room
+from router.table.model import TableModel
+from router.table.routing import STOPPED, RoomState
+from router.topology.side import side_spec
+from router.unit.steps import classify
+from router.unit.steps.batch import Batch
+from router.unit.steps.drain.step import Drain
+from router.unit.steps.emit.emitter import Emitter
+from router.unit.steps.emit.records import Output, Record
+from router.unit.steps.holds import Holds
+from router.unit.steps.route import TableRoute
+from router.utils.faults import Faults
 from tests.unit.fakes import FakeMessage, msg
 from tests.unit.roomharness import LEASE_MS, FakeRoomConsumer
 
@@ -340,7 +346,8 @@ TTL_1H = [(contract.TTL_MS, b"3600000")]
 
 
 def test_a_whole_group_whose_first_member_is_skipped_is_one_write_on_the_receive_side() -> None:
-    """DEFECT, now fixed (router/markers.py). A group asking for whole-group delivery by its
+    """DEFECT, now fixed (router/unit/steps/emit/markers.py). A group asking for whole-group
+    delivery by its
     header (`guarantee-delivery: complete`; the default is `stream`), whose first member
     is dead-lettered: the send side stages it and, at its final, writes the skip marker
     and the rest to one transfer partition in one transaction. The marker carried the
@@ -365,7 +372,7 @@ def test_a_whole_group_whose_first_member_is_skipped_is_one_write_on_the_receive
 
 
 def test_a_streamed_group_whose_first_member_is_skipped_is_not_staged_downstream() -> None:
-    """DEFECT, now fixed (router/markers.py): the other way round. Under
+    """DEFECT, now fixed (router/unit/steps/emit/markers.py): the other way round. Under
     `default_delivery = "complete"` a group that asks for `guarantee-delivery: stream` and
     whose first member is dead-lettered was opened on the receive side by a marker
     without the header, that is *staged*: S1 was held in the receive side's room until
@@ -380,7 +387,8 @@ def test_a_streamed_group_whose_first_member_is_skipped_is_not_staged_downstream
 
 
 def test_a_skip_marker_out_of_the_room_keeps_its_groups_ttl_downstream() -> None:
-    """DEFECT, now fixed (router/markers.py). A member skipped out of the send side's
+    """DEFECT, now fixed (router/unit/steps/emit/markers.py). A member skipped out of the send
+    side's
     waiting room (here a group in logical order, whose member came from another
     partition, so it went through the room) was written as a marker from the parked
     record, whose routing was not read: the marker had no `guarantee-ttl-ms`. The
@@ -405,7 +413,8 @@ def test_a_skip_marker_out_of_the_room_keeps_its_groups_ttl_downstream() -> None
 
 
 def test_a_skip_marker_of_a_logical_group_is_no_orphan_where_its_member_would_not_be() -> None:
-    """DEFECT, now fixed (router/markers.py): a metric that lied. On the receive side a
+    """DEFECT, now fixed (router/unit/steps/emit/markers.py): a metric that lied. On the receive
+    side a
     member of a group in logical order (`guarantee-order: logical`) with a number > 0
     and no entry starts the group (the send side may have gone past a gap at its start);
     its marker had no `guarantee-order` header, so it was taken for a continuation
@@ -691,7 +700,7 @@ def received(offset: int, gid: str, seq: int, final: bool = False) -> Received:
 
 
 def test_a_receivers_group_status_goes_past_a_skipped_number() -> None:
-    """`router.groupstatus`: a gap in the numbers (a member skipped upstream) neither
+    """`router.state.groups`: a gap in the numbers (a member skipped upstream) neither
     stops the status nor makes a later member look like a replay."""
     status = None
     for offset, seq, final in ((0, 0, False), (1, 2, False), (2, 3, True)):

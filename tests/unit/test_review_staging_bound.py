@@ -17,17 +17,18 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from router import contract, room
-from router.batch import Batch
-from router.classify import Classifier
-from router.emit import Emitter
-from router.model import TableModel
-from router.reassembly import Reassembler
-from router.received import Gatherer
+from router import contract
 from router.receiver import OffsetTracker, Receiver, ReceiveTimeout
-from router.redeliveries import Redeliveries
-from router.routing import NO_DEST, STOPPING, RouteRequest
-from router.side import side_spec
+from router.receiver.reassembly import Reassembler
+from router.receiver.received import Gatherer
+from router.receiver.redelivery import Redeliveries
+from router.table import room
+from router.table.model import TableModel
+from router.table.routing import NO_DEST, STOPPING, RouteRequest
+from router.topology.side import side_spec
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.emit.emitter import Emitter
 from tests.unit.fakes import FakeMessage, msg
 from tests.unit.roomharness import STRICT, WHOLE, Side, settings, whole
 

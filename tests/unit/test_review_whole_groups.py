@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from router import contract, room
+from router import contract
 from router.config import RouterSettings
-from router.model import TableModel
-from router.routing import NO_DEST, STOPPING, RouteRequest
+from router.table import room
+from router.table.model import TableModel
+from router.table.routing import NO_DEST, STOPPING, RouteRequest
 from tests.unit.fakes import msg
 from tests.unit.roomharness import LEASE_MS, WHOLE, Side, whole
 

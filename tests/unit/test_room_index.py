@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from router import contract
-from router.roomindex import RoomIndex, room_partition
+from router.unit.steps.drain.index import RoomIndex, room_partition
 from tests.unit.fakes import msg
 
 ROOM = "t.room.send"

@@ -1,14 +1,14 @@
-"""The waiting room's rules on the pure table model (policy `wait`, `router.room`)."""
+"""The waiting room's rules on the pure table model (policy `wait`, `router.table.room`)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router import room
-from router.metrics import wait_bucket
-from router.model import TableModel
-from router.routing import NO_DEST, STOPPING, RouteRequest, TraceStep
+from router.metrics.registry import wait_bucket
+from router.table import room
+from router.table.model import TableModel
+from router.table.routing import NO_DEST, STOPPING, RouteRequest, TraceStep
 
 
 def req(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from router.model import TableModel
-from router.routing import HELD, SKIPPED, RouteRequest
+from router.table.model import TableModel
+from router.table.routing import HELD, SKIPPED, RouteRequest
 
 
 def req(

@@ -10,17 +10,17 @@ import pytest
 from pydantic import ValidationError
 
 from router.config import KafkaSettings, RedisSettings, RouterSettings
-from router.metrics import metrics_key
-from router.redisauth import CLIENT_COMMANDS, SCRIPT_COMMANDS, acl_rule, key_patterns
-from router.tablecodec import TableKeys
+from router.metrics.registry import metrics_key
+from router.security.redis import CLIENT_COMMANDS, SCRIPT_COMMANDS, acl_rule, key_patterns
+from router.table.store.codec import TableKeys
 
-LUA = Path(__file__).resolve().parents[2] / "router" / "lua"
+ROUTER = Path(__file__).resolve().parents[2] / "router"
 
 
 def test_every_command_the_lua_scripts_run_is_in_the_acl() -> None:
     used = {
         m.lower()
-        for path in LUA.glob("*.lua")
+        for path in ROUTER.rglob("*.lua")
         for m in re.findall(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]", path.read_text())
     }
     assert used, "no redis.call found: the pattern is stale"

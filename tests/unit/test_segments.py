@@ -1,6 +1,7 @@
 """Segments of large messages (pure): how `Sender.send` splits a payload
-(`router.segments`), what the units accept as segment headers (`router.classify`), and
-how the receiver puts segments back together or says what is wrong (`router.reassembly`).
+(`router.contract.segments`), what the units accept as segment headers
+(`router.unit.steps.classify`), and how the receiver puts segments back together or says what is
+wrong (`router.receiver.reassembly`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router import contract, segments
-from router.batch import Batch
-from router.classify import Classifier
+from router import contract
 from router.config import RouterSettings, RoutingSettings
-from router.reassembly import Reassembler, SegmentError
-from router.received import Received, routing_of
-from router.sendgroups import OpenGroups, request, routing_headers
+from router.contract import routing_of, segments
+from router.contract.request import request, routing_headers
+from router.metrics.registry import Metrics
+from router.receiver.reassembly import Reassembler, SegmentError
+from router.receiver.received import Received
+from router.sender.groups import OpenGroups
+from router.unit.source import Source
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
 from tests.unit.fakes import FakeMessage
 
 SIZE = 1024  # segments.MIN_SEGMENT_BYTES: small payloads, many segments
@@ -463,9 +468,6 @@ def test_a_units_batch_stops_near_max_batch_bytes_whatever_the_record_size(
 ) -> None:
     """Segments of 512 KiB: 16 in a batch of at most 8 MiB, never the 500 of batch_size;
     small records: batch_size; a record larger than the bound: alone."""
-    from router.metrics import Metrics  # noqa: PLC0415
-    from router.source import Source  # noqa: PLC0415
-
     source = object.__new__(Source)
     source.consumer = _Fetched(600, size)  # type: ignore[assignment]
     source.batch_size, source.max_bytes = 500, 8 * 1024 * 1024

@@ -1,13 +1,13 @@
-"""The pure logic of resumed groups (`router.senderstate`) and of receivers' group statuses
-(`router.groupstatus`)."""
+"""The pure logic of resumed groups (`router.state.sender`) and of receivers' group statuses
+(`router.state.groups`)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.groupstatus import GroupStatus, advance
-from router.senderstate import GroupRecord, TailRecord, resume
+from router.state.groups import GroupStatus, advance
+from router.state.sender import GroupRecord, TailRecord, resume
 
 REC = GroupRecord("g", "shop.send.0", 2, "tok", scan_from=100, opened_ms=5)
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from router import contract
 from router.config import RoutingSettings
-from router.sendgroups import OpenGroups, Request, request, routing_headers
+from router.contract.request import Request, request, routing_headers
+from router.sender.groups import OpenGroups
 
 RULES = RoutingSettings()
 

@@ -1,6 +1,6 @@
 """Redis through Sentinel and the wait for replicas, without servers: the settings'
 validation, the one client builder's wiring (nothing connects until a command is sent),
-and the WAIT-count decision (`router.redisacks`)."""
+and the WAIT-count decision (`router.unit.commit.replica_acks`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import redis
 from pydantic import ValidationError
 from redis.sentinel import SentinelConnectionPool
 
+from router.backends.redis.client import connects, database, redis_client
 from router.config import RedisSettings, load_settings
-from router.redisacks import AckRule, NotReplicated
-from router.redisauth import acl_rule
-from router.redisclient import connects, database, redis_client
+from router.security.redis import acl_rule
+from router.unit.commit.replica_acks import AckRule, NotReplicated
 
 SENTINELS = ("127.0.0.1:26391", "[::1]:26392", "sentinel-3.example:26393")
 

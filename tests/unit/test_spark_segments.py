@@ -1,5 +1,5 @@
 """The Spark receiver's pure checks with segments, lifetimes and multicast (no Spark):
-`spark_jobs.segmented` and `spark_jobs.groups` against `router.segments`' contract."""
+`spark_jobs.segmented` and `spark_jobs.groups` against `router.contract.segments`' contract."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from router import segments
+from router.contract import segments
 from spark_jobs.groups import (
     DUPLICATE,
     EXPIRED,
@@ -31,7 +31,7 @@ def plain(rid: str, seq: int, *, final: bool = False, offset: int | None = None)
 def pieces(
     payload: bytes, size: int, set_id: str, *, first_seq: int = 0, final: bool = True
 ) -> list[Message]:
-    """`payload` in segments as `router.segments.plan` cuts it, one member each."""
+    """`payload` in segments as `router.contract.segments.plan` cuts it, one member each."""
     n = segments.count(len(payload), size)
     digest = hashlib.sha256(payload).hexdigest()
     out = []

@@ -1,4 +1,4 @@
-"""Operators' steering on the pure table model (`router.placement`): pinned entries and
+"""Operators' steering on the pure table model (`router.table.placement`): pinned entries and
 draining destinations. The Lua runs the same rules: `tests/integration/test_table_properties.py`."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from router import placement, room
-from router.model import TableModel
-from router.routing import RouteRequest, TraceStep
+from router.table import placement, room
+from router.table.model import TableModel
+from router.table.routing import RouteRequest, TraceStep
 
 NOW = 1_000_000
 

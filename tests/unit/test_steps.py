@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from router import contract, events, schemas
-from router.batch import Batch
-from router.classify import Classifier
+from router import contract
 from router.config import RouterSettings
-from router.emit import Emitter
-from router.holds import Backoff, Holds
-from router.room import UNSTAGED, WAIT
-from router.roomindex import RoomIndex
-from router.routing import HELD, IGNORED, ORPHAN, PARKED, SKIPPED, SPANS, STOPPING
-from router.side import side_spec
+from router.contract import events, schemas
+from router.table.room import UNSTAGED, WAIT
+from router.table.routing import HELD, IGNORED, ORPHAN, PARKED, SKIPPED, SPANS, STOPPING
+from router.topology.side import side_spec
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.drain.index import RoomIndex
+from router.unit.steps.emit.emitter import Emitter
+from router.unit.steps.holds import Backoff, Holds
 from tests.unit.fakes import FakeMessage, msg
 
 SETTINGS = RouterSettings(

@@ -9,13 +9,14 @@ from typing import Any, cast
 import pytest
 import redis
 
-from router.batch import Batch
-from router.classify import Classifier
-from router.emit import Emitter, Output
-from router.metrics import Metrics
-from router.route import TableRoute
-from router.steps import RoutingSteps
-from router.table import ManagementTable
+from router.metrics.registry import Metrics
+from router.table.store.management import ManagementTable
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier
+from router.unit.steps.emit.emitter import Emitter
+from router.unit.steps.emit.records import Output
+from router.unit.steps.pipeline import RoutingSteps
+from router.unit.steps.route import TableRoute
 
 
 class Table:

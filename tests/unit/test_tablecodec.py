@@ -1,4 +1,4 @@
-"""The entry codec and the route script's flags (`router.tablecodec`), without servers:
+"""The entry codec and the route script's flags (`router.table.store.codec`), without servers:
 lane order's last routed sequence number (`Entry.routed`, flag 'q<n>') next to every
 entry form earlier versions wrote, and the route step's requests that carry it."""
 
@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 
 from router import contract
-from router.batch import Item
 from router.config import RoutingSettings
-from router.route import request_for
-from router.routing import Entry, RouteRequest
-from router.tablecodec import decode_entry, encode
+from router.table.routing import Entry, RouteRequest
+from router.table.store.codec import decode_entry, encode
+from router.unit.steps.batch import Item
+from router.unit.steps.route import request_for
 from tests.unit.fakes import msg
 
 BASE = "2|1000|3000|60000|"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from router.routing import Entry
-from router.tablecodec import decode_entry
-from router.tableview import show_lines, view
+from router.table.routing import Entry
+from router.table.store.codec import decode_entry
+from router.table.view import show_lines, view
 
 
 def entry(next_seq: int) -> Entry:

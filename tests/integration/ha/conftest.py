@@ -33,7 +33,7 @@ def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaCluster]:
 
 @pytest.fixture
 def ha_settings(ha_cluster: HaCluster, redis_url: str) -> RouterSettings:
-    """Settings for the cluster; replication left to `router.topics.replication`."""
+    """Settings for the cluster; replication left to `router.topology.topics.replication`."""
     return RouterSettings(
         kafka=ha_cluster.kafka_settings(),
         redis=RedisSettings(url=redis_url, key_prefix="router-test"),

@@ -22,7 +22,7 @@ from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.verify import Report
 from ops.harness.workload import Senders, WorkloadSpec
 from router.config import RouterSettings
-from router.topics import ensure_topics, plan, replication
+from router.topology.topics import ensure_topics, plan, replication
 from tests.helpers import unique, wait_until
 from tests.integration.ha.conftest import HaPipelineFactory
 

@@ -24,10 +24,12 @@ from ops.harness.demo import run_pipeline_workload, summary
 from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.securestack import SecureStack
 from ops.harness.workload import WorkloadSpec
-from router import acls, clients, kafkaauth
-from router.acls_cli import apply
+from router.backends.kafka import clients
+from router.cli.acls import apply
 from router.config import RouterSettings, load_settings
-from router.topics import ensure_topics
+from router.security import acls
+from router.security import kafka as kafkaauth
+from router.topology.topics import ensure_topics
 from tests.helpers import unique, wait_until
 
 

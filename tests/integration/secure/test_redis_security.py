@@ -13,12 +13,12 @@ import pytest
 import redis
 
 from ops.harness.securestack import SecureStack
-from router import clients
+from router.backends.redis.client import redis_client
 from router.config import RouterSettings
-from router.metrics import Metrics, MetricsPublisher, metrics_key, read_all
-from router.redisauth import RedisRefused, check_access
-from router.routing import RouteRequest
-from router.side import table_for
+from router.metrics.registry import Metrics, MetricsPublisher, metrics_key, read_all
+from router.security.redis import RedisRefused, check_access
+from router.table.routing import RouteRequest
+from router.topology.side import table_for
 from tests.helpers import unique
 
 
@@ -42,7 +42,7 @@ def as_router_user(stack: SecureStack, s: RouterSettings) -> RouterSettings:
 
 def test_table_works_through_the_acl_user_over_tls(secure_redis: SecureStack) -> None:
     s = as_router_user(secure_redis, settings_for(secure_redis, None, None))
-    client = clients.redis_client(s.redis)
+    client = redis_client(s.redis)
     assert client.connection_pool.connection_class.__name__ == "SSLConnection"
     check_access(client, s)
     table = table_for(s, "send", client)
@@ -81,7 +81,7 @@ def test_table_works_through_the_acl_user_over_tls(secure_redis: SecureStack) ->
 
 def test_the_router_user_may_do_nothing_else(secure_redis: SecureStack) -> None:
     s = as_router_user(secure_redis, settings_for(secure_redis, None, None))
-    client = clients.redis_client(s.redis)
+    client = redis_client(s.redis)
     with pytest.raises(redis.exceptions.NoPermissionError):
         client.get(f"{s.redis.key_prefix}:{{other:send}}:cursor")  # another topology's key
     with pytest.raises(redis.exceptions.NoPermissionError):
@@ -96,18 +96,18 @@ def test_the_router_user_may_do_nothing_else(secure_redis: SecureStack) -> None:
 def test_redis_without_the_password_is_refused(secure_redis: SecureStack) -> None:
     s = settings_for(secure_redis, None, None)
     with pytest.raises(RedisRefused, match="refused the credentials of user 'default'"):
-        check_access(clients.redis_client(s.redis), s)
+        check_access(redis_client(s.redis), s)
     wrong = secure_redis.new_secret("redis-wrong")
     s = settings_for(secure_redis, "admin", wrong)
     with pytest.raises(RedisRefused, match="refused the credentials of user 'admin'"):
-        check_access(clients.redis_client(s.redis), s)
+        check_access(redis_client(s.redis), s)
 
 
 def test_a_user_lacking_the_key_pattern_is_refused(secure_redis: SecureStack) -> None:
     other = as_router_user(secure_redis, settings_for(secure_redis, None, None))
     # The same user for a topology its ACL does not name.
     s = settings_for(secure_redis, other.redis.username, other.redis.password_file)
-    client = clients.redis_client(s.redis)
+    client = redis_client(s.redis)
     with pytest.raises(RedisRefused, match=r"lacks a permission.*router acls plan") as refused:
         check_access(client, s)
     assert f"{s.redis.key_prefix}:{{{s.topology.name}:send}}:*" in str(refused.value)
@@ -121,10 +121,10 @@ def test_tls_is_verified(secure_redis: SecureStack) -> None:
     s = settings_for(secure_redis, "admin", secure_redis.secret_file("redis-admin"))
     untrusted = s.redis.model_copy(update={"tls_ca_file": None})
     with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
-        clients.redis_client(untrusted).ping()
+        redis_client(untrusted).ping()
     cert, key = secure_redis.client_cert
     mutual = s.redis.model_copy(update={"tls_cert_file": cert, "tls_key_file": key})
-    assert clients.redis_client(mutual).ping()
+    assert redis_client(mutual).ping()
 
 
 def test_a_unit_refused_by_redis_exits_at_once_with_a_clear_error(

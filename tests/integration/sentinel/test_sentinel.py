@@ -27,9 +27,9 @@ from ops.harness.pipeline import Pipeline, PipelineSpec
 from ops.harness.sentinelset import SentinelSet
 from ops.harness.verify import Report
 from ops.harness.workload import Senders, WorkloadSpec
-from router.groupstatus import GroupStatus
-from router.redisclient import redis_client
-from router.statestore import StatusStore
+from router.backends.redis.client import redis_client
+from router.state.groups import GroupStatus
+from router.state.store import StatusStore
 from tests.helpers import unique, wait_until
 from tests.integration.sentinel.conftest import SentinelPipelineFactory
 
@@ -44,7 +44,8 @@ SHORT = PipelineSpec(
     receive_queues=3,
 )
 ACK_TIMEOUT_MS = 300
-REFUSED = "required Redis replicas acknowledged"  # the units' back-off reason (router.redisacks)
+# the units' back-off reason (router.unit.commit.replica_acks)
+REFUSED = "required Redis replicas acknowledged"
 
 
 def epoch_ms() -> int:

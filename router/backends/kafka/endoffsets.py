@@ -1,0 +1,117 @@
+"""End offsets of partitions, asked on a connection of their own.
+
+Not a consumer's `get_watermark_offsets(tp, timeout)`: that ListOffsets request goes on
+the consumer's connection to the partition leader, where the broker answers it only
+after the consumer's fetch long-poll in flight (`fetch.wait.max.ms`, 500 ms by default),
+so an idle consumer waited about 0.5 s per partition. An admin client has its own
+connection, and one request carries every partition asked (about 1 ms on loopback).
+
+After a failed answer the admin client is made again (at most once per `REMAKE_S`: during
+a broker outage, a new client per request would only pile up threads). Its metadata names
+each partition's
+leader epoch, and librdkafka's admin ListOffsets does not refresh that metadata when the
+broker refuses the epoch (FENCED_LEADER_EPOCH after a broker restart or a leader move):
+every later request carried the old epoch until `metadata.max.age.ms` (15 min) passed.
+A new client reads the metadata afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from router.backends.kafka.clients import dispose_in_background
+
+log = logging.getLogger("router.endoffsets")
+
+TP = tuple[str, int]
+
+REMAKE_S = 5.0  # at least this long between two admin clients
+
+
+class EndOffsets:
+    """`ends(tps)`: each partition's end as a read_committed consumer sees it (the last
+    stable offset: nothing of an open transaction), as the router's consumers' own
+    watermark requests returned it; with `committed=False`, the high watermark. A
+    partition the broker cannot say now (a leader moving; an answer without an offset) is
+    left out of the answer: the
+    caller asks again later (one warning per run of failures, then one line when answers
+    come back)."""
+
+    def __init__(
+        self, config: Mapping[str, Any], timeout_s: float = 10.0, *, committed: bool = True
+    ) -> None:
+        self._config = dict(config)
+        self.timeout_s = timeout_s
+        self._isolation = (
+            IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        )
+        self._admin: AdminClient | None = None  # made on first use: most units never ask
+        self._made_at: float | None = None  # time.monotonic() when self._admin was made
+        self.failures = 0  # answers in a row that left a partition out
+
+    def __call__(self, tps: Iterable[TP]) -> dict[TP, int]:
+        wanted = list(dict.fromkeys(tps))
+        if not wanted:
+            return {}
+        if self._admin is None:
+            self._admin = AdminClient(self._config)
+            self._made_at = time.monotonic()
+        try:
+            futures = self._admin.list_offsets(
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in wanted},
+                isolation_level=self._isolation,
+                request_timeout=self.timeout_s,
+            )
+        except KafkaException as exc:
+            self._failed(f"end offsets of {len(wanted)} partitions unknown: {exc}")
+            return {}
+        out: dict[TP, int] = {}
+        errors: list[str] = []
+        for tp, future in futures.items():
+            try:
+                # librdkafka's own request timeout ends the future first
+                offset = int(future.result(timeout=self.timeout_s + 1).offset)
+            except Exception as exc:  # KafkaException, or a future that timed out
+                errors.append(f"{tp.topic}[{tp.partition}]: {exc!r}")
+                continue
+            if offset < 0:
+                # Resolved without an error but with no offset (OFFSET_INVALID, -1001):
+                # seen right after a broker was killed. Not an end: a drain would take
+                # any position as past it.
+                errors.append(f"{tp.topic}[{tp.partition}]: no offset ({offset})")
+            else:
+                out[(tp.topic, tp.partition)] = offset
+        if errors:
+            self._failed(f"end offsets unknown ({'; '.join(errors)})")
+        elif self.failures:
+            log.info("end offsets answered again after %d failed requests", self.failures)
+            self.failures = 0
+        return out
+
+    def _failed(self, what: str) -> None:
+        """Drop the admin client if it is `REMAKE_S` old: the next request makes one with
+        fresh metadata."""
+        if self.failures == 0:
+            log.warning("%s; asking again later, on a new admin connection", what)
+        else:
+            log.debug("%s (failure %d in a row)", what, self.failures + 1)
+        self.failures += 1
+        if self._made_at is None or time.monotonic() - self._made_at >= REMAKE_S:
+            self.close()
+
+    def close(self) -> None:
+        """Let the admin client go (destroyed on a daemon thread: `dispose_in_background`,
+        a destroy after a broker restart has been seen to hang)."""
+        if self._admin is not None:
+            box: list[Any] = [self._admin]
+            self._admin = self._made_at = None
+            dispose_in_background(box)
+
+
+__all__ = ["EndOffsets"]

@@ -1,0 +1,101 @@
+"""The one way the router builds a Redis client: the units, the sweeper, the operator
+commands and the client libraries' state all come here (`redis_client` here).
+
+Without `redis.sentinels`, a client of the server at `redis.url`. With them, a client of
+whichever primary the Sentinels name for `redis.sentinel_service` (redis-py's
+`Sentinel.master_for`): every new connection asks them, a connection to a former primary
+is dropped when it answers READONLY (redis-py turns that into a ConnectionError), so after
+a failover the units' retry reconnects to the new primary by itself. The ACL user,
+password and TLS settings apply to the Sentinels and the data connections alike.
+
+Every client fails fast (no retries inside redis-py: the units decide when to retry) and
+counts the connections it makes (`connects`), so that a unit can tell whether its WAIT runs
+on the connection that made its writes (`router.unit.commit.replica_acks`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from router.config.servers import RedisSettings
+
+_Sentinel: Any = Sentinel  # untyped in redis-py
+
+
+class Connects:
+    """A client's `redis_connect_func`: the usual handshake (AUTH, SELECT, ...), counted."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, connection: Any) -> None:  # a redis.connection.AbstractConnection
+        connection.on_connect()
+        self.count += 1
+
+
+def redis_client(settings: RedisSettings) -> redis.Redis:
+    """A Redis client that fails fast, with an ACL user and password, over TLS for a
+    rediss:// URL (see `router.security.redis`), through Sentinel if `redis.sentinels` is set."""
+    options = connection_options(settings)
+    if not settings.sentinels:
+        return redis.Redis.from_url(settings.url, redis_connect_func=Connects(), **options)
+    assert settings.sentinel_service is not None  # the settings require it with sentinels
+    tls = {"ssl": True} if settings.tls else {}
+    sentinel = _Sentinel(
+        settings.sentinel_addresses(),
+        sentinel_kwargs={**options, **tls},
+        **options,
+        **tls,
+    )
+    client: redis.Redis = sentinel.master_for(
+        settings.sentinel_service,
+        db=database(settings.url),
+        health_check_interval=30,
+        redis_connect_func=Connects(),
+    )
+    return client
+
+
+def database(url: str) -> int:
+    """The database number of a redis:// URL ("/0"; none: 0)."""
+    path = urlsplit(url).path.strip("/")
+    if path and not path.isdigit():
+        raise ValueError(f"redis.url {url!r}: the path must be a database number")
+    return int(path or 0)
+
+
+def connection_options(settings: RedisSettings) -> dict[str, Any]:
+    """What every connection of the client gets, Sentinels included: timeouts, no
+    retries, credentials and TLS (secrets read now, never at import time)."""
+    options: dict[str, Any] = {
+        "password": settings.secret(),
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if settings.username is not None:
+        options["username"] = settings.username
+    if settings.tls:
+        verify = settings.tls_verify
+        options.update(
+            ssl_cert_reqs="required" if verify else "none",
+            ssl_check_hostname=verify,
+            ssl_ca_certs=str(settings.tls_ca_file) if settings.tls_ca_file else None,
+            ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
+            ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
+        )
+    if not settings.sentinels:
+        options["health_check_interval"] = 30
+    return options
+
+
+def connects(client: redis.Redis) -> int | None:
+    """How many connections `client` has made so far (None: not built here)."""
+    func = client.connection_pool.connection_kwargs.get("redis_connect_func")
+    return func.count if isinstance(func, Connects) else None

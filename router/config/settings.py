@@ -1,0 +1,332 @@
+"""Configuration: one frozen, typed settings object, built once at the entry point.
+
+Sources, highest precedence first: keyword arguments, environment variables
+(`ROUTER_` prefix, `__` between levels, e.g. `ROUTER_KAFKA__BOOTSTRAP_SERVERS`), then a
+TOML file (`--config` / `ROUTER_CONFIG`). Nothing here reads the environment at import
+time. Secrets are `SecretStr`: printing the settings never shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from router.config.servers import (
+    SECRET_CLIENT_KEYS,
+    KafkaSettings,
+    RedisSettings,
+    _Section,
+    read_secret,
+)
+
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+__all__ = [
+    "SECRET_CLIENT_KEYS",
+    "KafkaSettings",
+    "MetricsSettings",
+    "PrioritySettings",
+    "RedisSettings",
+    "RouterSettings",
+    "RoutingSettings",
+    "SweeperSettings",
+    "TopologySettings",
+    "UnitSettings",
+    "load_settings",
+    "read_secret",
+]
+
+
+class TopologySettings(_Section):
+    """Which topics are send queues, transfer units and receive queues.
+
+    Empty lists and names are derived from `name`: `<name>.send.<i>`, `<name>.transfer`,
+    `<name>.recv.<i>`, `<name>.events`, `<name>.dlq`.
+    """
+
+    name: str = "router"
+    send_queues: list[str] = Field(default_factory=list)
+    send_queue_count: int = Field(2, ge=1)
+    send_queue_partitions: int = Field(3, ge=1)
+    # Each receive-side transfer unit is one partition of the transfer topic.
+    receive_units: int = Field(3, ge=1)
+    receive_queues: list[str] = Field(default_factory=list)
+    receive_queue_count: int = Field(3, ge=1)
+    transfer_topic: str = ""
+    events_topic: str = ""
+    dead_letter_topic: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_topic_safe(cls, value: str) -> str:
+        if not _TOPIC.match(value):
+            raise ValueError("topology name may only use letters, digits, '.', '_' and '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _derive_names(self) -> TopologySettings:
+        derived: dict[str, Any] = {}
+        if not self.send_queues:
+            derived["send_queues"] = [
+                f"{self.name}.send.{i}" for i in range(1, self.send_queue_count + 1)
+            ]
+        if not self.receive_queues:
+            derived["receive_queues"] = [
+                f"{self.name}.recv.{i}" for i in range(1, self.receive_queue_count + 1)
+            ]
+        for field, suffix in (
+            ("transfer_topic", "transfer"),
+            ("events_topic", "events"),
+            ("dead_letter_topic", "dlq"),
+        ):
+            if not getattr(self, field):
+                derived[field] = f"{self.name}.{suffix}"
+        for key, value in derived.items():
+            object.__setattr__(self, key, value)
+        names = [
+            *self.send_queues,
+            *self.receive_queues,
+            self.transfer_topic,
+            self.events_topic,
+            self.dead_letter_topic,
+        ]
+        bad = [n for n in names if not _TOPIC.match(n)]
+        if bad:
+            raise ValueError(f"invalid Kafka topic names: {bad}")
+        if len(set(names)) != len(names):
+            raise ValueError("send queues, receive queues and router topics must all differ")
+        return self
+
+    def room_topic(self, side: str) -> str:
+        """The waiting room of one side (`router.table.room`): parked messages of waiting groups."""
+        return f"{self.name}.room.{side}"
+
+    @property
+    def send_group(self) -> str:
+        """Consumer group of the send-side units (over the send queues)."""
+        return f"{self.name}.send-units"
+
+    @property
+    def receive_group(self) -> str:
+        """Consumer group of the receive-side units (over the transfer topic)."""
+        return f"{self.name}.receive-units"
+
+
+class RoutingSettings(_Section):
+    # What a new group or an ordinary message gets when every destination is in charge of
+    # an open group: "share" the least-loaded one (order kept, interleaving allowed), or
+    # "hold" the message (and its source partition) until a destination frees, for at
+    # most hold_timeout_ms, after which it is shared. See docs/routing.md.
+    # or "wait": park the group in the waiting room (off its source partition) until a
+    # destination frees, first come first served; nothing is ever interleaved.
+    busy_policy: Literal["share", "hold", "wait"] = "share"
+    # Partitions of each side's room topic: a group's parked messages stay on one.
+    room_partitions: int = Field(4, ge=1, le=256)
+    # A group waiting longer than this (0: no limit) gets a GroupWaitTimedOut event and is
+    # then "share"d (admitted to the least-loaded busy destination, counted as shared) or
+    # "dead-letter"ed (its parked and later messages, with the reason); the sweeper decides.
+    max_wait_ms: int = Field(120_000, ge=0)
+    wait_timeout_policy: Literal["share", "dead-letter"] = "share"
+    hold_timeout_ms: int = Field(10_000, ge=0)
+    hold_retry_ms: int = Field(100, ge=10)
+    # Entry deletion time (TTL): an entry idle this long is swept as abandoned.
+    default_ttl_ms: int = Field(300_000, ge=1)
+    # TTL by message type (header "message-type"); a type not listed is bad input.
+    ttl_by_type: dict[str, int] = Field(default_factory=dict)
+    # Bounds for the per-message TTL header ("guarantee-ttl-ms").
+    min_ttl_ms: int = Field(1_000, ge=1)
+    max_ttl_ms: int = Field(7 * 24 * 3600 * 1000, ge=1)
+    max_guarantee_id_bytes: int = Field(256, ge=1, le=4096)
+    # A bad message inside a group: "dead-letter" it and let the group continue, or
+    # "stop-group": dead-letter it, park every later message of the group in order, and
+    # raise a GroupStopped event. By message type, else the default; a group can choose
+    # with the guarantee-on-poison header.
+    poison_policy: Literal["dead-letter", "stop-group"] = "dead-letter"
+    poison_policy_by_type: dict[str, Literal["dead-letter", "stop-group"]] = Field(
+        default_factory=dict
+    )
+    # Message types whose payload must decode with an Avro schema from schemas/ (its full
+    # name); checked by the send units, so undecodable payloads never enter the path.
+    schema_by_type: dict[str, str] = Field(default_factory=dict)
+    # Whole-group delivery for groups that do not say (header "guarantee-delivery"), by
+    # message type, else the default: "complete" stages a group in the waiting room until
+    # its final and then writes it whole to one destination (needs busy_policy "wait");
+    # "stream" forwards members as they arrive.
+    default_delivery: Literal["stream", "complete"] = "stream"
+    delivery_by_type: dict[str, Literal["stream", "complete"]] = Field(default_factory=dict)
+    # A staged group that parks this many messages without its final stops being staged:
+    # a GroupStagingAborted event, and it waits as a streamed group (in order, never
+    # interleaved, but no longer written in one transaction).
+    max_staged_messages: int = Field(10_000, ge=1)
+    # Logical order for groups that do not say (header "guarantee-order"): "logical"
+    # delivers a group's members in guarantee-seq order whatever send-queue partition or
+    # physical order they come in (members with no guarantee-seq keep the lane rule);
+    # "lane": one send-queue partition, in physical order.
+    default_order: Literal["lane", "logical"] = "lane"
+    # Logical order: a missing sequence number that blocks a group this long gives a
+    # SequenceGap event, then "park" (the group keeps waiting for it, until its TTL) or
+    # "deliver" (what is parked goes out in order, past the gaps).
+    gap_timeout_ms: int = Field(30_000, ge=0)
+    gap_policy: Literal["park", "deliver"] = "park"
+    # Per-message lifetime (headers message-expires-at, message-lifetime-ms; see
+    # router/contract/lifetime.py): bounds of a relative lifetime, and what an expired member does
+    # to its group when it does not say (header message-on-expiry): "skip" it (the group
+    # goes on) or "expire-group" (the group stops there, as under stop-group).
+    min_lifetime_ms: int = Field(1, ge=1)
+    max_lifetime_ms: int = Field(30 * 24 * 3600 * 1000, ge=1)
+    on_expiry: Literal["skip", "expire-group"] = "skip"
+
+    @model_validator(mode="after")
+    def _ttls_in_bounds(self) -> RoutingSettings:
+        if self.min_ttl_ms > self.max_ttl_ms:
+            raise ValueError("min_ttl_ms must not exceed max_ttl_ms")
+        if self.min_lifetime_ms > self.max_lifetime_ms:
+            raise ValueError("min_lifetime_ms must not exceed max_lifetime_ms")
+        for kind, ttl in {"(default)": self.default_ttl_ms, **self.ttl_by_type}.items():
+            if not self.min_ttl_ms <= ttl <= self.max_ttl_ms:
+                raise ValueError(f"TTL of message type {kind} ({ttl} ms) is outside the bounds")
+        unknown = sorted(set(self.delivery_by_type) - set(self.ttl_by_type))
+        if unknown:
+            raise ValueError(f"delivery_by_type names message types not in ttl_by_type: {unknown}")
+        wants = {self.default_delivery, *self.delivery_by_type.values()}
+        if "complete" in wants and self.busy_policy != "wait":
+            raise ValueError(
+                'complete delivery stages groups in the waiting room: it needs busy_policy "wait"'
+            )
+        return self
+
+
+class UnitSettings(_Section):
+    batch_size: int = Field(500, ge=1, le=100_000)
+    # ... and at most about this many bytes of values (large messages, segments: a unit
+    # holds a few batches, and prefetches twice this much).
+    max_batch_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=1 << 30)
+    # How long a unit waits for the first message of a batch; the rest of a batch is
+    # whatever has already been fetched.
+    poll_timeout_ms: int = Field(100, ge=1)
+    # Decide (poll, classify, route) the next batch while the previous one commits. Faster
+    # (see the README's performance section), but a finished group's destination is freed
+    # one batch later, so under saturation more placements share a busy destination.
+    overlap_commit: bool = True
+    # ... but only while there is a backlog: a batch in flight with fewer messages than
+    # this commits before the next poll. At a light load the next message would wait for
+    # that commit anyway, and deciding it meanwhile competes with the commit for the GIL
+    # and the cores (docs/performance.md: 91.6 -> 38.5 ms p50 at 1,000 msg/s). A unit
+    # that falls behind polls larger batches and overlaps again. 0: always overlap.
+    overlap_min_batch: int = Field(100, ge=0)
+    # Back-off while Redis or the broker is unreachable.
+    backoff_initial_ms: int = Field(200, ge=1)
+    backoff_max_ms: int = Field(5_000, ge=1)
+    metrics_interval_ms: int = Field(1_000, ge=100)
+
+    def overlaps(self, batch_messages: int) -> bool:
+        """Whether the next batch is decided while one of this many messages commits."""
+        return self.overlap_commit and batch_messages >= self.overlap_min_batch
+
+
+class SweeperSettings(_Section):
+    interval_ms: int = Field(1_000, ge=10)
+    batch: int = Field(1_000, ge=1)
+    # A final message whose entry is still "closing" this long after it was routed had its
+    # release interrupted; the sweeper releases it once its transaction is committed.
+    closing_grace_ms: int = Field(5_000, ge=0)
+
+
+def check_bands(bands: int, min_share: float) -> None:
+    """ValueError unless `bands` priority bands with a minimum share of `min_share` each
+    leave the highest band at least half of a unit's batches (`router.contract.bandsched`)."""
+    if bands < 1:
+        raise ValueError("bands must be at least 1")
+    if not 0 < min_share <= 1:
+        raise ValueError("min_share must be in (0, 1]")
+    if bands > 1 and min_share * (bands - 1) > 0.5:
+        raise ValueError(
+            f"min_share {min_share} x {bands - 1} lower bands leaves the highest band with a "
+            "backlog less than half of the batches: at most 0.5 / (bands - 1)"
+        )
+
+
+class PrioritySettings(_Section):
+    # Priority bands (router/contract/priority.py, docs/priority.md): 1 = none; N > 1 adds the
+    # topics <topic>.p1 .. <topic>.p<N-1> beside every send queue, the transfer topic and
+    # every receive queue. Header message-priority 0..9 falls in band priority * N // 10.
+    bands: int = Field(1, ge=1, le=10)
+    # Each lower band with a backlog gets at least this share of a unit's batches
+    # (router/contract/bandsched.py); at most 0.5 / (bands - 1).
+    min_share: float = Field(0.1, gt=0, le=0.5)
+
+    @model_validator(mode="after")
+    def _shares_fit(self) -> PrioritySettings:
+        check_bands(self.bands, self.min_share)
+        return self
+
+
+class MetricsSettings(_Section):
+    # Prometheus metrics, /healthz and /readyz over HTTP (`router.metrics.prom`); 0: not served.
+    # One port per process: give each process on a host its own.
+    port: int = Field(0, ge=0, le=65_535)
+    host: str = "127.0.0.1"
+    # /healthz fails once the loop has not come round for this long (a unit's commit may
+    # wait 45 s for a broker that does not answer; the sweeper adds its interval).
+    liveness_timeout_s: float = Field(90.0, gt=0)
+
+
+class RouterSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ROUTER_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    topology: TopologySettings = Field(default_factory=TopologySettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    unit: UnitSettings = Field(default_factory=UnitSettings)
+    sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    priority: PrioritySettings = Field(default_factory=PrioritySettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_file = settings_cls.model_config.get("toml_file")
+        if toml_file:
+            sources.append(TomlConfigSettingsSource(settings_cls))
+        return tuple(sources)
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> RouterSettings:
+    """Build the settings once: overrides > environment > TOML file > defaults.
+
+    `config_file` defaults to the ROUTER_CONFIG environment variable, if set.
+    """
+    path = config_file or os.environ.get("ROUTER_CONFIG")
+    if not path:
+        return RouterSettings(**overrides)
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"configuration file not found: {file}")
+
+    class _FromFile(RouterSettings):
+        model_config = SettingsConfigDict(**{**RouterSettings.model_config, "toml_file": file})
+
+    return _FromFile(**overrides)

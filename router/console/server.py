@@ -1,0 +1,133 @@
+"""`router console`: the live status page, served by the standard library's HTTP server.
+
+`/` is one HTML page (`console.html`, a package resource: inline CSS and a little vanilla
+JavaScript that fetches `/api/status` every 2 s and redraws); `/api/status` is the JSON
+document `router.console.view.status` builds from both sides' tables and the processes'
+published counters. Reads only: the page changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+
+import redis
+
+from router.backends.redis.client import redis_client
+from router.config.settings import RouterSettings
+from router.console.view import Sample, SideSnapshot, status
+from router.metrics.registry import read_all
+from router.table import view as tableview
+from router.topology.side import table_for
+
+log = logging.getLogger("router.console")
+
+SIDES = ("send", "receive")
+RATE_WINDOW_S = 1.0  # throughput is measured over at least this long, when it can be
+KEEP_S = 30.0  # samples older than this are forgotten
+
+
+def page() -> bytes:
+    return resources.files("router.console").joinpath("console.html").read_bytes()
+
+
+class Console:
+    """Reads the tables and counters; keeps recent counter samples for throughput."""
+
+    def __init__(self, settings: RouterSettings, client: redis.Redis | None = None) -> None:
+        self.settings = settings
+        self.client = client or redis_client(settings.redis)
+        self._samples: deque[Sample] = deque()
+        self._lock = threading.Lock()
+
+    def snapshot(self, side: str) -> SideSnapshot:
+        t = table_for(self.settings, side, self.client)  # type: ignore[arg-type]
+        return SideSnapshot(
+            side,
+            tuple(t.destinations),
+            tableview.entries(t, side),
+            sorted(t.draining()),
+            t.stats(),
+            list(t.room()),
+            t.admitted(),
+        )
+
+    def sample(self) -> tuple[Sample, Sample | None]:
+        """A new counter sample and the one to measure throughput against: the newest
+        at least RATE_WINDOW_S older, else the oldest kept (None if there is none)."""
+        s = self.settings
+        cur = Sample(time.monotonic(), read_all(self.client, s.redis.key_prefix, s.topology.name))
+        with self._lock:
+            while self._samples and cur.at - self._samples[0].at > KEEP_S:
+                self._samples.popleft()
+            older = [x for x in self._samples if cur.at - x.at >= RATE_WINDOW_S]
+            prev = older[-1] if older else (self._samples[0] if self._samples else None)
+            self._samples.append(cur)
+        return cur, prev
+
+    def status(self) -> dict[str, Any]:
+        cur, prev = self.sample()
+        sides = [self.snapshot(side) for side in SIDES]
+        return status(self.settings.topology.name, sides, cur, prev)
+
+
+def handler(console: Console) -> type[BaseHTTPRequestHandler]:
+    body = page()
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "router-console"
+
+        def _send(self, code: int, ctype: str, data: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path in ("/", "/index.html"):
+                self._send(200, "text/html; charset=utf-8", body)
+            elif path == "/api/status":
+                try:
+                    code, data = 200, console.status()
+                except redis.RedisError as exc:  # Redis away: say so, the page retries
+                    log.warning("could not read the tables: %s", exc)
+                    code, data = 503, {"errors": [f"Redis: {exc}"]}
+                self._send(code, "application/json", json.dumps(data).encode())
+            else:
+                self._send(404, "text/plain; charset=utf-8", b"not found\n")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s %s", self.address_string(), format % args)
+
+    return Handler
+
+
+def serve(
+    settings: RouterSettings,
+    host: str,
+    port: int,
+    stop: threading.Event,
+    on_ready: Callable[[str], None] = lambda _: None,
+) -> None:
+    """Serve until `stop` is set; `on_ready` gets the page's URL (the real port if 0)."""
+    server = ThreadingHTTPServer((host, port), handler(Console(settings)))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="console-http", daemon=True)
+    thread.start()
+    try:
+        on_ready(f"http://{host}:{server.server_address[1]}/")
+        stop.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

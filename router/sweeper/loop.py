@@ -1,0 +1,338 @@
+"""The sweeper: the patent's deletion process, for both management tables.
+
+Each round, for the send-side and the receive-side table:
+1. remove entries idle past their entry deletion time (TTL) whose deadline is also
+   before the side's *horizon* (`router.sweeper.horizon`): every record written before it has
+   been routed, so the sender really went quiet. Never from Redis alone: without a
+   horizon (the broker away) nothing is swept. Each removed entry goes to the table's
+   outbox in the same Lua call;
+2. publish an AbandonedGroup event (Avro, `schemas/router/AbandonedGroup.avsc`) for every
+   outbox item to the events topic, and drop the items only once Kafka acknowledged them
+   (so events are at-least-once and never lost, even if the sweeper dies mid-round);
+3. finish interrupted releases: an entry still "closing" after `closing_grace_ms` had a
+   unit die between committing its final message and releasing it. If the consumer group's
+   committed offset has passed the final, the group is complete and the entry is released;
+   otherwise the final will be replayed and released by the unit that replays it;
+4. end the in-flight and park leases that expired (`router.table.room.expire`), which route
+   calls otherwise do: once nothing is routed any more, a dead unit's or a failed batch's
+   lease must not keep a destination from the waiting groups, nor an admitted group shut.
+
+Several sweepers may run at once; the Lua calls are atomic, events may then repeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from confluent_kafka import KafkaException, Producer
+
+from router.backends.kafka import clients
+from router.backends.kafka.offsets import CommittedOffsets
+from router.backends.redis import client as redisclient
+from router.config.settings import RouterSettings
+from router.contract import events, schemas
+from router.metrics.exporter import Exporter
+from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
+from router.security import kafka as kafkaauth
+from router.security.redis import check_access
+from router.sweeper.horizon import NEVER, HorizonReader, Horizons, HorizonUnknown
+from router.table.gauges import open_groups
+from router.table.routing import STOPPED, Swept
+from router.table.store.management import ManagementTable, Side
+from router.topology.side import side_spec, table_for
+
+log = logging.getLogger("router.sweeper")
+# Once a minute per kind of message: an outage makes every round say the same.
+horizon_log = logging.getLogger("router.sweeper.horizon")
+horizon_log.addFilter(clients.RepeatFilter(60.0))
+
+# How long one round waits for the broker (offsets, event deliveries) before giving up
+# until the next round; short enough that SIGTERM is honoured well inside a minute.
+BROKER_TIMEOUT_S = 10.0
+
+SIDES: tuple[Side, ...] = ("send", "receive")
+
+
+@dataclass
+class SweepReport:
+    swept: int = 0
+    published: int = 0
+    resolved: int = 0
+    wait_timeouts: int = 0
+    leases_ended: int = 0
+
+
+class Sweeper:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        *,
+        redis_client: redis.Redis | None = None,
+        horizons: HorizonReader | None = None,
+    ):
+        self.settings = settings
+        self.instance = clients.instance_id()
+        self._redis = redis_client or redisclient.redis_client(settings.redis)
+        self.tables: dict[Side, ManagementTable] = {
+            side: table_for(settings, side, self._redis) for side in SIDES
+        }
+        self.metrics = Metrics()
+        self._publisher = MetricsPublisher(
+            self.metrics,
+            self._redis,
+            metrics_key(
+                settings.redis.key_prefix, settings.topology.name, "sweeper", self.instance
+            ),
+            settings.unit.metrics_interval_ms,
+        )
+        self._producer = Producer(clients.idempotent_producer_config(settings.kafka, self.instance))
+        self._committed = CommittedOffsets(settings.kafka, self.instance)
+        self.horizons = horizons or HorizonReader(settings, self.instance, timeout=BROKER_TIMEOUT_S)
+        self._stop = threading.Event()
+        self.exporter = Exporter(
+            settings,
+            "sweeper",
+            self.metrics,
+            self._publisher,
+            refresh=open_groups(self.tables, self.metrics),
+            period_s=settings.sweeper.interval_ms / 1000,
+        )
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        interval = self.settings.sweeper.interval_ms / 1000
+        log.info("sweeper %s starting, every %.1fs", self.instance, interval)
+        # RedisRefused, KafkaRefused: retrying cannot help
+        check_access(self._redis, self.settings)
+        kafkaauth.check_access(self.settings, "sweeper")
+        # What senders held back before this process started is unknown: as after an outage.
+        self.horizons.after_outage()
+        self.exporter.start()
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except (redis.RedisError, KafkaException) as exc:
+                self.metrics.inc(
+                    "redis_errors" if isinstance(exc, redis.RedisError) else "kafka_errors"
+                )
+                log.warning("sweep round failed, retrying next round: %s", exc)
+            self._publisher.maybe_publish()
+            self._stop.wait(interval)  # a periodic job's timer, not synchronisation
+        self._producer.flush(BROKER_TIMEOUT_S)
+        self._committed.close()
+        self.horizons.close()
+        self._publisher.maybe_publish(force=True)
+        self.exporter.stop()
+        return 0
+
+    def run_once(self) -> SweepReport:
+        report = SweepReport()
+        report.swept = self._sweep_expired()
+        for side, table in self.tables.items():
+            report.published += self._publish_outbox(side, table)
+            report.resolved += self._resolve_closing(side, table)
+            report.leases_ended += self._end_leases(side, table)
+            report.wait_timeouts += self._end_waits(side, table)
+        self.metrics.inc("swept", report.swept)
+        self.metrics.inc("abandoned_events", report.published)
+        self.metrics.inc("closing_resolved", report.resolved)
+        return report
+
+    def _end_leases(self, side: Side, table: ManagementTable) -> int:
+        ended, admitted = table.expire_leases()
+        if ended:
+            log.info("%s table: %d expired leases ended, %d groups admitted", side, ended, admitted)
+        return ended
+
+    def _end_waits(self, side: Side, table: ManagementTable) -> int:
+        """Groups in the waiting room past routing.max_wait_ms: shared or dead-lettered
+        (routing.wait_timeout_policy), each with a GroupWaitTimedOut event."""
+        r = self.settings.routing
+        if not r.max_wait_ms:
+            return 0
+        now, ended = table.room_timeout(r.max_wait_ms, r.wait_timeout_policy)
+        topic, topology = self.settings.topology.events_topic, self.settings.topology.name
+        for gid, outcome in ended:
+            log.warning(
+                "%s table: group %r waited more than %d ms in the room: %s",
+                side,
+                gid,
+                r.max_wait_ms,
+                "dead-lettered" if outcome == STOPPED else f"shared on {outcome}",
+            )
+            self._producer.produce(
+                topic,
+                events.group_wait_timed_out(
+                    gid,
+                    None if outcome == STOPPED else outcome,
+                    side=side,
+                    topology=topology,
+                    max_wait_ms=r.max_wait_ms,
+                    now_ms=now,
+                ),
+                gid.encode(),
+                headers=[(schemas.SCHEMA_HEADER, events.GROUP_WAIT_TIMED_OUT.encode())],
+            )
+        if ended:
+            self._producer.flush(BROKER_TIMEOUT_S)
+            self.metrics.inc("wait_timeouts", len(ended))
+        return len(ended)
+
+    def _sweep_expired(self) -> int:
+        """Sweep, on each side, the entries whose deadline is before now and the side's
+        horizon; with no horizon (the broker away), none."""
+        now = self.tables["send"].now_ms()
+        cutoff = now - self.horizons.delivery_slack_ms
+        due: dict[Side, float] = {}
+        for side, table in self.tables.items():
+            # redis-py types sync and async results as one union; this client is synchronous.
+            oldest: Any = self._redis.zrange(table.keys.deadlines, 0, 0, withscores=True)
+            if oldest and float(oldest[0][1]) < cutoff:
+                due[side] = float(oldest[0][1])
+        try:
+            horizons = self.horizons.round(now, min(due.values()) if due else None)
+        except HorizonUnknown as exc:
+            self.metrics.inc("horizon_unknown")
+            if exc.__cause__ is not None:  # the broker did not answer (not a grace period)
+                self.metrics.inc("kafka_errors")
+            if due:
+                horizon_log.warning(
+                    "not sweeping this round, no horizon (%s table has entries past their "
+                    "TTL since %s): %s",
+                    " and ".join(due),
+                    _ms(min(due.values())),
+                    exc,
+                )
+            return 0
+        if horizons is None:
+            return 0
+        swept = 0
+        deferred = False
+        for side, oldest_deadline in due.items():
+            horizon = horizons.of(side)
+            if horizon <= oldest_deadline:
+                deferred = True
+                horizon_log.info(
+                    "%s table: entries past their TTL since %s kept, their side's horizon "
+                    "is %s (records written before it not yet all routed%s)",
+                    side,
+                    _ms(oldest_deadline),
+                    _ms(horizon),
+                    f": {horizons.note}" if horizons.note else "",
+                )
+                continue
+            swept += self._sweep_side(side, horizons)
+        if deferred:
+            self.metrics.inc("sweep_deferred")
+        return swept
+
+    def _sweep_side(self, side: Side, horizons: Horizons) -> int:
+        table = self.tables[side]
+        limit = self.settings.sweeper.batch
+        horizon = int(horizons.of(side))  # finite: at most now - the delivery slack
+        count = 0
+        while True:
+            swept = table.sweep(limit, horizon_ms=horizon)
+            count += len(swept)
+            for s in swept:
+                log.info(
+                    "%s table: swept abandoned group %r (destination %s, idle > %d ms, "
+                    "every record written before %s routed)",
+                    side,
+                    s.guarantee_id,
+                    s.entry.dest,
+                    s.entry.ttl_ms,
+                    _ms(horizon),
+                )
+            if len(swept) < limit:
+                return count
+
+    def _publish_outbox(self, side: Side, table: ManagementTable) -> int:
+        published = 0
+        topic = self.settings.topology.events_topic
+        while True:
+            items = table.outbox(500)
+            if not items:
+                return published
+            failures: list[str] = []
+
+            def delivered(err: object, _msg: object, failures: list[str] = failures) -> None:
+                if err is not None:
+                    failures.append(str(err))
+
+            for s in items:
+                self._producer.produce(
+                    topic,
+                    abandoned(s, side, self.settings.topology.name),
+                    s.guarantee_id.encode(),
+                    headers=[(schemas.SCHEMA_HEADER, events.ABANDONED_GROUP.encode())],
+                    on_delivery=delivered,
+                )
+            remaining = self._producer.flush(BROKER_TIMEOUT_S)
+            if remaining or failures:
+                log.warning(
+                    "abandoned-group events not acknowledged (%d pending, errors: %s); "
+                    "kept in the outbox for the next round",
+                    remaining,
+                    failures[:3],
+                )
+                return published
+            table.ack_outbox(len(items))
+            published += len(items)
+
+    def _resolve_closing(self, side: Side, table: ManagementTable) -> int:
+        cutoff = table.now_ms() - self.settings.sweeper.closing_grace_ms
+        pending = table.closing_since(cutoff)
+        if not pending:
+            return 0
+        by_tp: dict[tuple[str, int], list[tuple[str, str, int]]] = defaultdict(list)
+        for gid, token in pending:
+            topic, partition, offset = token.rsplit("/", 2)
+            by_tp[(topic, int(partition))].append((gid, token, int(offset)))
+        group = side_spec(self.settings, side).group_id
+        # KafkaException if the broker does not answer: the round fails, the next retries.
+        committed = self._committed.read(group, list(by_tp), timeout=BROKER_TIMEOUT_S)
+        done = [
+            (gid, token)
+            for tp, finals in by_tp.items()
+            for gid, token, offset in finals
+            if committed.get(tp, -1) > offset
+        ]
+        released = table.release(done)
+        if released:
+            log.info("%s table: completed %d interrupted releases", side, released)
+        return released
+
+
+def _ms(ms: float) -> str:
+    """A time on the Redis clock, for logs."""
+    if ms == NEVER:
+        return "never"
+    if ms == float("inf"):
+        return "forever"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+
+def abandoned(swept: Swept, side: str, topology: str) -> bytes:
+    """The AbandonedGroup event of an entry the sweep removed."""
+    e = swept.entry
+    return events.abandoned_group(
+        swept.guarantee_id,
+        side=side,
+        topology=topology,
+        destination=e.dest,
+        opened_ms=e.opened_ms,
+        updated_ms=e.updated_ms,
+        ttl_ms=e.ttl_ms,
+        swept_ms=swept.swept_ms,
+        final_routed=bool(e.closing) and e.closing != STOPPED,
+        stopped=e.closing == STOPPED,
+    )

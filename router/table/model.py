@@ -1,0 +1,362 @@
+"""The management table as a pure model: the specification of `router.table.routing`'s rules.
+
+No I/O. The Lua scripts (`router/table/store/lua/`) must take the same decisions and leave the same
+table; `tests/integration/test_table_properties.py` runs both on random histories.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from router.table import multicast, placement, room
+from router.table.routing import (
+    DUPLICATE,
+    HELD,
+    IGNORED,
+    NO_DEST,
+    ORPHAN,
+    PARKED,
+    SKIPPED,
+    SPANS,
+    STOPPED,
+    STOPPING,
+    Entry,
+    RouteRequest,
+    RouteResult,
+    Swept,
+    TraceStep,
+)
+from router.table.state import TableState
+
+
+@dataclass
+class TableModel(TableState):
+    """One management table (send side or receive side), and its rules."""
+
+    def excluded(self) -> set[str]:
+        """Draining destinations nothing new is placed on (`router.table.placement.excluded`)."""
+        return placement.excluded(self.destinations, self.draining)
+
+    def _choose(self, cost: list[tuple[int, bool]]) -> tuple[int, bool]:
+        """(index of the cheapest destination at or after the cursor, whether it is busy),
+        draining destinations skipped."""
+        n, skip = len(self.destinations), self.excluded()
+        best = min(c for d, c in zip(self.destinations, cost, strict=True) if d not in skip)
+        for k in range(n):
+            i = (self.cursor + k) % n
+            if cost[i] == best and self.destinations[i] not in skip:
+                return i, best != (0, False)
+        raise AssertionError("unreachable: some destination has the minimum cost")
+
+    def route(
+        self,
+        requests: Sequence[RouteRequest],
+        now_ms: int,
+        batch: str = "batch",
+        lease_ms: int = 15_000,
+        trace: list[TraceStep] | None = None,
+    ) -> RouteResult:
+        room.expire(self, now_ms)  # a lease that ended may have made a destination clean
+        fenced = {d for (d, b) in self.inflight if b != batch}
+        skip = self.excluded()  # draining: neither free nor clean for anything new
+        decisions: list[str] = []
+        # Groups per destination whose final was routed earlier in this batch, in all and
+        # per (destination, lane) of the final.
+        freed: Counter[str] = Counter()
+        freed_lane: Counter[tuple[str, str]] = Counter()
+        closed_here: dict[str, tuple[str, str]] = {}  # gid -> (destination, lane)
+        taken: set[str] = set()  # destinations a new group took after a final freed them
+
+        def close(gid: str, dest: str, lane: str) -> None:
+            if gid not in closed_here:
+                closed_here[gid] = (dest, lane)
+                freed[dest] += 1
+                freed_lane[(dest, lane)] += 1
+
+        def reopen(gid: str) -> None:
+            if gid in closed_here:
+                dest, lane = closed_here.pop(gid)
+                freed[dest] -= 1
+                freed_lane[(dest, lane)] -= 1
+
+        def record(r: RouteRequest, known: bool) -> None:
+            if trace is not None:
+                load, ds = self.load, [d for d in self.destinations if d not in skip]
+                free = frozenset(d for d in ds if load.get(d, 0) == freed[d])
+                lane_free = {d for d in ds if load.get(d, 0) == freed_lane[(d, r.lane)]}
+                trace.append(
+                    TraceStep(
+                        r,
+                        decisions[-1],
+                        known,
+                        free,
+                        frozenset(lane_free - fenced),
+                        frozenset(skip),
+                    )
+                )
+
+        held_lanes: set[str] = set()
+        shared = created = stopped = orphans = 0
+        batch_dest: str | None = None
+        for r in requests:
+            if r.lane in held_lanes:
+                decisions.append(SKIPPED)
+                continue
+            if r.targets:  # multicast (receive side): a copy per queue, straight or parked
+                decisions.append(multicast.route(self, r, freed, batch, now_ms, lease_ms))
+                record(r, False)
+                continue
+            gid = r.guarantee_id
+            entry = self.entries.get(gid) if gid is not None else None
+            if entry is not None and entry.state == placement.PINNED:
+                placement.first_message(entry, r)  # from now an ordinary open entry
+            if entry is not None:
+                assert gid is not None
+                # Logical order: lanes do not matter (a first message after a final that
+                # went straight, the ID reused, follows the lane rules).
+                logical = (
+                    r.seq is not None
+                    and entry.next >= 0
+                    and not (
+                        r.seq == 0
+                        and entry.closing not in ("", STOPPED)
+                        and entry.state == room.OPEN
+                    )
+                )
+                if not logical and entry.closing != STOPPED and entry.lane not in ("", r.lane):
+                    if not r.continuation and not r.force_share:
+                        # A first message: the ID reused on another lane, while the old
+                        # group's lane may still be behind. Wait for its release, at
+                        # most the hold timeout (then the old group never ended: SPANS).
+                        held_lanes.add(r.lane)
+                        decisions.append(HELD)
+                    else:
+                        decisions.append(SPANS)
+                    record(r, True)
+                    continue
+                entry.updated_ms = now_ms
+                entry.lane = entry.lane or r.lane
+                if entry.closing == STOPPED:
+                    decisions.append(
+                        PARKED
+                        if entry.state == room.OPEN
+                        else room.park(self, gid, entry, batch, now_ms, lease_ms)
+                    )
+                    record(r, True)
+                    continue
+                if r.poison_stop:
+                    reopen(gid)
+                    entry.closing = STOPPED
+                    entry.state, entry.parks = room.OPEN, 0
+                    room.forget(self, gid)  # its parked messages: `docs/design/waiting-room.md`
+                    stopped += 1
+                    decisions.append(STOPPING + entry.dest)
+                    record(r, True)
+                    continue
+                if entry.state != room.OPEN:
+                    decisions.append(
+                        room.parked_message(self, gid, entry, r, batch, now_ms, lease_ms)
+                    )
+                    record(r, True)
+                    continue
+                if logical and not room.goes_straight(entry, r):
+                    reopen(gid)
+                    decisions.append(room.readmit(self, gid, entry, r, batch, now_ms, lease_ms))
+                    record(r, True)
+                    continue
+                if gid in closed_here and entry.dest in taken:
+                    # The ID reused after its final in this batch, whose destination
+                    # another group took since: a new group, which waits for the release.
+                    if not r.force_share or self.policy == "wait":  # wait never shares
+                        held_lanes.add(r.lane)
+                        decisions.append(HELD)
+                        record(r, True)
+                        continue
+                    shared += 1
+                entry.ttl_ms = r.ttl_ms
+                decisions.append(entry.dest)
+                record(r, True)
+                if entry.next >= 0:
+                    room.sequence(entry, r, True)
+                if r.final:
+                    entry.closing = r.token
+                    close(gid, entry.dest, r.lane)
+                elif entry.closing:
+                    entry.closing = ""
+                    reopen(gid)  # the ID reused in this very batch
+                continue
+            if gid is not None and r.close:
+                decisions.append(IGNORED)
+                record(r, False)
+                continue
+            if gid is not None and r.continuation and r.seq is None:
+                orphans += 1
+                decisions.append(ORPHAN)
+                record(r, False)
+                continue
+            if gid is not None and r.poison_stop:
+                self.entries[gid] = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, STOPPED, r.lane)
+                stopped += 1
+                decisions.append(PARKED)
+                record(r, False)
+                continue
+            if gid is not None and r.seq and gid in self.done and r.seq < self.done[gid][0]:
+                decisions.append(DUPLICATE)  # a late copy (a retry, a member skipped past
+                record(r, False)  # a gap) of a group that finished
+                continue
+            if gid is not None and r.seq:  # logical order: its first members may follow
+                staged = r.complete and self.policy == "wait"
+                decisions.append(
+                    (room.stage if staged else room.wait)(self, gid, r, batch, now_ms, lease_ms)
+                )
+                room.sequence(self.entries[gid], r, False)
+                record(r, False)
+                continue
+            ordinary = gid is None
+            if (
+                ordinary
+                and batch_dest is not None
+                and self.load.get(batch_dest, 0) == freed[batch_dest]
+            ):
+                decisions.append(batch_dest)
+                record(r, False)
+                continue
+            if r.complete and self.policy == "wait":
+                assert gid is not None  # whole-group delivery: staged until its final
+                decisions.append(room.stage(self, gid, r, batch, now_ms, lease_ms))
+                room.sequence(self.entries[gid], r, False)
+                record(r, False)
+                continue
+            if ordinary:
+                cost = [(self.load.get(d, 0) - freed[d], False) for d in self.destinations]
+            else:
+                cost = [
+                    (self.load.get(d, 0) - freed_lane[(d, r.lane)], d in fenced)
+                    for d in self.destinations
+                ]
+            index, busy = self._choose(cost)
+            waits = busy or (room.queued(self) and not ordinary)  # first come, first served
+            if waits and self.policy == "wait":  # a timed-out hold waits too: never shared
+                if ordinary:
+                    pg = room.ordinary_group(r.lane)
+                    e = self.entries.get(pg)
+                    decisions.append(
+                        room.parked_message(self, pg, e, r, batch, now_ms, lease_ms)
+                        if e is not None
+                        else room.wait(self, pg, r, batch, now_ms, lease_ms)
+                    )
+                else:
+                    assert gid is not None
+                    decisions.append(room.wait(self, gid, r, batch, now_ms, lease_ms))
+                    room.sequence(self.entries[gid], r, False)
+                record(r, False)
+                continue
+            if busy and self.policy == "hold" and not r.force_share:
+                held_lanes.add(r.lane)
+                decisions.append(HELD)
+                record(r, False)
+                continue
+            if busy:
+                shared += 1
+            dest = self.destinations[index]
+            decisions.append(dest)
+            record(r, False)
+            self.cursor = (index + 1) % len(self.destinations)
+            if gid is None:
+                batch_dest = dest
+                self.inflight[(dest, batch)] = now_ms + lease_ms
+            else:
+                token = r.token if r.final else ""
+                self.entries[gid] = Entry(dest, now_ms, now_ms, r.ttl_ms, token, r.lane)
+                room.sequence(self.entries[gid], r, True)
+                self.load[dest] = self.load.get(dest, 0) + 1
+                created += 1
+                if freed[dest]:
+                    taken.add(dest)
+                if r.final:
+                    close(gid, dest, r.lane)
+        held = decisions.count(HELD)
+        return RouteResult(decisions, shared, held, created, stopped, orphans)
+
+    def settle(
+        self,
+        batch: str,
+        dests: Iterable[str],
+        finals: Iterable[tuple[str, str]],
+        drains: Iterable[tuple[str, int] | tuple[str, int, int]] = (),
+    ) -> int:
+        """After a batch's commit: end its in-flight and park leases, release its finals,
+        free the destinations of the groups it stopped (token STOPPED), open (or release)
+        the admitted groups it drained ((gid, parks seen), `router.table.room.drained`), and
+        admit waiting groups to the destinations that became clean."""
+        for d in dests:
+            self.inflight.pop((d, batch), None)
+        for key in [k for k in self.park_leases if k[1] == batch]:
+            del self.park_leases[key]
+        drains = list(drains)
+        reached = {gid: n[0] for gid, _, *n in drains if n}
+        released = self.release(finals, reached)
+        for gid, parks_seen, *next_seq in drains:
+            room.drained(self, gid, parks_seen, *next_seq)
+        room.admit(self)
+        return released
+
+    def release(
+        self, finals: Iterable[tuple[str, str]], reached: dict[str, int] | None = None
+    ) -> int:
+        """Remove entries whose routed final (gid, token) is now committed in Kafka; a
+        group in logical order is remembered as finished (`done`) with its next number, or
+        the one its drain `reached`, until its deadline.
+
+        The token "*" (an operator's manual release) matches any entry, "@<destination>"
+        (an operator's eviction) any entry on that destination. The token STOPPED
+        frees a stopped group's destination and keeps its entry (not counted)."""
+        released = 0
+        for gid, token in finals:
+            entry = self.entries.get(gid)
+            if entry is None:
+                continue
+            if token == STOPPED:
+                if entry.closing == STOPPED:
+                    self.unload(entry.dest)
+                    entry.dest = NO_DEST
+            elif token in (entry.closing, "*", "@" + entry.dest):
+                self.unload(self.entries.pop(gid).dest)
+                room.forget(self, gid)
+                released += 1
+                if entry.next >= 0:  # an earlier group of the ID: the larger of each
+                    n, x = self.done.get(gid, (-1, 0))
+                    n = max(n, entry.next, (reached or {}).get(gid, -1))
+                    self.done[gid] = (n, max(x, entry.deadline_ms))
+        room.admit(self)
+        return released
+
+    def sweep(
+        self, now_ms: int, limit: int | None = None, horizon_ms: int | None = None
+    ) -> list[Swept]:
+        """Remove entries idle past their TTL, oldest deadline first (ties by ID): those
+        whose deadline is before `now_ms` and before `horizon_ms`, the time before which
+        every record of the side's sources has been consumed (`router.sweeper.horizon`; None: no
+        horizon). The others stay and are looked at again by the next sweep."""
+        bound = now_ms if horizon_ms is None else min(now_ms, horizon_ms)
+        expired = sorted(
+            (e.deadline_ms, gid) for gid, e in self.entries.items() if e.deadline_ms < bound
+        )
+        if limit is not None:
+            expired = expired[:limit]
+        out = []
+        for _, gid in expired:
+            entry = self.entries.pop(gid)
+            self.unload(entry.dest)
+            room.forget(self, gid)
+            out.append(Swept(gid, entry, now_ms))
+        gone = sorted((x, g) for g, (_, x) in self.done.items() if x < bound)  # finished
+        for _, gid in gone if limit is None else gone[:limit]:  # groups: the same bound
+            del self.done[gid]
+        room.admit(self)
+        return out
+
+    def open_groups(self, dest: str) -> int:
+        return self.load.get(dest, 0)

@@ -1,0 +1,266 @@
+"""The waiting room's rules (policy `wait`), on the pure table model: no I/O.
+
+Design: `docs/design/waiting-room.md`. Status: the table's half (slice 1), here and in
+the Lua scripts (`router/table/store/lua/prelude.lua`, `route.lua`, `settle.lua`, `sweep.lua`),
+which the property test runs side by side. The room topic and the drain step that forwards parked
+messages come next; until then `wait` is not a `routing.busy_policy` a unit accepts.
+
+A group that finds no clean destination, or arrives while others wait (first come, first
+served), is parked (WAIT) and *waits*; its later messages are parked too, each parking
+batch holding a park lease on the group. When a destination becomes clean (its groups
+released, no ordinary message in flight), the oldest waiting group is *admitted* to it:
+the destination is reserved for the group, whose parked messages the drain step forwards.
+Once a drain batch settles with every park of the group drained and none in flight, the
+group is *open* like any other (its next messages go straight to the destination); the
+ordinary messages' pseudo-group of a lane (`~<lane>`) is released instead, and so is a
+destination's multicast copies pseudo-group (`~*<dest>`, `router.table.multicast`, any policy),
+which waits for that destination only.
+"""
+
+from __future__ import annotations
+
+from router.table import placement
+from router.table.routing import NO_DEST, STOPPED, Entry, RouteRequest
+from router.table.state import TableState
+
+WAIT = "!w"  # park the message in the room
+UNSTAGED = "!W"  # park it, and its group's staging ended at the bound: it waits streamed
+OPEN, WAITING, ADMITTED = "open", "waiting", "admitted"  # Entry.state
+STAGED = "staged"  # whole-group delivery: parked until its final, then waiting
+PSEUDO = "~"  # prefix of the pseudo-group that gathers one lane's parked ordinary messages
+COPIES = "~*"  # ... and of one receive queue's waiting multicast copies (`router.table.multicast`)
+
+
+def ordinary_group(lane: str) -> str:
+    return PSEUDO + lane
+
+
+def is_pseudo(gid: str) -> bool:
+    return gid.startswith(PSEUDO)
+
+
+def copy_group(dest: str) -> str:
+    """The pseudo-group of the multicast copies waiting for destination `dest` (a lane is
+    "topic/partition", and a topic name never starts with '*')."""
+    return COPIES + dest
+
+
+def copy_target(gid: str) -> str | None:
+    """The one destination a copies pseudo-group may be admitted to; None for any other."""
+    return gid[len(COPIES) :] if gid.startswith(COPIES) else None
+
+
+def queued(t: TableState) -> bool:
+    """Whether a group (or a lane's ordinary messages) waits for any clean destination: a
+    new group then queues behind it. Multicast copies wait for their own queue only."""
+    return any(copy_target(g) is None for g in t.room)
+
+
+def park(t: TableState, gid: str, entry: Entry, batch: str, now_ms: int, lease_ms: int) -> str:
+    """Count one more parked message of the group, under the batch's park lease."""
+    entry.parks += 1
+    t.park_leases[(gid, batch)] = now_ms + lease_ms
+    return WAIT
+
+
+def wait(t: TableState, gid: str, r: RouteRequest, batch: str, now_ms: int, lease_ms: int) -> str:
+    """A new group (or a lane's first parked ordinary message) joins the room."""
+    token = r.token if r.final and not is_pseudo(gid) else ""
+    entry = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, token, r.lane, WAITING)
+    t.entries[gid] = entry
+    t.room[gid] = now_ms
+    return park(t, gid, entry, batch, now_ms, lease_ms)
+
+
+def stage(t: TableState, gid: str, r: RouteRequest, batch: str, now_ms: int, lease_ms: int) -> str:
+    """A new group asking for whole-group delivery: parked, but not waiting for a
+    destination (not in the room's FIFO) until its final is parked too."""
+    if r.final or t.max_staged <= 1:  # complete already, or over the bound at once
+        wait(t, gid, r, batch, now_ms, lease_ms)
+        return WAIT if r.final else UNSTAGED
+    entry = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, "", r.lane, STAGED)
+    t.entries[gid] = entry
+    return park(t, gid, entry, batch, now_ms, lease_ms)
+
+
+def parked_message(
+    t: TableState, gid: str, entry: Entry, r: RouteRequest, batch: str, now_ms: int, lease_ms: int
+) -> str:
+    """A message of a staged, waiting or admitted group: parked behind the group's earlier
+    ones. A final marks the entry closing (released once the drain forwarded and committed
+    it), and a staged group then waits for a destination, from now; a first message after
+    a final (the ID reused) clears the mark, but for a group in logical order, whose
+    members come in any order."""
+    entry.updated_ms = now_ms
+    entry.ttl_ms = r.ttl_ms
+    if r.final:
+        entry.closing = r.token
+        if entry.state == STAGED:
+            entry.state = WAITING
+            t.room[gid] = now_ms
+    elif entry.closing and r.seq is None:  # in logical order, members follow any order
+        entry.closing = ""
+    decision = park(t, gid, entry, batch, now_ms, lease_ms)
+    if entry.state == STAGED and entry.parks >= t.max_staged:
+        entry.state = WAITING  # over the bound: it waits as a streamed group, from now
+        t.room[gid] = now_ms
+        return UNSTAGED
+    return decision
+
+
+def at_or_before(token: str, fence: str) -> bool:
+    """Whether source position `token` is on the same lane as `fence` and not after it."""
+    lane, _, offset = token.rpartition("/")
+    fence_lane, _, fence_offset = fence.rpartition("/")
+    return bool(fence) and lane == fence_lane and int(offset) <= int(fence_offset)
+
+
+def goes_straight(entry: Entry, r: RouteRequest) -> bool:
+    """Logical order: whether a member of an open group may go straight to its destination:
+    from the group's lane with the next sequence number, or a replay of one that did (at or
+    before the fence: its batch aborted, so it is routed again as before)."""
+    assert r.seq is not None
+    if r.lane != entry.lane or r.seq < 0:  # -1: no readable number, never straight
+        return False
+    return r.seq == entry.next or (r.seq < entry.next and at_or_before(r.token, entry.fence))
+
+
+def sequence(entry: Entry, r: RouteRequest, straight: bool) -> None:
+    """Logical order: what the entry remembers of a member routed straight (next number,
+    fence) or parked as the group's first (its members are forwarded from 0)."""
+    if r.seq is None:
+        return
+    if entry.next < 0 or (straight and entry.closing and r.seq < entry.next):
+        entry.origin = r.token  # this group under its ID starts here (drain markers name it)
+    if not straight:
+        entry.next = max(entry.next, 0)
+    elif r.seq >= entry.next or entry.closing:  # not a replay (or the ID reused)
+        entry.next, entry.fence = r.seq + 1, r.token
+
+
+def readmit(
+    t: TableState, gid: str, entry: Entry, r: RouteRequest, batch: str, now_ms: int, lease_ms: int
+) -> str:
+    """Logical order: a member of an open group that may not go straight (out of sequence,
+    from another lane, a duplicate) puts its group back in the room, admitted to the
+    destination it holds; the drain forwards its parked members in sequence order."""
+    entry.state = ADMITTED
+    return parked_message(t, gid, entry, r, batch, now_ms, lease_ms)
+
+
+def clean_destinations(t: TableState) -> list[str]:
+    """Destinations a waiting group may be admitted to: in charge of no group, no
+    ordinary message of any batch in flight to them, and not draining."""
+    leased = {d for (d, _) in t.inflight} | placement.excluded(t.destinations, t.draining)
+    return [d for d in t.destinations if t.load.get(d, 0) == 0 and d not in leased]
+
+
+def admit(t: TableState) -> list[str]:
+    """Admit waiting groups, oldest first (by wait start, then ID), while one can be: a
+    group (or a lane's ordinary messages) to the first clean destination at or after the
+    cursor; a queue's multicast copies to that queue once it is in charge of no group
+    (in-flight ordinary messages and draining do not matter to a copy). One that cannot
+    be admitted yet does not stop a younger one that can. Returns the admitted IDs."""
+    admitted: list[str] = []
+    n = len(t.destinations)
+    while t.room:
+        clean = set(clean_destinations(t))
+        pick: tuple[str, str] | None = None
+        for gid in sorted(t.room, key=lambda g: (t.room[g], g)):
+            target = copy_target(gid)
+            if target is not None:
+                if t.load.get(target, 0) == 0:
+                    pick = (gid, target)
+                    break
+            elif clean:
+                index = next(
+                    i for k in range(n) if t.destinations[i := (t.cursor + k) % n] in clean
+                )
+                t.cursor = (index + 1) % n
+                pick = (gid, t.destinations[index])
+                break
+        if pick is None:
+            break
+        gid, dest = pick
+        del t.room[gid]
+        entry = t.entries[gid]
+        entry.state, entry.dest = ADMITTED, dest
+        t.load[dest] = t.load.get(dest, 0) + 1
+        admitted.append(gid)
+    return admitted
+
+
+def expire(t: TableState, now_ms: int) -> tuple[int, list[str]]:
+    """End the in-flight and park leases that expired by `now_ms` (their batch will never
+    settle: its unit died, or its transaction failed and it was replayed under another
+    ID), then admit waiting groups to the destinations that became clean. Every route does
+    this first; the sweeper does it each round, so that where nothing is routed any more an
+    ended lease neither keeps its destination unclean nor its admitted group from opening.
+    Returns (leases ended, groups admitted)."""
+    before = len(t.inflight) + len(t.park_leases)
+    t.inflight = {k: exp for k, exp in t.inflight.items() if exp > now_ms}
+    t.park_leases = {k: exp for k, exp in t.park_leases.items() if exp > now_ms}
+    return before - len(t.inflight) - len(t.park_leases), admit(t)
+
+
+def drained(t: TableState, gid: str, parks_seen: int, next_seq: int = -1) -> str:
+    """After a drain batch of the group committed (and the batch's park leases ended):
+    the group's state afterwards. It opens (a pseudo-group is released) only if no park
+    of it is in flight and none was routed since the drainer read the room's end offsets
+    (`parks_seen`); otherwise it stays admitted and the drain goes on. A group in logical
+    order learns `next_seq`, the sequence number after the last one drained."""
+    entry = t.entries.get(gid)
+    if entry is None or entry.state != ADMITTED:
+        return OPEN if entry is not None else "gone"
+    if entry.next >= 0 and next_seq > entry.next:
+        entry.next = next_seq  # what the drain reached, committed
+    if entry.parks != parks_seen or any(g == gid for (g, _) in t.park_leases):
+        return ADMITTED
+    if is_pseudo(gid):
+        t.unload(t.entries.pop(gid).dest)
+        return "released"
+    entry.state, entry.parks = OPEN, 0
+    return OPEN
+
+
+def time_out(t: TableState, now_ms: int, max_wait_ms: int, policy: str) -> list[tuple[str, str]]:
+    """Groups waiting since `now_ms - max_wait_ms` or earlier (oldest first, then by ID):
+    policy "share" admits each to the least-loaded destination even if busy (the first at
+    or after the cursor), "dead-letter" stops it (its parked and later messages are
+    dead-lettered); a lane's ordinary messages are always shared. Returns (gid, destination
+    or STOPPED). Draining destinations are skipped. Multicast copies never time out: they
+    wait for their queue's groups to end (at the latest at their TTL)."""
+    out = []
+    n, skip = len(t.destinations), placement.excluded(t.destinations, t.draining)
+    for gid in sorted(
+        (g for g, s in t.room.items() if s <= now_ms - max_wait_ms and copy_target(g) is None),
+        key=lambda g: (t.room[g], g),
+    ):
+        entry = t.entries[gid]
+        del t.room[gid]
+        if policy == "share" or is_pseudo(gid):  # ordinary messages are shared, never lost
+            best = min(t.load.get(d, 0) for d in t.destinations if d not in skip)
+            index = next(
+                i
+                for k in range(n)
+                if t.load.get(d := t.destinations[i := (t.cursor + k) % n], 0) == best
+                and d not in skip
+            )
+            dest = t.destinations[index]
+            t.cursor = (index + 1) % n
+            entry.state, entry.dest = ADMITTED, dest
+            t.load[dest] = t.load.get(dest, 0) + 1
+            out.append((gid, dest))
+        else:
+            # Stopped, but still in the room's hands: its later messages are parked behind
+            # the earlier ones, and the drain dead-letters them all, in order.
+            entry.state, entry.closing = ADMITTED, STOPPED
+            out.append((gid, STOPPED))
+    return out
+
+
+def forget(t: TableState, gid: str) -> None:
+    """The entry is gone (released, swept): it no longer waits, nor holds park leases."""
+    t.room.pop(gid, None)
+    for key in [k for k in t.park_leases if k[0] == gid]:
+        del t.park_leases[key]

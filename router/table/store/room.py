@@ -1,0 +1,89 @@
+"""The waiting room's part of a management table (`router.table.room`): reads for the drain
+step, tests and operators, and the sweeper's end of long waits. Mixed into
+`router.table.store.management.ManagementTable`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from router.table.routing import RoomState
+from router.table.store.codec import TableKeys, decode_entry, script
+from router.table.store.codec import text as _text
+
+
+class RoomTable:
+    keys: TableKeys
+    client: Any
+    _r: Any
+    _dests: list[str | int]
+
+    def room_timeout(
+        self, max_wait_ms: int, policy: str, now_ms: int | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """End the wait of groups waiting `max_wait_ms` or longer (`router.table.room.time_out`):
+        (now on the Redis clock, [(gid, destination or '!stop')])."""
+        timeout = self.__dict__.get("_room_timeout")
+        if timeout is None:  # registered on first use: only the sweeper calls it
+            timeout = self.__dict__["_room_timeout"] = self.client.register_script(
+                script("room_timeout")
+            )
+        k = self.keys
+        out = timeout(
+            keys=[
+                *(k.entries, k.load, k.cursor, k.room, k.parks, k.admitted, k.stats),
+                *(k.deadlines, k.draining),
+            ],
+            args=["" if now_ms is None else now_ms, max_wait_ms, policy, *self._dests],
+        )
+        return int(out[0]), [(_text(out[i]), _text(out[i + 1])) for i in range(1, len(out), 2)]
+
+    def expire_leases(self, now_ms: int | None = None) -> tuple[int, int]:
+        """End the in-flight and park leases that expired (Redis clock unless `now_ms`)
+        and admit waiting groups to the destinations that became clean, as a route call
+        would (`router.table.room.expire`): (leases ended, groups admitted). The sweeper's
+        round, so that leases of batches that never settle end where nothing is routed."""
+        expire = self.__dict__.get("_expire")
+        if expire is None:  # registered on first use: only the sweeper (and tests) call it
+            expire = self.__dict__["_expire"] = self.client.register_script(script("expire"))
+        k = self.keys
+        ended, admitted = expire(
+            keys=[k.inflight, k.parks, k.room, k.entries, k.load, k.cursor, k.admitted, k.draining],
+            args=["" if now_ms is None else now_ms, *self._dests],
+        )
+        return int(ended), int(admitted)
+
+    def room_state(self, gids: Sequence[str]) -> dict[str, RoomState]:
+        """The entries of `gids` that exist, as the drain step needs them (one round
+        trip): state, destination, closing mark, park count, park lease in flight."""
+        if not gids:
+            return {}
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(self.keys.entries, list(gids))
+        pipe.zrange(self.keys.parks, 0, -1)
+        raws, parks = pipe.execute()
+        leased = {_text(m).split("|", 1)[1] for m in parks}
+        out = {}
+        for gid, raw in zip(gids, raws, strict=True):
+            if raw is not None:
+                e = decode_entry(raw)
+                out[gid] = RoomState(
+                    e.state, e.dest, e.closing, e.parks, gid in leased, e.next, e.fence, e.origin
+                )
+        return out
+
+    def admitted(self) -> dict[str, str]:
+        """Admitted groups -> their reserved destination, until drained."""
+        return {_text(g): _text(d) for g, d in self._r.hgetall(self.keys.admitted).items()}
+
+    def room(self) -> dict[str, int]:
+        """Waiting groups -> wait start (ms), oldest first (`router.table.room`)."""
+        return {_text(g): int(t) for g, t in self._r.zrange(self.keys.room, 0, -1, withscores=True)}
+
+    def park_leases(self) -> dict[tuple[str, str], int]:
+        """(group, batch) -> expiry of park leases of batches not yet settled."""
+        out = {}
+        for member, score in self._r.zrange(self.keys.parks, 0, -1, withscores=True):
+            batch, gid = _text(member).split("|", 1)
+            out[(gid, batch)] = int(score)
+        return out

@@ -1,0 +1,64 @@
+"""What distinguishes the send side from the receive side: sources and destinations.
+
+A *destination* is what a management table names. It is durable at the Kafka level, never
+a process: on the send side a partition of the transfer topic (a "receive-side transfer
+unit" of the patent), on the receive side a receive-queue topic. When the process serving
+a transfer partition dies, the receive units' consumer group hands that partition to
+another process, and every entry naming it stays valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from router.config.settings import RouterSettings
+from router.contract.priority import band_topics
+from router.table.store.management import ManagementTable, Side, TableKeys
+
+
+@dataclass(frozen=True, slots=True)
+class SideSpec:
+    side: Side
+    sources: tuple[str, ...]  # topics this side's units consume
+    group_id: str  # their consumer group
+    destinations: tuple[str, ...]  # names in this side's table
+    transfer_topic: str  # send side: where destinations live
+
+    def target(self, dest: str) -> tuple[str, int]:
+        """The Kafka topic and partition a destination name stands for."""
+        if self.side == "send":
+            return self.transfer_topic, int(dest)
+        return dest, 0
+
+
+def side_spec(settings: RouterSettings, side: Side) -> SideSpec:
+    t, n = settings.topology, settings.priority.bands
+    if side == "send":  # every band's topic of each source (router.contract.priority)
+        return SideSpec(
+            "send",
+            tuple(b for q in t.send_queues for b in band_topics(q, n)),
+            t.send_group,
+            tuple(str(p) for p in range(t.receive_units)),
+            t.transfer_topic,
+        )
+    return SideSpec(
+        "receive",
+        tuple(band_topics(t.transfer_topic, n)),
+        t.receive_group,
+        tuple(t.receive_queues),
+        t.transfer_topic,
+    )
+
+
+def table_for(settings: RouterSettings, side: Side, client: redis.Redis) -> ManagementTable:
+    """The management table of one side, as every unit and tool of that side sees it."""
+    spec = side_spec(settings, side)
+    keys = TableKeys.of(settings.redis.key_prefix, settings.topology.name, side)
+    # An in-flight lease outlives any transaction the batch could still commit.
+    lease = settings.kafka.transaction_timeout_ms + 5_000
+    routing = settings.routing
+    return ManagementTable(
+        client, keys, spec.destinations, routing.busy_policy, lease, routing.max_staged_messages
+    )

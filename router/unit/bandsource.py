@@ -1,0 +1,168 @@
+"""A unit's consumer across priority bands: before each poll, pause and resume the
+partitions of its source topics' bands as the scheduler says (`router.contract.bandsched`).
+
+One consumer reads every band of the unit's sources, so one transaction commits the
+offsets of every band it consumed. A band's backlog is the sum, over its assigned
+partitions, of the high watermark less the consumer's position (the committed offset
+until a message was consumed). Watermarks of partitions being fetched come with the fetch
+responses (librdkafka's cached values); a paused partition's are asked from the broker at
+most once per `refresh_s`, and only while it looks empty (a backlog only grows while
+paused). Partitions held by the busy policy `hold` (or backing off) stay as the unit left
+them; partitions of other topics (the waiting room) are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from router.config.settings import RouterSettings
+from router.contract.bandsched import BandScheduler, Turn
+from router.contract.priority import split
+from router.metrics.registry import Metrics
+from router.unit.steps.batch import TP
+
+log = logging.getLogger("router.bandsource")
+
+WATERMARK_TIMEOUT_S = 2.0
+# librdkafka waits this long (default 1 s) to fetch a partition again once the prefetch
+# queue is full: with priority bands, a higher band's new message would wait that long.
+FETCH_QUEUE_BACKOFF_MS = 10
+
+
+class BandSource:
+    def __init__(
+        self,
+        consumer: Consumer,
+        bases: Iterable[str],
+        bands: int,
+        min_share: float,
+        metrics: Metrics,
+        refresh_s: float = 1.0,
+    ) -> None:
+        self.consumer = consumer
+        self.bases = frozenset(bases)
+        self.bands = bands
+        self.scheduler = BandScheduler(bands, min_share)
+        self.metrics = metrics
+        self.refresh_s = refresh_s
+        self.paused: set[TP] = set()  # paused by band, as far as this class knows
+        self._high: dict[TP, int] = {}
+        self._start: dict[TP, int] = {}  # where a partition starts (nothing consumed yet)
+        self._asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
+        self.turn: Turn | None = None
+
+    @staticmethod
+    def tuned(settings: RouterSettings, config: dict[str, Any]) -> dict[str, Any]:
+        """A unit's consumer configuration for its bands (unchanged with one band; a
+        `fetch.queue.backoff.ms` from `kafka.client_config` is kept)."""
+        if settings.priority.bands > 1:
+            config.setdefault("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
+        return config
+
+    @classmethod
+    def of(
+        cls, settings: RouterSettings, side: str, consumer: Consumer, metrics: Metrics
+    ) -> BandSource | None:
+        """A unit's band source; None if the topology has one band."""
+        p, t = settings.priority, settings.topology
+        if p.bands == 1:
+            return None
+        bases = t.send_queues if side == "send" else [t.transfer_topic]
+        return cls(consumer, bases, p.bands, p.min_share, metrics)
+
+    def band(self, tp: TP) -> int | None:
+        """The band of a source partition; None for other topics."""
+        base, band = split(tp[0], self.bases)
+        return band if base in self.bases else None
+
+    def reset(self) -> None:
+        """The unit resumed every partition itself (after a back-off)."""
+        self.paused.clear()
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """Partitions assigned (paused or resumed by the unit) or revoked."""
+        for tpp in partitions:
+            tp = (tpp.topic, tpp.partition)
+            self.paused.discard(tp)
+            self._high.pop(tp, None)
+            self._start.pop(tp, None)
+            self._asked.pop(tp, None)
+
+    def before_poll(self, assigned: Iterable[TP], waiting: Iterable[TP]) -> Turn:
+        """Pause and resume for the next batch; the turn taken."""
+        mine = {tp: b for tp in assigned if (b := self.band(tp)) is not None}
+        turn = self.turn = self.scheduler.next(self.backlog(mine))
+        held = set(waiting)
+        stop = [tp for tp, b in mine.items() if b not in turn.bands]
+        go = [tp for tp, b in mine.items() if b in turn.bands and tp in self.paused]
+        go = [tp for tp in go if tp not in held]
+        if stop:
+            self.consumer.pause([TopicPartition(t, p) for t, p in stop])
+            self.paused.update(stop)
+        if go:
+            self.consumer.resume([TopicPartition(t, p) for t, p in go])
+            self.paused.difference_update(go)
+        if turn.share:
+            self.metrics.inc("band_share_turns")
+        return turn
+
+    def backlog(self, mine: dict[TP, int]) -> list[int]:
+        """Each band's backlog over the partitions in `mine` (partition -> band)."""
+        out = [0] * self.bands
+        if not mine:
+            return out
+        consumer = self.consumer
+        now = time.monotonic()
+        try:
+            positions = consumer.position([TopicPartition(t, p) for t, p in mine])
+        except KafkaException as exc:
+            log.warning("cannot read positions: %s", exc)
+            return out
+        for tpp in positions:
+            tp = (tpp.topic, tpp.partition)
+            pos = tpp.offset if tpp.offset >= 0 else self._start_of(tp)
+            high = self._high.get(tp, -1)
+            if tp in self.paused:
+                if high <= pos and now - self._asked.get(tp, 0.0) >= self.refresh_s:
+                    self._asked[tp] = now
+                    high = self._watermark(tpp, cached=False)
+            else:
+                high = max(high, self._watermark(tpp, cached=True))
+            self._high[tp] = high
+            if pos >= 0 and high > pos:
+                out[mine[tp]] += high - pos
+        return out
+
+    def _watermark(self, tp: TopicPartition, cached: bool) -> int:
+        try:
+            if cached:
+                _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            else:
+                _, high = self.consumer.get_watermark_offsets(tp, WATERMARK_TIMEOUT_S)
+        except KafkaException as exc:
+            log.debug("no watermark for %s[%d]: %s", tp.topic, tp.partition, exc)
+            return -1
+        return int(high)
+
+    def _start_of(self, tp: TP) -> int:
+        """Where a partition the unit consumed nothing of starts: its committed offset,
+        else (nothing committed) its low watermark. -1 if the broker does not say yet."""
+        start = self._start.get(tp)
+        if start is not None:
+            return start
+        part = TopicPartition(*tp)
+        try:
+            (got,) = self.consumer.committed([part], timeout=WATERMARK_TIMEOUT_S)
+            start = got.offset
+            if start < 0:
+                start, _ = self.consumer.get_watermark_offsets(part, WATERMARK_TIMEOUT_S)
+        except KafkaException as exc:
+            log.debug("no start for %s[%d]: %s", tp[0], tp[1], exc)
+            return -1
+        self._start[tp] = int(start)
+        return int(start)

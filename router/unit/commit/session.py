@@ -1,0 +1,330 @@
+"""The transactional session: one transactional producer, its transactions, as a state
+machine.
+
+    INIT --start--> READY --begin--> OPEN --commit--> COMMITTING --committed--> READY
+                      ^                |                  |
+                      |              error              error
+                      |                v                  v
+                      +---abort---- FAILED <--------------+
+                      |                | abort fails twice, or fatal
+                      |                v
+                      +--replace--- BROKEN  (fatal, fenced, or a call that never returned)
+
+* A batch is produced inside one transaction: `begin` (for a batch decided in the current
+  `generation`), `produce` its records, `commit` its consumed offsets (on the call thread,
+  so that the unit can decide the next batch meanwhile), `wait_committed`. A batch with
+  leases (`router.unit.commit.leases`) commits only if its records were all appended before
+  `append_by`; the unit gives up (`fail`) an open transaction whose leases lapsed.
+* Any failure of an open or committing transaction moves to FAILED or BROKEN and bumps
+  `generation`. A batch decided in an older generation is *stale*: `begin` refuses it, and
+  the unit rewinds it. This is how "the next batch was polled while the previous one
+  failed" is handled: never by producing it.
+* FAILED: `abort` returns to READY (the unit rewinds the failed batch). An abort that
+  fails twice in a row, or fatally, means BROKEN.
+* BROKEN: the outcome of the last transaction is unknown. `replace` starts a new producer
+  with the same transactional ID (its init_transactions fences the old one and resolves
+  the old transaction) and returns to READY; the unit then resumes every partition from
+  the consumer group's committed offsets, which say exactly what was committed.
+
+Blocking broker calls run on a daemon thread with a hard deadline
+(`router.backends.kafka.callthread`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from router.backends.kafka.callthread import Abandoned, CallThread, Done
+from router.metrics.registry import Metrics
+from router.unit.commit.leases import appended_by
+from router.unit.steps.emit.records import Record
+from router.utils.faults import Faults
+
+log = logging.getLogger("router.session")
+
+TXN_TIMEOUT_S = 30.0  # librdkafka's own timeout for a transactional call
+CALL_DEADLINE_S = TXN_TIMEOUT_S + 15  # ours: past it, the call is abandoned
+# Offsets + commit (with its retries) and the release after it. After a broker restart
+# librdkafka's send_offsets_to_transaction was seen to block past its own timeout
+# (confluentinc/librdkafka#5456, #5511) in most short chaos runs, holding the unit and its
+# partitions until this deadline; past it the call is abandoned and the producer replaced
+# (the unit resumes from the committed offsets, whatever the abandoned call did).
+COMMIT_DEADLINE_S = TXN_TIMEOUT_S + 15
+# An abort that has not finished by then is given up on (a second such one in a row means
+# BROKEN, and a new producer under the same transactional ID fences the old one and
+# aborts its transaction). After a broker outage librdkafka's abort_transaction was seen
+# to wait out its whole timeout twice ("retry call to resume"), holding a unit for a
+# minute (tests/integration/test_servers_away.py: 76 s from the broker's return to the
+# last record delivered, with 30 s); a healthy abort takes milliseconds.
+ABORT_TIMEOUT_S = 5.0
+STOP_GRACE_S = 10.0  # how long a stop request waits for a call that finishes a batch
+
+
+class TxnState(Enum):
+    INIT = "init"
+    READY = "ready"
+    OPEN = "open"
+    COMMITTING = "committing"
+    FAILED = "failed"
+    BROKEN = "broken"
+
+
+S = TxnState
+TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
+    S.INIT: frozenset({S.READY}),
+    S.READY: frozenset({S.OPEN, S.BROKEN}),
+    S.OPEN: frozenset({S.COMMITTING, S.FAILED, S.BROKEN}),
+    S.COMMITTING: frozenset({S.READY, S.FAILED, S.BROKEN}),
+    S.FAILED: frozenset({S.READY, S.BROKEN}),
+    S.BROKEN: frozenset({S.READY}),
+}
+
+
+class TxnFailed(Exception):
+    """The batch's transaction failed; nothing of it was committed (or, BROKEN, its
+    outcome is unknown and the committed offsets tell)."""
+
+
+class TransactionalSession:
+    def __init__(
+        self,
+        new_producer: Callable[[], Producer],
+        stop: threading.Event,
+        metrics: Metrics,
+        faults: Faults | None = None,
+    ) -> None:
+        self._new_producer = new_producer
+        self._stop = stop
+        self.metrics = metrics
+        self.faults = faults or Faults()
+        self.producer = new_producer()
+        self.state = S.INIT
+        self.generation = 0
+        self.failure: str | None = None  # why the last transaction failed
+        self._calls = CallThread()
+        self._committing: Done | None = None
+        self._abort_failures = 0
+
+    def _to(self, state: TxnState) -> None:
+        if state not in TRANSITIONS[self.state]:
+            raise RuntimeError(f"transaction state {self.state.value} -> {state.value}")
+        self.state = state
+
+    # ------------------------------------------------------------------ broker calls
+
+    def _call(self, call: Callable[..., Any], *args: Any, holds_batch: bool = True) -> Any:
+        """A transactional call on the call thread. A stop request gives a call that
+        finishes a batch STOP_GRACE_S, and abandons one that holds none (init) at once."""
+        return self._wait(self._calls.submit(call, *args), CALL_DEADLINE_S, holds_batch)
+
+    def _wait(self, done: Done, deadline: float, holds_batch: bool = True) -> Any:
+        try:
+            return CallThread.wait(done, deadline, self._stop, STOP_GRACE_S if holds_batch else 0)
+        except Abandoned:
+            self._calls = CallThread()  # the stuck one stays blocked, abandoned
+            why = "abandoned: stopping" if self._stop.is_set() else "did not return in time"
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, why, fatal=True)) from None
+
+    def _failed(self, exc: KafkaException) -> TxnFailed:
+        err = exc.args[0]
+        self.generation += 1
+        self.metrics.inc("kafka_errors")
+        self.failure = str(err)
+        # Fatal: e.g. fenced after the coordinator aborted a transaction that outlived
+        # transaction_timeout_ms (a long broker outage), or a call that never returned.
+        self._to(S.BROKEN if err.fatal() else S.FAILED)
+        return TxnFailed(f"Kafka transaction failed: {err}")
+
+    # ------------------------------------------------------------------ transitions
+
+    def start(self) -> bool:
+        """INIT -> READY. False if the broker cannot be reached yet (retry later)."""
+        try:
+            self._call(self.producer.init_transactions, TXN_TIMEOUT_S, holds_batch=False)
+        except KafkaException as exc:
+            log.warning("cannot start transactions yet (broker away?), retrying: %s", exc)
+            if exc.args[0].fatal():
+                self.producer = self._new_producer()
+            return False
+        self._to(S.READY)
+        return True
+
+    def begin(self, generation: int) -> bool:
+        """READY -> OPEN for a batch decided in `generation`. False, and no change, if the
+        batch is stale (a transaction failed since it was decided)."""
+        if generation != self.generation:
+            return False
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._failed(exc) from exc
+        self._to(S.OPEN)
+        return True
+
+    def produce(
+        self,
+        records: list[Record],
+        track: Callable[[tuple[str, int, int]], Callable[[Any, Any], None]] | None = None,
+    ) -> None:
+        """Produce a batch's records inside the open transaction, in order. `track` gives
+        the delivery callback of a record whose `source` is set."""
+        assert self.state is S.OPEN
+        produce, poll = self.producer.produce, self.producer.poll
+        try:
+            for r in records:
+                while True:
+                    try:
+                        if r.source is not None and track is not None:
+                            produce(
+                                r.topic,
+                                r.value,
+                                r.key,
+                                partition=r.partition,
+                                headers=r.headers,
+                                timestamp=r.timestamp,
+                                on_delivery=track(r.source),
+                            )
+                        else:
+                            produce(
+                                r.topic,
+                                r.value,
+                                r.key,
+                                partition=r.partition,
+                                headers=r.headers,
+                                timestamp=r.timestamp,
+                            )
+                        break
+                    except BufferError:
+                        poll(0.05)  # the local queue is full: let deliveries drain
+        except KafkaException as exc:
+            raise self._failed(exc) from exc
+
+    def fail(self, reason: str) -> TxnFailed:
+        """OPEN -> FAILED: the unit gives up the open transaction (its batch's leases
+        lapsed); it is aborted like any failed one."""
+        self.generation += 1
+        self.failure = reason
+        self._to(S.FAILED)
+        return TxnFailed(reason)
+
+    def commit(
+        self,
+        offsets: list[TopicPartition],
+        group_metadata: Any,
+        append_by: float | None = None,
+        after: Callable[[], None] | None = None,
+    ) -> None:
+        """OPEN -> COMMITTING: the offsets into the transaction and the commit, on the
+        call thread. With `append_by` (time.monotonic()), the transaction fails unless
+        every record is on the broker by then. `after` runs on the call thread as soon as
+        the commit succeeded (never after a failed one), before `wait_committed` returns:
+        what must follow the commit at once, whatever the run loop is doing (the table's
+        releases). It must not raise. `wait_committed` collects the outcome."""
+        self._to(S.COMMITTING)
+        self._committing = self._calls.submit(
+            self._finish, self.producer, offsets, group_metadata, append_by, after
+        )
+
+    def _finish(
+        self,
+        producer: Producer,
+        offsets: list[TopicPartition],
+        metadata: Any,
+        append_by: float | None,
+        after: Callable[[], None] | None = None,
+    ) -> None:
+        t0 = time.perf_counter()
+        producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
+        if self.faults.hit("after_produce"):
+            producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
+            self.faults.die("after_produce")
+        if append_by is not None:  # the batch's leases end then: `router.unit.commit.leases`
+            appended_by(producer, append_by)
+        for attempt in range(5):
+            try:
+                producer.commit_transaction(TXN_TIMEOUT_S)
+                self.metrics.observe("txn_commit_seconds", time.perf_counter() - t0)
+                break
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable() and not err.txn_requires_abort() and attempt < 4:
+                    log.warning("commit failed (retriable), retrying: %s", err)
+                    continue
+                raise
+        if after is not None:
+            after()
+
+    @property
+    def committing(self) -> bool:
+        return self.state is S.COMMITTING
+
+    def wait_committed(self) -> None:
+        """COMMITTING -> READY, or raise TxnFailed (state FAILED or BROKEN)."""
+        assert self._committing is not None and self.state is S.COMMITTING
+        done, self._committing = self._committing, None
+        try:
+            self._wait(done, COMMIT_DEADLINE_S)
+        except KafkaException as exc:
+            raise self._failed(exc) from exc
+        self._to(S.READY)
+        self._abort_failures = 0
+
+    def retire(self, reason: str) -> None:
+        """FAILED -> BROKEN: give up on this producer (it keeps failing); the unit replaces
+        it and resumes from the committed offsets, as after a fatal error."""
+        self.generation += 1
+        self.failure = reason
+        self._to(S.BROKEN)
+        log.warning("replacing the transactional producer: %s", reason)
+
+    def abort(self) -> bool:
+        """FAILED -> READY. False if that is still to be done (or now BROKEN)."""
+        if self.state is not S.FAILED:
+            return self.state is S.READY
+        try:
+            self._call(self.producer.abort_transaction, ABORT_TIMEOUT_S)
+        except KafkaException as exc:
+            self._abort_failures += 1
+            log.warning("abort failed (%d in a row): %s", self._abort_failures, exc)
+            if exc.args[0].fatal() or self._abort_failures >= 2:
+                self._to(S.BROKEN)
+            return False
+        self._abort_failures = 0
+        self.metrics.inc("txn_aborts")
+        self._to(S.READY)
+        return True
+
+    def replace(self) -> bool:
+        """BROKEN -> READY with a new producer under the same transactional ID. False if
+        the broker is not back yet. The caller resumes from the committed offsets."""
+        producer = self._new_producer()
+        try:
+            self._call(producer.init_transactions, TXN_TIMEOUT_S, holds_batch=False)
+        except KafkaException as exc:
+            log.warning("a new producer could not start yet: %s", exc)
+            return False
+        self.producer = producer
+        self._abort_failures = 0
+        self.metrics.inc("producer_restarts")
+        self._to(S.READY)
+        return True
+
+    def poll(self) -> None:
+        """Serve the producer's callbacks. A fatal error found here means BROKEN (while
+        committing, the commit itself fails with it and `wait_committed` says so)."""
+        try:
+            self.producer.poll(0)
+        except KafkaException as exc:  # confluent-kafka raises a fatal error from poll()
+            if not exc.args[0].fatal():
+                raise
+            if self.state in (S.READY, S.FAILED):
+                self.generation += 1
+                self.failure = f"transactional producer failed: {exc.args[0]}"
+                self._to(S.BROKEN)

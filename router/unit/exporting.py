@@ -1,0 +1,87 @@
+"""A transfer unit's metrics endpoint (`router.metrics.exporter`): its source lag, its side's open
+groups and its readiness, read from the unit's own objects."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from router.config.settings import RouterSettings
+from router.metrics.exporter import Exporter
+from router.metrics.prom import Gauges
+from router.metrics.registry import Metrics, MetricsPublisher
+from router.table.gauges import open_groups
+from router.table.store.management import ManagementTable
+from router.topology.side import SideSpec
+from router.unit.commit.session import TransactionalSession, TxnState
+from router.unit.source import Source
+from router.unit.steps.batch import TP
+from router.unit.steps.holds import Backoff
+
+log = logging.getLogger("router.exporter")
+
+
+class ExportedUnit(Protocol):
+    """What the exporter reads of a transfer unit (or relay): `router.unit.loop.TransferUnit`."""
+
+    settings: RouterSettings
+    role: str
+    spec: SideSpec
+    metrics: Metrics
+    publisher: MetricsPublisher
+    session: TransactionalSession
+    source: Source
+    backoff: Backoff
+    steps: Any  # the routing steps carry their side's `table`; the relay's none
+
+
+def source_lag(consumer: Any, assigned: Iterable[TP]) -> dict[tuple[str, ...], float]:
+    """Records between each assigned partition's position and its high watermark, as the
+    consumer last fetched it (partitions it has no position or watermark for: left out)."""
+    out: dict[tuple[str, ...], float] = {}
+    try:
+        for tp in consumer.position([TopicPartition(t, p) for t, p in list(assigned)]):
+            if tp.offset < 0:
+                continue
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            if high is not None and high >= 0:
+                out[(tp.topic, str(tp.partition))] = float(max(0, high - tp.offset))
+    except KafkaException as exc:
+        log.debug("no lag this interval: %s", exc)
+    return out
+
+
+def unit_exporter(unit: ExportedUnit) -> Exporter:
+    """The exporter of a transfer unit (or relay): its own side's table, its sources."""
+    session, source, backoff = unit.session, unit.source, unit.backoff
+    table: ManagementTable | None = getattr(unit.steps, "table", None)
+    tables = open_groups({unit.spec.side: table}, unit.metrics) if table is not None else None
+
+    def refresh(gauges: Gauges, redis_answers: bool) -> None:
+        gauges.values["source_lag"] = source_lag(source.consumer, source.assigned)
+        if tables is not None:
+            tables(gauges, redis_answers)
+
+    def waiting() -> str | None:
+        if backoff.until is not None:
+            return "backing off: Redis or Kafka failed"
+        if session.state in (TxnState.INIT, TxnState.FAILED, TxnState.BROKEN):
+            return f"transactional producer {session.state.value}"
+        return None
+
+    return Exporter(
+        unit.settings,
+        unit.role,
+        unit.metrics,
+        unit.publisher,
+        refresh=refresh,
+        live={
+            "inflight_batches": lambda: float(session.committing),
+            "assigned_partitions": lambda: float(len(source.assigned)),
+        },
+        assigned=lambda: len(source.assigned),
+        waiting=waiting,
+    )

@@ -1,0 +1,373 @@
+"""A transfer unit's run loop (both sides, and the raw relay): poll a batch, let the steps
+decide it, produce it in one transaction with its offsets, settle it once committed;
+rebalancing, holds, back-off. The commit overlap, the session's generation (a batch polled
+before a failure is rewound, never produced) and the leases: docs/routing.md, "A unit's
+loop". Redis or Kafka away (or too few Redis replicas holding the batch's table writes,
+`redis.min_replica_acks`): the batch is rewound, the unit backs off, paused but polling.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from router.backends.kafka import clients
+from router.backends.redis import client as redisclient
+from router.config.settings import RouterSettings
+from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
+from router.security import kafka as kafkaauth
+from router.security.redis import RedisRefused, check_access
+from router.topology import topics
+from router.topology.side import SideSpec, table_for
+from router.unit.bandsource import BandSource
+from router.unit.commit.bookkeeping import count_committed, forget_committed, tracker
+from router.unit.commit.insync import ReplicaCheck
+from router.unit.commit.leases import LeaseLost, Leases
+from router.unit.commit.replicawait import ReplicaAcks
+from router.unit.commit.session import TransactionalSession, TxnFailed, TxnState
+from router.unit.exporting import unit_exporter
+from router.unit.source import FatalUnitError, Source
+from router.unit.steps.batch import TP, Batch
+from router.unit.steps.drain.step import IDLE_S
+from router.unit.steps.emit.records import Output
+from router.unit.steps.holds import Backoff, Holds
+from router.unit.steps.pipeline import Steps, UnitContext, routing_steps
+from router.utils.faults import Faults
+
+__all__ = ["FatalUnitError", "TransferUnit"]
+
+log = logging.getLogger("router.unit")
+
+# Transactions failed in a row after which the unit replaces its producer (BROKEN) instead
+# of aborting and retrying with the same one.
+RETIRE_AFTER = 3
+
+
+class TransferUnit:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        spec: SideSpec,
+        *,
+        kind: str = "unit",
+        steps: Callable[[UnitContext], Steps] = routing_steps,
+        redis_client: redis.Redis | None = None,
+        faults: Faults | None = None,
+    ) -> None:
+        self.settings, self.spec = settings, spec
+        self.role = f"{spec.side}-{kind}"  # logs, metrics and pid files name it
+        self.instance = clients.instance_id()
+        self.metrics = Metrics()
+        self.faults = faults or Faults()
+        self._stop = threading.Event()
+        self.redis = redis_client or redisclient.redis_client(settings.redis)
+        r, u = settings.routing, settings.unit
+        self.holds = Holds(r.hold_retry_ms / 1000, r.hold_timeout_ms / 1000)
+        self.backoff = Backoff(u.backoff_initial_ms, u.backoff_max_ms)
+        self.rejected: dict[tuple[str, int, int], str] = {}  # the broker refused these
+        ctx = UnitContext(
+            settings, spec, self.instance, self.redis, self.metrics, self.holds, self.faults,
+            self.rejected,
+        )  # fmt: skip
+        self.steps = steps(ctx)
+        self.leases = Leases(table_for(settings, spec.side, self.redis), self.metrics)
+        self.acks = ReplicaAcks(self.redis, settings.redis, self.metrics)
+        self._track = tracker(self.rejected)
+        self.publisher = MetricsPublisher(
+            self.metrics,
+            self.redis,
+            metrics_key(
+                settings.redis.key_prefix, settings.topology.name, self.role, self.instance
+            ),
+            u.metrics_interval_ms,
+        )
+        # One transactional ID per process, kept when the producer is replaced: the new
+        # instance's init_transactions fences the old one.
+        config = clients.transactional_producer_config(
+            settings.kafka, clients.transactional_id(settings, spec.side), self.instance
+        )
+        self.session = TransactionalSession(
+            lambda: Producer(config), self._stop, self.metrics, self.faults
+        )
+        consumer_config = clients.consumer_config(  # not `config`: the lambda above reads it
+            settings.kafka, spec.group_id, self.instance, 2 * u.max_batch_bytes
+        )
+        self.source = Source(
+            BandSource.tuned(settings, consumer_config),
+            u.batch_size,
+            self.metrics,
+            u.max_batch_bytes,
+        )
+        # A failed transaction's warning names partitions short of in-sync replicas.
+        self.replicas = ReplicaCheck(
+            lambda **kw: self.session.producer.list_topics(**kw),  # noqa: PLW0108 (replaced)
+            [t.name for t in topics.plan(settings)],
+            settings.kafka.min_insync_replicas,
+        )
+        # Priority bands (router.unit.bandsource): higher bands first, a minimum share each.
+        self.bands = BandSource.of(settings, spec.side, self.source.consumer, self.metrics)
+        self._inflight: tuple[Batch, Output] | None = None
+        self._rewound: dict[TP, int] = {}  # partitions rewound since the last failure
+        self._rewind_to_committed = False
+        self._failed_in_a_row = 0  # transactions failed since the last commit
+        self._batches = 0
+        self.exporter = unit_exporter(self)  # Prometheus metrics, /healthz, /readyz
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def request_stop(self) -> None:
+        """Finish the current batch, commit, leave the group, exit (SIGTERM does this)."""
+        self._stop.set()
+
+    def run(self) -> int:
+        log.info(
+            "%s %s starting: %s -> %d destinations, group %s%s",
+            self.role,
+            self.instance,
+            ",".join(self.spec.sources),
+            len(self.spec.destinations),
+            self.spec.group_id,
+            f", FAULT INJECTION {self.faults.probability}" if self.faults else "",
+        )
+        try:  # refused credentials or ACLs: retrying cannot help
+            check_access(self.redis, self.settings)
+            kafkaauth.check_access(self.settings, self.role)
+        except (RedisRefused, kafkaauth.KafkaRefused) as exc:
+            raise FatalUnitError(str(exc)) from exc
+        while not self.session.start():
+            if self._stop.is_set():
+                return 0
+        room = self.steps.room
+        topics = list(self.spec.sources)
+        if room is not None:
+            room.consumer = self.source.consumer
+            topics.append(room.topic)
+        self.source.subscribe(topics, self._on_assign, self._on_revoke)
+        self.exporter.start()
+        try:
+            while not self._stop.is_set():
+                self.step()
+        finally:
+            log.info("%s %s stopping", self.role, self.instance)
+            if self._inflight is not None:
+                self._complete()
+            self.session.abort()
+            self.publisher.maybe_publish(force=True)
+            self.exporter.stop()
+            self.source.close()
+        return 0
+
+    def step(self) -> None:
+        """One iteration of the loop: wait out a back-off, or handle one batch."""
+        if self.backoff.until is not None:
+            self._back_off()
+        else:
+            self._next_batch()
+        self.session.poll()
+        if self.session.state is TxnState.BROKEN and self.backoff.until is None:
+            self._fail(f"transactional producer failed: {self.session.failure}", None)
+        self.publisher.maybe_publish()
+
+    # ------------------------------------------------------------------ batches
+
+    def _next_batch(self) -> None:
+        inflight = self._inflight
+        if inflight is not None and (
+            inflight[0].held_at or not self.settings.unit.overlaps(len(inflight[0].items))
+        ):
+            self._complete()  # held partitions are rewound before polling on; no backlog
+        self.source.resume(self.holds.due(time.monotonic()))
+        turn = None
+        if self.bands is not None:
+            turn = self.bands.before_poll(self.source.assigned, self.holds.waiting())
+        # A rebalance callback inside the poll may complete the batch in flight; if that
+        # fails, what this poll returns is stale: the session's generation moved on.
+        generation = self.session.generation
+        room = self.steps.room
+        eager = self._inflight is not None or (room is not None and room.eager)
+        wait_s = self.settings.unit.poll_timeout_ms / 1000
+        if room is not None and room.busy():
+            wait_s = min(wait_s, IDLE_S)
+        if turn is not None and turn.share:
+            eager = False  # a lower band's turn: wait for its partitions' fetch
+        messages = self.source.poll(0.0 if eager else wait_s)
+        batch = None
+        if messages or (room is not None and room.due() and self.backoff.until is None):
+            self._batches += 1
+            batch = Batch(f"{self.instance}:{self._batches}", generation)
+            if generation == self.session.generation:
+                self.acks.begin()
+                self.steps.decide(batch, messages)
+            else:
+                for m in messages:
+                    batch.track(m)
+        if self._inflight is not None and not self._complete():
+            if batch is not None:
+                self._discard(batch)
+            return
+        if batch is None:
+            return
+        if batch.failure is not None:
+            self._fail(batch.failure, batch)
+            return
+        if batch.first and not batch.resume_offsets():  # all held at the head of its partition
+            self._apply_holds(batch)
+            return
+        session = self.session
+        try:
+            if not session.begin(batch.generation):
+                self._discard(batch)  # polled while the previous transaction failed
+                return
+            self._rewound.clear()
+            out = self.steps.emit(batch, int(time.time() * 1000))
+            self._keep_leases(batch, out)
+            session.produce(out.records, self._track)
+            append_by = self._keep_leases(batch, out)
+            # with the room's low marks (router.unit.steps.drain.step)
+            offsets = batch.resume_offsets()
+            self.acks.confirm(session.fail)  # redis.min_replica_acks replicas hold its writes
+            session.commit(
+                offsets,
+                self.source.group_metadata(),
+                append_by,
+                lambda: self._after_commit(batch, out),
+            )
+        except TxnFailed as exc:
+            self._fail(str(exc), batch)
+            return
+        self._inflight = (batch, out)
+
+    def _complete(self) -> bool:
+        """Wait for the batch in flight to commit, then settle it and apply its holds.
+        False if its transaction failed (rewound, backing off)."""
+        assert self._inflight is not None
+        (batch, out), self._inflight = self._inflight, None
+        try:
+            self.session.wait_committed()
+        except TxnFailed as exc:
+            self._fail(str(exc), batch)
+            return False
+        count_committed(self.metrics, out)
+        self.backoff.ms = 0
+        self._failed_in_a_row = 0
+        if self.rejected:
+            forget_committed(self.rejected, batch)
+        self.steps.settle(batch, out)
+        self._apply_holds(batch)
+        return True
+
+    def _after_commit(self, batch: Batch, out: Output) -> None:
+        """On the session's call thread, as soon as the batch committed: the table's
+        releases (`Steps.release`), not delayed by the run loop deciding the next batch."""
+        if self.faults.hit("after_commit"):  # committed, nothing released: the sweeper's
+            self.faults.die("after_commit")
+        self.steps.release(batch, out)
+
+    def _keep_leases(self, batch: Batch, out: Output) -> float | None:
+        """When the batch's records must be appended by (None: no leases); renewed if
+        it waited long. Lapsed: its open transaction fails (rewound, replayed)."""
+        try:
+            return self.leases.keep(batch, out.ordinary_dests)
+        except LeaseLost as exc:
+            raise self.session.fail(str(exc)) from exc
+
+    def _apply_holds(self, batch: Batch) -> None:
+        for (topic, partition), offset in self.holds.settle(batch, time.monotonic()):
+            self.source.pause([(topic, partition)])
+            self.source.seek(topic, partition, offset)
+
+    # ------------------------------------------------------------------ failures
+
+    def _fail(self, reason: str, batch: Batch | None) -> None:
+        """Abort, rewind the batch, pause everything and back off. A broken producer's
+        last outcome is unknown: its replacement rewinds to the committed offsets."""
+        if self.session.state is TxnState.FAILED:
+            self._failed_in_a_row += 1
+            if self._failed_in_a_row >= RETIRE_AFTER:
+                # The same producer failing again and again (seen after broker restarts:
+                # every AddOffsetsToTxn timing out for minutes while other units commit):
+                # replace it (new connections, the coordinator looked up afresh).
+                self.session.retire(f"{self._failed_in_a_row} transactions failed in a row")
+        self.session.abort()
+        self._rewound = {}
+        if batch is not None:
+            self._discard(batch)
+        elif self.session.state is TxnState.BROKEN:
+            self._rewind_to_committed = True
+        ms = self.backoff.start()
+        self.source.pause(self.source.assigned)
+        short = self.replicas.explain() if reason.startswith("Kafka") else None
+        log.warning("%s; backing off %d ms%s", reason, ms, f" ({short})" if short else "")
+
+    def _discard(self, batch: Batch) -> None:
+        """Rewind a batch that will not be produced. Partitions rewound since the last
+        failure already sit at an earlier offset and stay there."""
+        if self.session.state is TxnState.BROKEN:
+            self._rewind_to_committed = True
+            return
+        for (topic, partition), offset in batch.first.items():
+            if (topic, partition) not in self._rewound:
+                self._rewound[(topic, partition)] = offset
+                self.source.seek(topic, partition, offset)
+
+    def _back_off(self) -> None:
+        """Wait out the back-off while polling (paused); then finish the abort, or
+        replace a broken producer, and resume."""
+        assert self.backoff.until is not None
+        now = time.monotonic()
+        if now < self.backoff.until:
+            self.source.drain_paused(min(self.backoff.until - now, 0.1))
+            return
+        session = self.session
+        if not session.abort() and session.state is not TxnState.BROKEN:
+            self.backoff.extend()
+            return
+        if session.state is TxnState.BROKEN:
+            if not session.replace():
+                self.backoff.extend()
+                return
+            self._rewind_to_committed = True
+        if self._rewind_to_committed:
+            if not self.source.rewind_to_committed():
+                self.backoff.extend()
+                return
+            if self.steps.room is not None:
+                self.steps.room.reset()
+            self._rewind_to_committed = False
+        self.backoff.until = None
+        waiting = self.holds.waiting()
+        self.source.resume(tp for tp in self.source.assigned if tp not in waiting)
+        if self.bands is not None:
+            self.bands.reset()
+        log.info("resuming after back-off")
+
+    # ------------------------------------------------------------------ rebalancing
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.holds.forget((tp.topic, tp.partition))
+        self.metrics.inc("rebalances")
+        log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        self.source.assign(partitions, paused=self.backoff.until is not None)
+        if self.bands is not None:
+            self.bands.forget(partitions)
+        if self.steps.room is not None:
+            self.steps.room.assign([(tp.topic, tp.partition) for tp in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._inflight is not None:
+            self._complete()  # its offsets are committed before the partitions move on
+        for tp in partitions:
+            self.holds.forget((tp.topic, tp.partition))
+        self.source.revoke(partitions)
+        if self.bands is not None:
+            self.bands.forget(partitions)
+        if self.steps.room is not None:
+            self.steps.room.revoke([(tp.topic, tp.partition) for tp in partitions])
+        self.metrics.inc("rebalances")
+        log.info("revoked %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))

@@ -1,0 +1,159 @@
+"""A unit's source: its consumer, the partitions assigned to it, and where they resume.
+
+Polling in batches, pausing and resuming, rewinding (seek) and reading the committed
+offsets. Rebalance callbacks stay with the run loop, which must complete the batch in
+flight before partitions move on; this class only keeps the assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from router.metrics.registry import Metrics
+from router.unit.steps.batch import TP
+
+log = logging.getLogger("router.source")
+
+Callback = Callable[[Consumer, list[TopicPartition]], None]
+
+
+class FatalUnitError(RuntimeError):
+    """The unit cannot continue (a fatal consumer error, a rewind that failed): exit
+    non-zero. Dying is safe: the group hands its partitions on from the committed offsets."""
+
+
+def _size(m: Message) -> int:
+    value = m.value()
+    return len(value) if value else 0
+
+
+def tps(partitions: Iterable[TP]) -> list[TopicPartition]:
+    return [TopicPartition(t, p) for t, p in partitions]
+
+
+class Source:
+    def __init__(
+        self,
+        config: dict[str, object],
+        batch_size: int,
+        metrics: Metrics,
+        max_bytes: int = 1 << 62,
+    ) -> None:
+        self.consumer = Consumer(config)
+        self.batch_size = batch_size
+        self.max_bytes = max_bytes
+        self.metrics = metrics
+        self.assigned: set[TP] = set()
+
+    def subscribe(self, topics: list[str], on_assign: Callback, on_revoke: Callback) -> None:
+        self.consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+
+    def poll(self, timeout: float) -> list[Message]:
+        """Wait up to `timeout` s for one message, then take whatever else is already
+        fetched, up to batch_size messages and (about) max_bytes of values: large records
+        are taken a few at a time, by their average size so far. Messages of partitions
+        revoked meanwhile are dropped."""
+        first = self.consumer.poll(timeout)
+        if first is None:
+            return []
+        messages = [first]
+        size = _size(first)
+        while len(messages) < self.batch_size and size < self.max_bytes:
+            want = self.batch_size - len(messages)
+            if size:
+                want = min(want, max(1, (self.max_bytes - size) * len(messages) // size))
+            more = self.consumer.consume(want, 0)
+            if not more:
+                break
+            messages.extend(more)
+            size += sum(_size(m) for m in more)
+        good = []
+        assigned = self.assigned
+        for m in messages:
+            err = m.error()
+            if err is None:
+                if (m.topic(), m.partition()) in assigned:
+                    good.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self.error(err)
+        return good
+
+    def drain_paused(self, timeout: float) -> None:
+        """Poll while every partition is paused (so the group keeps us); anything already
+        fetched is rewound rather than handled."""
+        m = self.consumer.poll(timeout)
+        if m is not None:
+            if m.error() is None:
+                self.seek(m.topic(), m.partition(), m.offset())
+            else:
+                self.error(m.error())
+
+    def error(self, err: KafkaError) -> None:
+        self.metrics.inc("kafka_errors")
+        if err.fatal():
+            raise FatalUnitError(f"fatal consumer error: {err}")
+        log.warning("consumer error: %s", err)
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        if (topic, partition) not in self.assigned:
+            return  # revoked meanwhile: the next owner starts from the committed offset
+        try:
+            self.consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as exc:
+            # Going on would commit past messages never forwarded.
+            raise FatalUnitError(f"could not rewind {topic}[{partition}] to {offset}") from exc
+
+    def pause(self, partitions: Iterable[TP]) -> None:
+        if ps := tps(partitions):
+            self.consumer.pause(ps)
+
+    def resume(self, partitions: Iterable[TP]) -> None:
+        if ps := tps(partitions):
+            self.consumer.resume(ps)
+
+    def rewind_to_committed(self) -> bool:
+        """Every assigned partition back to the group's committed offset. False if the
+        coordinator does not answer yet."""
+        assigned = tps(self.assigned)
+        try:
+            committed = self.consumer.committed(assigned, timeout=30) if assigned else []
+        except KafkaException as exc:
+            log.warning("cannot read the committed offsets yet: %s", exc)
+            return False
+        for tp in committed:
+            self.seek(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+        log.warning("resuming %d partitions from their committed offsets", len(committed))
+        return True
+
+    def assign(self, partitions: list[TopicPartition], paused: bool) -> None:
+        """Take newly assigned partitions (incremental protocols: KIP-848, cooperative-
+        sticky). librdkafka keeps a partition's pause flag across losing and regaining
+        it, so say explicitly what it should be."""
+        for tp in partitions:
+            self.assigned.add((tp.topic, tp.partition))
+        self.consumer.incremental_assign(partitions)
+        if partitions:
+            if paused:
+                self.consumer.pause(partitions)
+            else:
+                self.consumer.resume(partitions)
+
+    def revoke(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.assigned.discard((tp.topic, tp.partition))
+
+    def group_metadata(self) -> object:
+        return self.consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self.consumer.close()  # leaves the consumer group now, not at session timeout

@@ -1,0 +1,168 @@
+"""The classify step (pure): consumed messages -> a batch of items with bad input marked.
+
+Reads each message's routing headers once (`router.contract`), checks the limits a
+destination enforces and, on the send side, that payloads of typed messages decode with
+their Avro schema. A bad message keeps what is known of its group, so that the route step
+can keep the group whole and its poison policy can apply. Nothing here talks to a server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+
+from confluent_kafka import Message
+
+from router import contract
+from router.config.settings import RouterSettings
+from router.contract import lifetime, multicast, priority, schemas, segments
+from router.contract.headers import CONTROL, BadInput
+from router.table.store.management import Side
+from router.unit.steps.batch import Batch, Item
+
+
+def payload_validators(settings: RouterSettings) -> dict[str, Callable[[bytes], None]]:
+    """Message type -> a check that the payload decodes with the type's Avro schema."""
+    out: dict[str, Callable[[bytes], None]] = {}
+    for message_type, name in settings.routing.schema_by_type.items():
+        schemas.load(name)  # fails at start-up if the schema is missing
+        out[message_type] = partial(schemas.validate, name)
+    return out
+
+
+class Classifier:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        side: Side,
+        rejected: dict[tuple[str, int, int], str] | None = None,
+    ) -> None:
+        self.rules = settings.routing
+        self.max_record = settings.kafka.max_message_bytes
+        # Payloads are checked where they enter the path: on the send side.
+        self.validators = payload_validators(settings) if side == "send" else {}
+        self.side = side
+        self.queues = tuple(settings.topology.receive_queues)  # multicast's targets
+        self.hop = f"{side} unit"
+        self.clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+        # Source positions whose record the broker refused earlier (e.g. too large for
+        # the destination topic): dead-lettered when the batch is replayed.
+        self.rejected: dict[tuple[str, int, int], str] = {} if rejected is None else rejected
+
+    def classify(self, batch: Batch, messages: list[Message]) -> None:
+        rules = self.rules
+        validators = self.validators
+        rejected = self.rejected
+        items = batch.items
+        now_ms = self.clock_ms()
+        for m in messages:
+            tp = batch.track(m)
+            try:
+                headers = contract.read_headers(m)
+            except BadInput as bad:  # a header name that is not UTF-8
+                items.append(Item(m, None, None, bad))
+                continue
+            item = Item(m, headers, None)
+            try:
+                r = item.routing = contract.parse(headers, rules)
+                value, key = m.value(), m.key()
+                size = (len(value) if value else 0) + (len(key) if key else 0)
+                control: bytes | None = None
+                fan = cut = ranked = False
+                if headers:
+                    for k, v in headers:
+                        size += len(k) + (len(v) if v else 0)
+                        if k == CONTROL:
+                            control = v or b""
+                        elif k in multicast.HEADERS:
+                            fan = True
+                        elif k in segments.HEADERS:
+                            cut = True
+                        elif k == priority.PRIORITY:
+                            ranked = True
+                if control is not None:
+                    if self.side == "send" or r.guarantee_id is None:
+                        raise r.bad(
+                            "bad-headers",
+                            f"header {CONTROL!r} is reserved for the router's own "
+                            "records on the transfer topic",
+                        )
+                    if control == contract.SKIP:
+                        item.skip = True  # routed as the member it stands for
+                    else:
+                        item.close = True
+                    items.append(item)
+                    continue
+                if ranked and self.side == "send":  # checked where it enters the path
+                    try:
+                        priority.read(headers)
+                    except BadInput as malformed:
+                        raise r.bad(malformed.code, malformed.detail) from None
+                if cut and (why := segments.problem(headers, r.guarantee_id, r.final)):
+                    raise r.bad("bad-segment", why)
+                if fan:
+                    assert headers is not None
+                    item.targets = multicast.read(headers, self.queues, r)
+                gone = self._expiry(item, r, headers, now_ms) if headers else None
+                if gone is not None:
+                    raise gone
+                if size > self.max_record:
+                    raise r.bad(
+                        "oversized",
+                        f"record of {size} bytes exceeds the {self.max_record} bytes "
+                        "a destination accepts (kafka.max_message_bytes)",
+                    )
+                if rejected:
+                    # kept until a batch holding it commits (`forget_rejected`): a
+                    # replay that fails again must dead-letter it again
+                    reason = rejected.get((tp[0], tp[1], m.offset()))
+                    if reason is not None:
+                        raise r.bad("rejected-by-broker", reason)
+                check = validators.get(r.message_type or "") if validators else None
+                if check is not None:
+                    try:
+                        check(value or b"")
+                    except Exception as exc:
+                        schema = rules.schema_by_type[r.message_type or ""]
+                        detail = f"payload is not a {schema}: {exc}"
+                        raise r.bad("undecodable-payload", detail[:500]) from None
+            except BadInput as bad:
+                item.bad = bad
+                policy = (
+                    bad.on_poison
+                    or rules.poison_policy_by_type.get(bad.message_type or "")
+                    or rules.poison_policy
+                )
+                item.stop = bad.guarantee_id is not None and policy == "stop-group"
+            items.append(item)
+
+    def _expiry(
+        self, item: Item, r: contract.Routing, headers: contract.Headers, now_ms: int
+    ) -> BadInput | None:
+        """Read the message's lifetime (`router.contract.lifetime`) into `item.expires_ms`; the
+        reason it is not forwarded if its lifetime ended. A malformed lifetime header
+        raises BadInput(`bad-lifetime`) for the message's group."""
+        rules = self.rules
+        ts_type, ts = item.m.timestamp()
+        try:
+            life = lifetime.read(
+                headers,
+                ts if ts_type else None,
+                min_lifetime_ms=rules.min_lifetime_ms,
+                max_lifetime_ms=rules.max_lifetime_ms,
+                default_on_expiry=rules.on_expiry,
+            )
+        except BadInput as malformed:
+            raise r.bad(malformed.code, malformed.detail) from None
+        if life is None:
+            return None
+        item.expires_ms = life.expires_ms
+        gone = lifetime.expired_input(life, now_ms, self.hop)
+        if gone is None:
+            return None
+        bad = r.bad(gone.code, gone.detail)
+        bad.expires_ms, bad.on_expiry = life.expires_ms, life.on_expiry
+        if r.guarantee_id is not None:  # its group's outcome: the poison machinery's
+            bad.on_poison = "stop-group" if life.on_expiry == "expire-group" else "dead-letter"
+        return bad

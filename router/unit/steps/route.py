@@ -1,0 +1,147 @@
+"""The route step: a classified batch -> one management-table call -> a decision per item.
+
+Requests are `router.table.routing.RouteRequest`s, encoded by the table
+(`router.table.store.management.encode`), so the flags are spelled in one place. A bad message whose
+group is known is routed too, so that its group stays whole (dead-lettered but routed, or stopping
+its group). Redis unavailable marks the batch failed: nothing of it may be forwarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis
+
+from router.config.settings import RoutingSettings
+from router.metrics.registry import Metrics
+from router.table.routing import HELD, RouteRequest
+from router.table.store.management import ManagementTable
+from router.unit.steps.batch import Batch, Item
+from router.unit.steps.holds import Holds
+from router.utils.faults import Faults
+
+log = logging.getLogger("router.route")
+
+
+def request_for(
+    item: Item, rules: RoutingSettings, lane: str, force_share: bool, sequenced: bool = False
+) -> RouteRequest:
+    """What the table needs to know about one item (call only for items with a group or
+    good routing headers). `sequenced`: logical order applies (the send side's; the
+    receive side gets each group from one transfer partition, already in order)."""
+    m, r, bad = item.m, item.routing, item.bad
+    complete = r.complete if r is not None else bad is not None and bad.complete
+    asked_logical = r.logical if r is not None else bad is not None and bad.logical
+    logical = sequenced and asked_logical
+    if r is not None:
+        gid, final, ttl, seq = r.guarantee_id, r.final, r.ttl_ms, r.seq
+    else:
+        assert bad is not None and bad.guarantee_id is not None
+        gid, final, ttl, seq = bad.guarantee_id, bad.final, rules.default_ttl_ms, bad.seq
+    if item.close:
+        assert gid is not None
+        token = f"{lane}/{m.offset()}"
+        return RouteRequest(gid, True, ttl, token, lane, continuation=True, close=True)
+    return RouteRequest(
+        gid,
+        final,
+        ttl,
+        f"{lane}/{m.offset()}" if final or (logical and seq is not None) else "",
+        lane,
+        force_share=force_share,
+        dead=bad is not None and not item.stop,
+        poison_stop=bad is not None and item.stop,
+        # On the receive side a logical group comes from one transfer partition, in order,
+        # from its first member on, or from past a gap the send side gave up on (gap policy
+        # deliver): not an orphan there.
+        continuation=gid is not None and bool(seq) and (logical or not asked_logical),
+        complete=complete,
+        # an unreadable number (a bad member): -1, parked and dead-lettered by the drain
+        seq=(-1 if seq is None else seq) if logical else None,
+        # Lane order (here: also the receive side's logical groups, one lane each): the
+        # table only records a readable number, for `router table show`
+        lane_seq=None if logical or gid is None else seq,
+    )
+
+
+class TableRoute:
+    def __init__(
+        self,
+        table: ManagementTable,
+        rules: RoutingSettings,
+        metrics: Metrics,
+        holds: Holds,
+        faults: Faults,
+        sequenced: bool = False,
+        fanout: bool = False,
+    ) -> None:
+        self.sequenced = sequenced  # logical order applies (send side)
+        self.fanout = fanout  # multicast messages are copied to their queues (receive side)
+        self.table = table
+        self.rules = rules
+        self.metrics = metrics
+        self.holds = holds
+        self.faults = faults
+        self._lanes: dict[tuple[str, int], str] = {}
+
+    def lane(self, topic: str, partition: int) -> str:
+        lane = self._lanes.get((topic, partition))
+        if lane is None:
+            lane = self._lanes[(topic, partition)] = f"{topic}/{partition}"
+        return lane
+
+    def route(self, batch: Batch) -> None:
+        rules, holds, metrics = self.rules, self.holds, self.metrics
+        now = time.monotonic()
+        requests: list[RouteRequest] = []
+        routed: list[Item] = []
+        for item in batch.items:
+            if item.bad is not None and item.bad.guarantee_id is None:
+                # bad (expired, say), and no group to keep whole: dead-lettered as it is,
+                # never given a destination (whose in-flight lease its batch would not end)
+                continue
+            m = item.m
+            force = bool(holds) and holds.timed_out((m.topic(), m.partition()), m.offset(), now)
+            if force:
+                metrics.inc("hold_timeouts")
+            lane = self.lane(m.topic(), m.partition())
+            request = request_for(item, rules, lane, force, self.sequenced)
+            if item.targets and self.fanout and item.bad is None:
+                request.targets = item.targets  # router.table.multicast
+            requests.append(request)
+            routed.append(item)
+        table = self.table
+        epoch, resets = table.epoch, table.resets
+        batch.routed_at = time.monotonic()
+        t0 = time.perf_counter_ns()
+        try:
+            result = table.route(requests, batch=batch.id)
+        except redis.RedisError as exc:
+            metrics.inc("redis_errors")
+            batch.failure = f"Redis unavailable, nothing forwarded: {exc}"
+            return
+        if requests:
+            metrics.inc("redis_round_trips")
+            rtt_ns = time.perf_counter_ns() - t0
+            metrics.inc("route_us", rtt_ns // 1000)
+            metrics.observe("redis_rtt_seconds", rtt_ns / 1e9)
+        metrics.inc("busy_shared", result.shared)
+        metrics.inc("busy_held", result.held)
+        metrics.inc("orphans", result.orphans)
+        if table.resets > resets:
+            metrics.inc("table_resets")
+            batch.table_reset = (epoch, table.epoch)
+            log.error(
+                "table lost (epoch %s -> %s): Redis came back without its data? Groups with "
+                "sequence numbers are protected; open groups without them may split.",
+                epoch,
+                table.epoch,
+            )
+        held_at = batch.held_at
+        for item, decision in zip(routed, result.decisions, strict=True):
+            item.decision = decision
+            if decision == HELD:
+                held_at[(item.m.topic(), item.m.partition())] = item.m.offset()
+        if self.faults.hit("after_route"):
+            self.faults.die("after_route")
