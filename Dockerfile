@@ -5,7 +5,7 @@
 #   docker run --rm kafka-order-router topics plan        any `router` command
 #   docker build --target demo -t kafka-order-router-demo .   plus ops/ for `python -m ops.demo`
 #
-# docker-compose.yml builds both; tests/unit/test_compose.py checks this file against the
+# docker-compose.yml builds both; tests/unit/cli/test_compose.py checks this file against the
 # project (console script, non-root user, pinned Python).
 
 ARG PYTHON_VERSION=3.11.13

@@ -62,10 +62,11 @@ stack-down: ## Stop the local stack; leaves no process of ours running
 stack-status: ## Show what the local stack is running
 	@$(STACK_STATUS)
 
-lint: venv ## ruff (lint + format check) and mypy --strict on router/ and ops/
+lint: venv ## ruff (lint + format check), mypy --strict on router/ and ops/, and the import contracts (layers, no cycles)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy router ops
+	$(BIN)/lint-imports
 
 fmt: venv ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
@@ -84,13 +85,13 @@ bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Ja
 	$(BIN)/python -m ops.bench $(ARGS)
 
 test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Redis ACL + TLS (own servers, ~1 min)
-	ROUTER_TEST_SECURE=1 $(BIN)/pytest tests/integration/secure tests/unit/test_acls.py tests/unit/test_security_config.py
+	ROUTER_TEST_SECURE=1 $(BIN)/pytest tests/integration/secure tests/unit/security
 
 test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster (own servers, ~5 min)
 	ROUTER_TEST_HA=1 $(BIN)/pytest tests/integration/ha
 
 test-sentinel: venv $(JARS) ## Redis failover tests: a primary SIGKILLed under a few thousand messages, and the cost of waiting for replicas (own servers, ~8 min)
-	ROUTER_TEST_SENTINEL=1 $(BIN)/pytest tests/integration/sentinel tests/unit/test_sentinel_settings.py -s
+	ROUTER_TEST_SENTINEL=1 $(BIN)/pytest tests/integration/sentinel tests/unit/backends/test_sentinel_settings.py -s
 
 sentinel-up: ## Start Redis with Sentinel beside the plain stack: primary :6391, replica :6392, Sentinels :26391-26393
 	ops/stack.sh sentinel-up

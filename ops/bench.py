@@ -7,10 +7,10 @@
     .venv/bin/python -m ops.bench --only java --messages 20000   # one part (below) alone
     .venv/bin/python -m ops.bench --only ha --messages 20000     # the three-broker row
 
-Parts (--only, comma-separated; ops/harness/benchplan.py): relays, units, headline,
+Parts (--only, comma-separated; ops/harness/benchmark/plan.py): relays, units, headline,
 chained, scaling, latency, java, ha. A run limited to parts skips the burst.
 
-The full run ends with the burst of open groups (ops/harness/burst.py: ~300 groups, 150
+The full run ends with the burst of open groups (ops/harness/scenarios/burst.py: ~300 groups, 150
 open per plain producer, 3 destinations per side) under `share`, `wait` and `wait` with
 every group whole (`whole`), side by side, three rounds (`--burst-rounds`): throughput,
 ordinary and group latency p50/p99 and interleavings per side, and the ratios to `share`
@@ -31,22 +31,21 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ops.harness import priority_bench
-from ops.harness.bench import (
-    KEY,
+from ops.harness.benchmark import priority
+from ops.harness.benchmark.model import KEY, BenchSpec
+from ops.harness.benchmark.plan import PARTS
+from ops.harness.benchmark.report import (
     LATENCY_COLUMNS,
     THROUGHPUT_COLUMNS,
-    Bench,
-    BenchSpec,
     latency_rows,
     report,
     summary,
     throughput_rows,
 )
-from ops.harness.benchplan import PARTS
-from ops.harness.burst import VARIANTS, BurstStats, burst_report, burst_spec, run_burst
+from ops.harness.benchmark.runner import Bench
 from ops.harness.console import Console
-from ops.harness.pipeline import Pipeline
+from ops.harness.scenarios.burst import VARIANTS, BurstStats, burst_report, burst_spec, run_burst
+from ops.harness.stack.pipeline import Pipeline
 from router.config import RouterSettings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,7 +136,7 @@ def main() -> int:
     if args.burst if args.burst is not None else not (args.quick or only):
         # a guarantee broken fails the run
         kept = burst(settings, args.out, args.burst_rounds, console)
-        priority_bench.stage(settings, args.out, console.say)  # docs/priority.md
+        priority.stage(settings, args.out, console.say)  # docs/explanation/priority.md
     console.say(f"ratio router/raw = {results.ratio:.2f}")
     return 0 if kept else 1
 

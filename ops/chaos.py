@@ -26,9 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ops.harness.chaos import SUMMARY_WIDTH, ChaosSpec, run_chaos, summary_rows
 from ops.harness.console import Console
-from ops.harness.localstack import LocalStack
+from ops.harness.scenarios.chaos_result import SUMMARY_WIDTH, summary_rows
+from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
+from ops.harness.stack.localstack import LocalStack
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 
 ROOT = Path(__file__).resolve().parent.parent

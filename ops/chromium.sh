@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's headless Chromium and its WebDriver, for the status page's browser test
-# (tests/integration/test_console.py).
+# (tests/integration/console/test_console.py).
 #
 #   ops/chromium.sh ensure   print the path of the chromium binary: the installed one, else
 #                            Debian's `chromium` and `chromium-driver` packages installed with

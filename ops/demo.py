@@ -17,9 +17,9 @@ import secrets
 import sys
 from pathlib import Path
 
-from ops.harness.demo import run_demo
-from ops.harness.pipeline import PipelineSpec
-from ops.harness.workload import WorkloadSpec
+from ops.harness.scenarios.demo_run import run_demo
+from ops.harness.stack.pipeline import PipelineSpec
+from ops.harness.traffic.workload import WorkloadSpec
 from router.config import load_settings
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's Prometheus server, for the metrics test (tests/integration/test_prometheus.py)
+# Debian's Prometheus server, for the metrics test (tests/integration/metrics/test_prometheus.py)
 # and for looking at a local pipeline.
 #
 #   ops/prometheus.sh ensure   print the path of a prometheus binary: the one on PATH if

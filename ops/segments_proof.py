@@ -32,8 +32,8 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from ops.harness.collect import read_to_end
-from ops.harness.pipeline import Pipeline, PipelineSpec
+from ops.harness.stack.pipeline import Pipeline, PipelineSpec
+from ops.harness.traffic.final_read import read_to_end
 from router.config import RouterSettings, load_settings
 from router.contract import segments
 

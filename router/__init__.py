@@ -4,16 +4,25 @@ Messages that share a guarantee ID reach one receive queue, in the order sent, w
 other messages interleaved while the group is open. See README.md and docs/.
 
 The public entry points: `router.sender.Sender`, `router.receiver.Receiver`,
-`router.config.RouterSettings`, `router.contract` (the headers), `router.table.multicast` (the
-multicast headers, `router.contract.multicast`), `router.errors.RouterError` (re-exported
-here) and the `router` console script (`router.cli:main`).
+`router.config.RouterSettings`, `router.contract` (the headers), `router.multicast` (the
+multicast headers, `router.contract.multicast`), `router.errors` (the exceptions,
+re-exported here: `RouterError`, the base of every one the router raises on purpose, and
+those a caller acts on: `InvalidRequest`, `ConfigError`, `ConfigNotFound`, `NotReady`,
+`TimedOut`) and the `router` console script (`router.cli:main`).
 """
 
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 
-from router.errors import RouterError
+from router.errors import (
+    ConfigError,
+    ConfigNotFound,
+    InvalidRequest,
+    NotReady,
+    RouterError,
+    TimedOut,
+)
 
 try:
     __version__ = version("kafka-order-router")
@@ -33,4 +42,12 @@ def __getattr__(name: str) -> ModuleType:
     raise AttributeError(f"module 'router' has no attribute {name!r}")
 
 
-__all__ = ["RouterError", "__version__"]
+__all__ = [
+    "ConfigError",
+    "ConfigNotFound",
+    "InvalidRequest",
+    "NotReady",
+    "RouterError",
+    "TimedOut",
+    "__version__",
+]

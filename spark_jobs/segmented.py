@@ -6,7 +6,7 @@ The contract is `router.contract.segments`'s: a payload too large for one record
 message travels as a group of its own whose guarantee ID is its segment ID. When a
 group is complete (its members in sequence, checked by `groups`), `assemble` puts each
 run of segments back into one message, its length and SHA-256 checked, or says what is
-wrong, with the reason codes of `router.receiver.reassembly` (docs/routing.md, "Segments"):
+wrong, with the reason codes of `router.receiver.reassembly` (docs/explanation/segments.md):
 
 * `segment-missing`: an index never came, or the message ended without its last segment
   (the next member is not one of its segments);

@@ -22,7 +22,7 @@ from spark_jobs import domain
 
 
 def group_size(rng: random.Random, max_lines: int) -> int:
-    """Mostly small orders, some medium, a few large (as `ops.harness.workload`)."""
+    """Mostly small orders, some medium, a few large (as `ops.harness.traffic.workload`)."""
     roll = rng.random()
     if roll < 0.5:
         return rng.randint(1, min(5, max_lines))

@@ -90,7 +90,7 @@ def to_router_rows(
     `partitions` sets how many tasks write (default `spark.sql.shuffle.partitions`).
 
     **Segments** (`segment_bytes`, at least 1024 and 16 KiB under 1 MiB): a payload
-    larger than that becomes segments of that size (docs/routing.md, "Segments"). A
+    larger than that becomes segments of that size (docs/explanation/segments.md). A
     group's member takes one `guarantee-seq` per segment: a member's number is its
     `sequence` plus the extra numbers the group's earlier segmented members of this
     DataFrame took (so number a group continued in a later DataFrame accordingly); the

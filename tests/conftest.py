@@ -17,7 +17,7 @@ import logging
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,15 +25,15 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ops.harness.localstack import LocalStack
-from ops.harness.pipeline import Pipeline, PipelineSpec
+from ops.harness.stack.localstack import LocalStack
+from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from router.backends.redis import client as redisclient
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 from router.topology.side import table_for
 from router.topology.topics import ensure_topics, plan
-from tests.helpers import unique, wait_until
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.fixtures.factories import PipelineFactory, TopicFactory, TopologyFactory
+from tests.fixtures.helpers import unique, wait_until
+from tests.fixtures.paths import ROOT
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -172,9 +172,6 @@ def admin(kafka_bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": kafka_bootstrap})
 
 
-TopicFactory = Callable[..., str]
-
-
 @pytest.fixture
 def new_topic(admin: AdminClient) -> Iterator[TopicFactory]:
     """Create uniquely named topics for one test; deleted afterwards."""
@@ -235,9 +232,6 @@ def base_settings(kafka_bootstrap: str, redis_url: str) -> RouterSettings:
     )
 
 
-PipelineFactory = Callable[..., Pipeline]
-
-
 @pytest.fixture
 def pipeline(base_settings: RouterSettings, tmp_path: Path) -> Iterator[PipelineFactory]:
     """Start whole topologies (unit processes) for one test; stopped and deleted after."""
@@ -264,9 +258,6 @@ def pipeline(base_settings: RouterSettings, tmp_path: Path) -> Iterator[Pipeline
         if crashed:
             logs = "\n".join(f"--- {x.name}\n{x.tail(30)}" for x in p.fleet.procs)
             pytest.fail(f"router processes exited badly: {crashed}\n{logs}")
-
-
-TopologyFactory = Callable[..., RouterSettings]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@
 //        [--batch-size 1000000] [--retry-backoff-ms 10] [--group-protocol consumer]
 //        [--consumer.<property> value]... [--producer.<property> value]...
 //
-// Built and run by ops/harness/javarelay.py (javac against the jars ops/stack.sh caches).
+// Built and run by ops/harness/benchmark/javarelay.py (javac against the jars ops/stack.sh caches).
 // SIGTERM: finish the batch in hand, commit, leave the group, exit 0. A transaction that
 // fails is aborted and the consumer rewound to the group's committed offsets; a fenced
 // producer or any other fatal error exits 1 (its partitions go on from the committed offsets).

@@ -115,7 +115,7 @@ def table_list(
 @click.pass_context
 def table_show(ctx: click.Context, guarantee_id: str, side: str | None, as_json: bool) -> None:
     """One group end to end: a sender's record of it (lane, next seq as of its last
-    checkpoint: docs/resume.md), its entry on each side (state, destination, lane, age,
+    checkpoint: docs/explanation/resume.md), its entry on each side (state, destination, lane, age,
     idle time, TTL, parked messages, waiting room) and receivers' statuses (last seq done,
     complete). The end records exist for clients with a sender ID or receiver state.
     Exit 1 if none of them has the group."""

@@ -2,9 +2,10 @@
 
 `Sender` and `Receiver` take the dict a confluent-kafka `Producer` or `Consumer` would
 take. What the guarantees depend on is added, and a dict that contradicts it is refused
-with a ValueError naming the property, instead of being silently overridden:
+with a ConfigError (a ValueError) naming the property, instead of being silently
+overridden:
 
-| client   | set (another value in the dict is a ValueError)                          |
+| client   | set (another value in the dict is a ConfigError)                         |
 |----------|--------------------------------------------------------------------------|
 | Sender   | `enable.idempotence=true`, `acks=all`; no `transactional.id`              |
 | Receiver | `isolation.level=read_committed`, `enable.auto.offset.store=false`; and a |
@@ -25,7 +26,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from router.config.settings import TopologySettings
+from router.errors import ConfigError, NotReady
 
 # Properties of one client kind only: left out of the helper clients (the admin client
 # and committed-offset reader a Sender runs beside its producer), which librdkafka would
@@ -103,12 +107,12 @@ def _flag(value: Any) -> bool:
 
 def _require(config: Mapping[str, Any], key: str, ok: bool, needed: str, why: str) -> None:
     if key in config and not ok:
-        raise ValueError(f"{key}={config[key]!r} is not allowed: {why} needs {key}={needed}")
+        raise ConfigError(f"{key}={config[key]!r} is not allowed: {why} needs {key}={needed}")
 
 
 def producer_config(config: Mapping[str, Any], client_id: str) -> dict[str, Any]:
     """The Sender's producer: the defaults < `config` < idempotence and acks=all (a group's
-    order survives retries only with both); ValueError if `config` says otherwise."""
+    order survives retries only with both); ConfigError if `config` says otherwise."""
     _require(
         config,
         "enable.idempotence",
@@ -120,7 +124,7 @@ def producer_config(config: Mapping[str, Any], client_id: str) -> dict[str, Any]
         value = str(config.get(key, "all")).strip().lower()
         _require(config, key, value in ("all", "-1"), "all", "a group's order across retries")
     if "transactional.id" in config:
-        raise ValueError(
+        raise ConfigError(
             "transactional.id is not allowed: the Sender produces with an idempotent "
             "producer, outside transactions (use confluent_kafka.Producer for those)"
         )
@@ -136,10 +140,10 @@ def producer_config(config: Mapping[str, Any], client_id: str) -> dict[str, Any]
 
 def consumer_config(config: Mapping[str, Any], client_id: str) -> dict[str, Any]:
     """The Receiver's consumer: the defaults < `config` < committed reads and offsets
-    stored only for processed messages; ValueError if `config` says otherwise or has no
+    stored only for processed messages; ConfigError if `config` says otherwise or has no
     `group.id` (the consumer group whose committed offsets say what was processed)."""
     if not config.get("group.id"):
-        raise ValueError("group.id is required: the receiver commits what it processed there")
+        raise ConfigError("group.id is required: the receiver commits what it processed there")
     isolation = str(config.get("isolation.level", "read_committed")).strip().lower()
     _require(
         config,
@@ -172,8 +176,17 @@ def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in PRODUCER_ONLY | CONSUMER_ONLY}
 
 
+def _topology(name: str) -> TopologySettings:
+    """Topology `name`'s settings; ConfigError (pydantic's ValidationError as its cause,
+    with the same message) for a name no topology can have."""
+    try:
+        return TopologySettings(name=name)
+    except ValidationError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def _pattern(name: str, side: Side) -> re.Pattern[str]:
-    TopologySettings(name=name)  # ValueError for a name no topology can have
+    _topology(name)  # ConfigError for a name no topology can have
     return re.compile(rf"^{re.escape(name)}\.{'send' if side == 'send' else 'recv'}\.(\d+)$")
 
 
@@ -189,22 +202,22 @@ def discover_send_queues(
     admin: Any, queues: Sequence[str] | None, topology: str | None
 ) -> tuple[list[str], list[tuple[str, int]]]:
     """The send queues (given, or the topology's) and their partitions, from the broker's
-    metadata (`admin`: an AdminClient); RuntimeError if they do not exist."""
+    metadata (`admin`: an AdminClient); NotReady if they do not exist."""
     meta = admin.list_topics(timeout=30).topics
     if not queues:
         queues = topology_queues(str(topology), "send", meta)
         if not queues:
-            raise RuntimeError(
+            raise NotReady(
                 f"topology {topology!r} has no send queues {topology}.send.<n> "
                 "(run `router topics create` first, or give send_queues)"
             )
     missing = [q for q in queues if q not in meta]
     if missing:
-        raise RuntimeError(f"send queues {missing} do not exist (run `router topics create` first)")
+        raise NotReady(f"send queues {missing} do not exist (run `router topics create` first)")
     return list(queues), [(q, p) for q in queues for p in sorted(meta[q].partitions)]
 
 
 def units_group(name: str) -> str:
     """The consumer group of topology `name`'s send units (the backlog is measured
     against its committed offsets)."""
-    return TopologySettings(name=name).send_group
+    return _topology(name).send_group

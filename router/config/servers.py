@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from router.errors import ConfigError
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -33,19 +35,19 @@ def read_secret(path: Path, what: str) -> str:
     try:
         text = path.read_text("utf-8")
     except OSError as exc:
-        raise ValueError(f"cannot read the {what} file {path}: {exc.strerror}") from exc
+        raise ConfigError(f"cannot read the {what} file {path}: {exc.strerror}") from exc
     lines = text.splitlines()
     if not lines or not lines[0]:
-        raise ValueError(f"the {what} file {path} is empty")
+        raise ConfigError(f"the {what} file {path} is empty")
     return lines[0]
 
 
 def sentinel_address(address: str) -> tuple[str, int]:
-    """ "host:port" (or "[v6 address]:port") -> (host, port), or a ValueError saying why."""
+    """ "host:port" (or "[v6 address]:port") -> (host, port), or a ConfigError saying why."""
     host, colon, port = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"redis.sentinels: {address!r} is not host:port")
+        raise ConfigError(f"redis.sentinels: {address!r} is not host:port")
     return host, int(port)
 
 
@@ -77,7 +79,7 @@ class KafkaSettings(_Section):
     def _no_secrets_in_client_config(cls, value: dict[str, str]) -> dict[str, str]:
         secret = sorted(SECRET_CLIENT_KEYS & set(value))
         if secret:
-            raise ValueError(
+            raise ConfigError(
                 f"client_config may not hold secrets ({', '.join(secret)}): use "
                 "kafka.sasl_password (ROUTER_KAFKA__SASL_PASSWORD), kafka.sasl_password_file "
                 "or kafka.ssl_key_password"
@@ -87,10 +89,10 @@ class KafkaSettings(_Section):
     @model_validator(mode="after")
     def _one_password_source(self) -> KafkaSettings:
         if self.sasl_password is not None and self.sasl_password_file is not None:
-            raise ValueError("set kafka.sasl_password or kafka.sasl_password_file, not both")
+            raise ConfigError("set kafka.sasl_password or kafka.sasl_password_file, not both")
         rf, isr = self.replication_factor, self.min_insync_replicas
         if rf is not None and isr is not None and isr > rf:
-            raise ValueError(
+            raise ConfigError(
                 f"kafka.min_insync_replicas ({isr}) above kafka.replication_factor ({rf}): "
                 "no acks=all write could ever succeed"
             )
@@ -142,10 +144,10 @@ class RedisSettings(_Section):
     @classmethod
     def _no_credentials_in_url(cls, value: str) -> str:
         if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("redis.url must start with redis://, rediss:// (TLS) or unix://")
+            raise ConfigError("redis.url must start with redis://, rediss:// (TLS) or unix://")
         netloc = value.split("://", 1)[1].split("/", 1)[0]
         if "@" in netloc:
-            raise ValueError(
+            raise ConfigError(
                 "redis.url may not hold credentials (it is printed and logged): use "
                 "redis.username and redis.password (ROUTER_REDIS__PASSWORD) or redis.password_file"
             )
@@ -154,18 +156,18 @@ class RedisSettings(_Section):
     @model_validator(mode="after")
     def _consistent(self) -> RedisSettings:
         if self.password is not None and self.password_file is not None:
-            raise ValueError("set redis.password or redis.password_file, not both")
+            raise ConfigError("set redis.password or redis.password_file, not both")
         tls = (self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
         if any(tls) and not self.tls:
-            raise ValueError("redis.tls_* files need a rediss:// URL (TLS)")
+            raise ConfigError("redis.tls_* files need a rediss:// URL (TLS)")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("redis.tls_cert_file and redis.tls_key_file go together")
+            raise ConfigError("redis.tls_cert_file and redis.tls_key_file go together")
         if bool(self.sentinels) != bool(self.sentinel_service):
-            raise ValueError("redis.sentinels and redis.sentinel_service go together")
+            raise ConfigError("redis.sentinels and redis.sentinel_service go together")
         if self.sentinels and self.url.startswith("unix://"):
-            raise ValueError("redis.sentinels need a redis:// or rediss:// URL, not unix://")
+            raise ConfigError("redis.sentinels need a redis:// or rediss:// URL, not unix://")
         if self.replica_ack_timeout_ms >= self.socket_timeout_s * 1000:
-            raise ValueError(
+            raise ConfigError(
                 f"redis.replica_ack_timeout_ms ({self.replica_ack_timeout_ms}) must be below "
                 f"redis.socket_timeout_s ({self.socket_timeout_s} s): the wait for replicas "
                 "would end on the socket's timeout instead"

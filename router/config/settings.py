@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from tomllib import TOMLDecodeError
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -28,6 +30,7 @@ from router.config.servers import (
     _Section,
     read_secret,
 )
+from router.errors import ConfigError, ConfigNotFound
 
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -70,7 +73,7 @@ class TopologySettings(_Section):
     @classmethod
     def _name_is_topic_safe(cls, value: str) -> str:
         if not _TOPIC.match(value):
-            raise ValueError("topology name may only use letters, digits, '.', '_' and '-'")
+            raise ConfigError("topology name may only use letters, digits, '.', '_' and '-'")
         return value
 
     @model_validator(mode="after")
@@ -102,9 +105,9 @@ class TopologySettings(_Section):
         ]
         bad = [n for n in names if not _TOPIC.match(n)]
         if bad:
-            raise ValueError(f"invalid Kafka topic names: {bad}")
+            raise ConfigError(f"invalid Kafka topic names: {bad}")
         if len(set(names)) != len(names):
-            raise ValueError("send queues, receive queues and router topics must all differ")
+            raise ConfigError("send queues, receive queues and router topics must all differ")
         return self
 
     def room_topic(self, side: str) -> str:
@@ -126,7 +129,7 @@ class RoutingSettings(_Section):
     # What a new group or an ordinary message gets when every destination is in charge of
     # an open group: "share" the least-loaded one (order kept, interleaving allowed), or
     # "hold" the message (and its source partition) until a destination frees, for at
-    # most hold_timeout_ms, after which it is shared. See docs/routing.md.
+    # most hold_timeout_ms, after which it is shared. See docs/explanation/routing.md.
     # or "wait": park the group in the waiting room (off its source partition) until a
     # destination frees, first come first served; nothing is ever interleaved.
     busy_policy: Literal["share", "hold", "wait"] = "share"
@@ -189,18 +192,18 @@ class RoutingSettings(_Section):
     @model_validator(mode="after")
     def _ttls_in_bounds(self) -> RoutingSettings:
         if self.min_ttl_ms > self.max_ttl_ms:
-            raise ValueError("min_ttl_ms must not exceed max_ttl_ms")
+            raise ConfigError("min_ttl_ms must not exceed max_ttl_ms")
         if self.min_lifetime_ms > self.max_lifetime_ms:
-            raise ValueError("min_lifetime_ms must not exceed max_lifetime_ms")
+            raise ConfigError("min_lifetime_ms must not exceed max_lifetime_ms")
         for kind, ttl in {"(default)": self.default_ttl_ms, **self.ttl_by_type}.items():
             if not self.min_ttl_ms <= ttl <= self.max_ttl_ms:
-                raise ValueError(f"TTL of message type {kind} ({ttl} ms) is outside the bounds")
+                raise ConfigError(f"TTL of message type {kind} ({ttl} ms) is outside the bounds")
         unknown = sorted(set(self.delivery_by_type) - set(self.ttl_by_type))
         if unknown:
-            raise ValueError(f"delivery_by_type names message types not in ttl_by_type: {unknown}")
+            raise ConfigError(f"delivery_by_type names message types not in ttl_by_type: {unknown}")
         wants = {self.default_delivery, *self.delivery_by_type.values()}
         if "complete" in wants and self.busy_policy != "wait":
-            raise ValueError(
+            raise ConfigError(
                 'complete delivery stages groups in the waiting room: it needs busy_policy "wait"'
             )
         return self
@@ -221,7 +224,7 @@ class UnitSettings(_Section):
     # ... but only while there is a backlog: a batch in flight with fewer messages than
     # this commits before the next poll. At a light load the next message would wait for
     # that commit anyway, and deciding it meanwhile competes with the commit for the GIL
-    # and the cores (docs/performance.md: 91.6 -> 38.5 ms p50 at 1,000 msg/s). A unit
+    # and the cores (docs/explanation/performance.md: 91.6 -> 38.5 ms p50 at 1,000 msg/s). A unit
     # that falls behind polls larger batches and overlaps again. 0: always overlap.
     overlap_min_batch: int = Field(100, ge=0)
     # Back-off while Redis or the broker is unreachable.
@@ -243,22 +246,22 @@ class SweeperSettings(_Section):
 
 
 def check_bands(bands: int, min_share: float) -> None:
-    """ValueError unless `bands` priority bands with a minimum share of `min_share` each
+    """ConfigError unless `bands` priority bands with a minimum share of `min_share` each
     leave the highest band at least half of a unit's batches (`router.contract.bandsched`)."""
     if bands < 1:
-        raise ValueError("bands must be at least 1")
+        raise ConfigError("bands must be at least 1")
     if not 0 < min_share <= 1:
-        raise ValueError("min_share must be in (0, 1]")
+        raise ConfigError("min_share must be in (0, 1]")
     if bands > 1 and min_share * (bands - 1) > 0.5:
-        raise ValueError(
+        raise ConfigError(
             f"min_share {min_share} x {bands - 1} lower bands leaves the highest band with a "
             "backlog less than half of the batches: at most 0.5 / (bands - 1)"
         )
 
 
 class PrioritySettings(_Section):
-    # Priority bands (router/contract/priority.py, docs/priority.md): 1 = none; N > 1 adds the
-    # topics <topic>.p1 .. <topic>.p<N-1> beside every send queue, the transfer topic and
+    # Priority bands (router/contract/priority.py, docs/explanation/priority.md): 1 = none; N > 1
+    # adds the topics <topic>.p1 .. <topic>.p<N-1> beside every send queue, the transfer topic and
     # every receive queue. Header message-priority 0..9 falls in band priority * N // 10.
     bands: int = Field(1, ge=1, le=10)
     # Each lower band with a backlog gets at least this share of a unit's batches
@@ -317,16 +320,23 @@ class RouterSettings(BaseSettings):
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> RouterSettings:
     """Build the settings once: overrides > environment > TOML file > defaults.
 
-    `config_file` defaults to the ROUTER_CONFIG environment variable, if set.
+    `config_file` defaults to the ROUTER_CONFIG environment variable, if set. Settings that
+    contradict themselves, or a TOML file or environment variable that cannot be read,
+    raise ConfigError, with the same message as the error it wraps (its `__cause__`:
+    pydantic's ValidationError, pydantic-settings' SettingsError, a TOMLDecodeError); a
+    missing file raises ConfigNotFound (a FileNotFoundError).
     """
     path = config_file or os.environ.get("ROUTER_CONFIG")
-    if not path:
-        return RouterSettings(**overrides)
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"configuration file not found: {file}")
+    try:
+        if not path:
+            return RouterSettings(**overrides)
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigNotFound(f"configuration file not found: {file}")
 
-    class _FromFile(RouterSettings):
-        model_config = SettingsConfigDict(**{**RouterSettings.model_config, "toml_file": file})
+        class _FromFile(RouterSettings):
+            model_config = SettingsConfigDict(**{**RouterSettings.model_config, "toml_file": file})
 
-    return _FromFile(**overrides)
+        return _FromFile(**overrides)
+    except (ValidationError, SettingsError, TOMLDecodeError) as exc:
+        raise ConfigError(str(exc)) from exc

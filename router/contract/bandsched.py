@@ -34,7 +34,7 @@ class Turn:
 
 def starvation_bound(bands: int, min_share: float) -> int:
     """A band that keeps a backlog is consumed in at least one of any this many
-    consecutive batches (tests/unit/test_priority.py checks it as a property)."""
+    consecutive batches (tests/unit/contract/test_priority.py checks it as a property)."""
     check_bands(bands, min_share)
     if bands == 1:
         return 1

@@ -16,7 +16,7 @@ without this library, and the router never decodes a payload to route it.
 
 A large message travels as *segments*, each a member of a group, with `segment-id`,
 `segment-index`, `segment-last` and, on the last, `segment-bytes` and `segment-sha256`
-(`router/contract/segments.py`, docs/routing.md "Segments").
+(`router/contract/segments.py`, docs/explanation/segments.md).
 
 The router adds `router-origin` (`topic/partition/offset` of the send queue record) when
 it forwards, and keeps every other header, the key, the value and the timestamp.
@@ -32,6 +32,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from router.config.settings import RoutingSettings
+from router.errors import InvalidRequest, RouterError
 
 GUARANTEE_ID = "guarantee-id"
 FINAL = "guarantee-final"
@@ -40,12 +41,12 @@ MESSAGE_TYPE = "message-type"
 TTL_MS = "guarantee-ttl-ms"
 ON_POISON = "guarantee-on-poison"
 # "complete": the group is staged in the waiting room until its final, then written whole
-# to one destination (docs/routing.md, "Whole-group delivery"); "stream" (default): as
+# to one destination (docs/explanation/whole-groups.md); "stream" (default): as
 # its members arrive.
 DELIVERY = "guarantee-delivery"
 DELIVERIES = ("stream", "complete")
 # "logical": the group's members are delivered in `guarantee-seq` order whatever the send
-# queue partition or physical order they arrive in (docs/routing.md, "Logical order");
+# queue partition or physical order they arrive in (docs/explanation/logical-order.md);
 # "lane" (default): one send-queue partition, physical order.
 ORDER = "guarantee-order"
 ORDERS = ("lane", "logical")
@@ -98,7 +99,7 @@ Headers = Sequence[tuple[str, bytes | None]]
 T = TypeVar("T")
 
 
-class BadInput(Exception):
+class BadInput(RouterError):
     """A message the router cannot route; it is dead-lettered with this reason.
 
     When the message's group is known (its guarantee ID was readable), `guarantee_id`,
@@ -347,7 +348,7 @@ def headers_for(
         if order is not None:
             out.append((ORDER, order.encode("ascii")))
     elif final:
-        raise ValueError("an ordinary message (no guarantee ID) cannot be final")
+        raise InvalidRequest("an ordinary message (no guarantee ID) cannot be final")
     if message_type is not None:
         out.append((MESSAGE_TYPE, message_type.encode("utf-8")))
     return out

@@ -3,7 +3,7 @@ checked (pure: no I/O). The table's rule for a copy is `router.table.multicast`.
 
 A message is point-to-point (the default): it reaches one receive queue. With the header
 `message-delivery: multicast` it reaches **every** receive queue of the topology, or with
-`multicast-queues: q1,q3` as well only the receive queues named there (docs/routing.md,
+`multicast-queues: q1,q3` as well only the receive queues named there (docs/explanation/routing.md,
 "Multicast"):
 
 * The send side routes it like any ordinary message (one clean transfer partition); the
@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from router.contract.headers import BadInput, Headers, Routing
+from router.errors import InvalidRequest
 
 DELIVERY = "message-delivery"
 QUEUES = "multicast-queues"
@@ -102,14 +103,14 @@ def headers(queues: Sequence[str] | None = None) -> list[tuple[str, bytes]]:
     out = [(DELIVERY, MULTICAST.encode())]
     if queues is not None:
         if not queues or not all(queues) or any("," in q for q in queues):
-            raise ValueError(f"multicast queues must be non-empty queue names: {queues!r}")
+            raise InvalidRequest(f"multicast queues must be non-empty queue names: {queues!r}")
         out.append((QUEUES, ",".join(queues).encode()))
     return out
 
 
 def check_send(headers: Sequence[tuple[str, str | bytes | None]], gid: str | None) -> None:
     """What `Sender.send` checks before sending (the queue names are the router's to
-    check): ValueError for what the router would dead-letter whatever the topology."""
+    check): InvalidRequest for what the router would dead-letter whatever the topology."""
     given = [
         (k, v.encode() if isinstance(v, str) else v or b"") for k, v in headers if k in HEADERS
     ]
@@ -119,4 +120,4 @@ def check_send(headers: Sequence[tuple[str, str | bytes | None]], gid: str | Non
         read(given, (), Routing(gid, False, 1))
     except BadInput as bad:
         if bad.code != "unknown-queue":  # no topology here: the names are checked there
-            raise ValueError(bad.detail) from None
+            raise InvalidRequest(bad.detail) from None

@@ -22,6 +22,7 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 
 from router.contract.headers import BadInput
+from router.errors import InvalidRequest
 
 PRIORITY = "message-priority"
 BAND = "router-band"  # the band the send unit decided: every later hop reads this
@@ -57,17 +58,17 @@ def read(headers: Headers | None) -> int | None:
 def band_of(priority: int | None, bands: int) -> int:
     """The band (0 = lowest, the topic itself) a priority falls in, out of `bands`."""
     if not 1 <= bands <= MAX_BANDS:
-        raise ValueError(f"bands must be 1..{MAX_BANDS}, not {bands}")
+        raise InvalidRequest(f"bands must be 1..{MAX_BANDS}, not {bands}")
     p = DEFAULT_PRIORITY if priority is None else priority
     if not 0 <= p <= MAX_PRIORITY:
-        raise ValueError(f"priority must be 0..{MAX_PRIORITY}, not {p}")
+        raise InvalidRequest(f"priority must be 0..{MAX_PRIORITY}, not {p}")
     return p * bands // MAX_BANDS
 
 
 def band_topic(topic: str, band: int) -> str:
     """The topic of `band` for a base topic: the topic itself for band 0."""
     if not 0 <= band < MAX_BANDS:
-        raise ValueError(f"band must be 0..{MAX_BANDS - 1}, not {band}")
+        raise InvalidRequest(f"band must be 0..{MAX_BANDS - 1}, not {band}")
     return topic if band == 0 else f"{topic}.p{band}"
 
 
@@ -111,7 +112,7 @@ def stamp(headers: Headers | None, band: int) -> list[tuple[str, bytes | None]]:
 def header(priority: int) -> tuple[str, bytes]:
     """The priority header, for any producer (checked)."""
     if not 0 <= priority <= MAX_PRIORITY:
-        raise ValueError(f"priority must be 0..{MAX_PRIORITY}, not {priority}")
+        raise InvalidRequest(f"priority must be 0..{MAX_PRIORITY}, not {priority}")
     return (PRIORITY, str(priority).encode())
 
 
@@ -132,13 +133,13 @@ def sender_band(
     given: int | None, headers: Sequence[tuple[str, str | bytes | None]], bands: int
 ) -> tuple[int, list[tuple[str, bytes]]]:
     """A library sender's message: its band, from `priority=` or from the caller's own
-    `message-priority` header (not both), and the header to add. ValueError if malformed."""
+    `message-priority` header (not both), and the header to add. InvalidRequest if malformed."""
     own = [(k, v.encode() if isinstance(v, str) else v) for k, v in headers if k == PRIORITY]
     if given is not None and own:
-        raise ValueError(f"give the priority once: priority={given} and a {PRIORITY!r} header")
+        raise InvalidRequest(f"give the priority once: priority={given} and a {PRIORITY!r} header")
     if given is not None:
         return band_of(given, bands), [header(given)]
     try:
         return band_of(read(own), bands), []
     except BadInput as bad:
-        raise ValueError(bad.detail) from None
+        raise InvalidRequest(bad.detail) from None

@@ -4,8 +4,8 @@ A caller may pass routing headers (`router/contract/headers.py`) in `headers` it
 kcat or Java user would, instead of or as well as the keyword arguments: they are read
 and checked here, and the message carries each routing header once. A routing header
 given twice (twice in `headers`, or in `headers` and as an argument with another value)
-is a ValueError: nothing reaches Kafka that the router would dead-letter for it. The
-sender's open groups check the numbers (`router.sender.groups`).
+is an InvalidRequest (a ValueError): nothing reaches Kafka that the router would
+dead-letter for it. The sender's open groups check the numbers (`router.sender.groups`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Literal
 
 from router import contract
 from router.contract.multicast import check_send
+from router.errors import InvalidRequest
 
 HeaderValue = str | bytes | None
 Order = Literal["lane", "logical"]
@@ -60,17 +61,17 @@ def _text(name: str, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"header {name!r} is not valid UTF-8: {raw[:32]!r}") from None
+        raise InvalidRequest(f"header {name!r} is not valid UTF-8: {raw[:32]!r}") from None
 
 
 def _agree(name: str, argument: str | None, given: dict[str, bytes | None]) -> str | None:
-    """The value of `name` from the argument or the header; ValueError if they differ."""
+    """The value of `name` from the argument or the header; InvalidRequest if they differ."""
     if name not in given:
         return argument
     raw = given[name]
     text = _text(name, raw) if raw else None
     if argument is not None and text != argument:
-        raise ValueError(
+        raise InvalidRequest(
             f"{name} given twice with different values: {argument!r} as an argument, "
             f"{text!r} in headers"
         )
@@ -81,13 +82,13 @@ def _number(name: str, text: str | None) -> int | None:
     if text is None:
         return None
     if not (text.isascii() and text.isdigit()):
-        raise ValueError(f"header {name!r} must be a non-negative integer, not {text[:32]!r}")
+        raise InvalidRequest(f"header {name!r} must be a non-negative integer, not {text[:32]!r}")
     return int(text)
 
 
 def _one_of(name: str, text: str | None, allowed: Sequence[str]) -> str | None:
     if text is not None and text not in allowed:
-        raise ValueError(f"header {name!r} must be one of {tuple(allowed)}, not {text[:32]!r}")
+        raise InvalidRequest(f"header {name!r} must be one of {tuple(allowed)}, not {text[:32]!r}")
     return text
 
 
@@ -97,10 +98,10 @@ def _final(argument: bool, given: dict[str, bytes | None]) -> bool:
     raw = given[contract.FINAL] or b""
     text = _text(contract.FINAL, raw).lower()
     if text not in ("true", "false", "1", "0"):
-        raise ValueError(f"header {contract.FINAL!r} must be true or false, not {raw[:32]!r}")
+        raise InvalidRequest(f"header {contract.FINAL!r} must be true or false, not {raw[:32]!r}")
     flag = text in ("true", "1")
     if argument and not flag:
-        raise ValueError(f"final=True as an argument, but {contract.FINAL}: {text} in headers")
+        raise InvalidRequest(f"final=True as an argument, but {contract.FINAL}: {text} in headers")
     return flag
 
 
@@ -114,16 +115,18 @@ def request(
     delivery: str | None,
     default_order: Order = "lane",
 ) -> Request:
-    """Read one `send()` call; ValueError for a routing header given twice or malformed."""
+    """Read one `send()` call; InvalidRequest for a routing header given twice or malformed."""
     given: dict[str, bytes | None] = {}
     others: list[tuple[str, HeaderValue]] = []
     for name, value in headers:
         if name in contract.SEGMENT_HEADERS:
-            raise ValueError(f"header {name!r} is the sender's to set: it segments large payloads")
+            raise InvalidRequest(
+                f"header {name!r} is the sender's to set: it segments large payloads"
+            )
         if name not in contract.ROUTING_HEADERS:
             others.append((name, value))
         elif name in given:
-            raise ValueError(f"header {name!r} appears more than once in headers")
+            raise InvalidRequest(f"header {name!r} appears more than once in headers")
         else:
             given[name] = _bytes(value)
             if name not in READ:
@@ -132,13 +135,13 @@ def request(
     check_send(others, gid)  # passed on as they are, once checked
     is_final = _final(final, given)
     if is_final and gid is None:
-        raise ValueError("an ordinary message (no guarantee ID) cannot be final")
+        raise InvalidRequest("an ordinary message (no guarantee ID) cannot be final")
     seq = _number(contract.SEQ, _agree(contract.SEQ, None, given))
     if seq is not None and gid is None:
-        raise ValueError(f"{contract.SEQ!r} on a message without a guarantee ID")
+        raise InvalidRequest(f"{contract.SEQ!r} on a message without a guarantee ID")
     ttl = _number(contract.TTL_MS, _agree(contract.TTL_MS, None, given))
     if ttl is not None and ttl_ms is not None and ttl != ttl_ms:
-        raise ValueError(
+        raise InvalidRequest(
             f"{contract.TTL_MS} given twice with different values: {ttl_ms} as an argument, "
             f"{ttl} in headers"
         )

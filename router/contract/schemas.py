@@ -16,6 +16,8 @@ from typing import Any
 
 import fastavro
 
+from router.errors import InvalidRequest
+
 SCHEMA_HEADER = "schema"
 
 
@@ -82,11 +84,11 @@ def decode(name: str, data: bytes) -> Any:
 
 
 def validate(name: str, data: bytes) -> None:
-    """Raise ValueError unless `data` is exactly one record of schema `name`."""
+    """Raise InvalidRequest unless `data` is exactly one record of schema `name`."""
     buffer = io.BytesIO(data)
     try:
         fastavro.schemaless_reader(buffer, load(name), None)
     except Exception as exc:
-        raise ValueError(f"not a {name}: {exc}") from None
+        raise InvalidRequest(f"not a {name}: {exc}") from None
     if buffer.tell() != len(data):
-        raise ValueError(f"not a {name}: {len(data) - buffer.tell()} bytes left over")
+        raise InvalidRequest(f"not a {name}: {len(data) - buffer.tell()} bytes left over")

@@ -4,7 +4,7 @@ A payload larger than the sender's segment size travels as several records, each
 *segment*: a member of a group (the message's own group, or for an ordinary message a
 group of its own whose guarantee ID is the segment ID), so the router keeps the segments
 contiguous and in order on one receive queue like any group. The headers
-(`router/contract/headers.py`; docs/routing.md, "Segments"):
+(`router/contract/headers.py`; docs/explanation/segments.md):
 
 | header           | on          | value                                                   |
 |------------------|-------------|---------------------------------------------------------|
@@ -36,6 +36,7 @@ from router.contract.headers import (
     SEGMENT_SHA256,
 )
 from router.contract.request import Request
+from router.errors import ConfigError, InvalidRequest
 
 __all__ = ["HEADERS", "BadSegment", "Part", "Segment", "plan", "read"]
 
@@ -51,7 +52,7 @@ _TRUE, _FALSE = (b"true", b"1"), (b"false", b"0")
 _HEX = frozenset(string.hexdigits.encode())
 
 
-class BadSegment(ValueError):
+class BadSegment(InvalidRequest):
     """A record's segment headers are malformed (the reason is the message)."""
 
 
@@ -88,12 +89,12 @@ def pieces(total: int, segment_bytes: int) -> Iterator[tuple[int, int]]:
 
 
 def check_size(segment_bytes: int, record_limit: int) -> None:
-    """ValueError unless segments of `segment_bytes`, with their headers, fit a record
+    """ConfigError unless segments of `segment_bytes`, with their headers, fit a record
     of `record_limit` bytes (the producer's `message.max.bytes`)."""
     if segment_bytes < MIN_SEGMENT_BYTES:
-        raise ValueError(f"segment_bytes {segment_bytes} is below {MIN_SEGMENT_BYTES}")
+        raise ConfigError(f"segment_bytes {segment_bytes} is below {MIN_SEGMENT_BYTES}")
     if segment_bytes + HEADER_ROOM > record_limit:
-        raise ValueError(
+        raise ConfigError(
             f"segment_bytes {segment_bytes} + {HEADER_ROOM} bytes for headers exceeds the "
             f"{record_limit} bytes a record may have (message.max.bytes)"
         )
@@ -155,7 +156,7 @@ def headers_for(
     out = [(SEGMENT_ID, set_id.encode()), (SEGMENT_INDEX, str(index).encode())]
     if last:
         if total is None or sha256 is None:
-            raise ValueError("the last segment carries the payload's length and SHA-256")
+            raise InvalidRequest("the last segment carries the payload's length and SHA-256")
         out += [
             (SEGMENT_LAST, b"true"),
             (SEGMENT_BYTES, str(total).encode()),

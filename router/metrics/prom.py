@@ -8,7 +8,7 @@ app. The HTTP server and what each role feeds in: `router.metrics.exporter`.
 * Gauges: one per `GaugeName`, `router_<name>`, from values a role refreshes every
   `unit.metrics_interval_ms` (or reads when scraped).
 
-Every series has the labels `topology` and `role`; docs/metrics.md lists them all.
+Every series has the labels `topology` and `role`; docs/reference/metrics.md lists them all.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Counters of one process, published to Redis once a second and logged periodically.
 
 Names are a typed registry (`MetricName` for counters, `HistogramName` and `GaugeName`
-for what only Prometheus shows: `router.metrics.prom`, docs/metrics.md). Hot-loop code only
-increments integers in a dict (and observes a few timings per batch, a no-op unless the
-process serves Prometheus metrics); publishing happens at most once per interval.
-`router metrics` and the demo and benchmark drivers read the published hashes
-(`<prefix>:metrics:<topology>:<role>:<id>`).
+for what only Prometheus shows: `router.metrics.prom`, docs/reference/metrics.md). Hot-loop code
+only increments integers in a dict (and observes a few timings per batch, a no-op unless the process
+serves Prometheus metrics); publishing happens at most once per interval. `router metrics` and the
+demo and benchmark drivers read the published hashes (`<prefix>:metrics:<topology>:<role>:<id>`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The receiver library's priority bands (docs/priority.md): read every band topic of its
+"""The receiver library's priority bands (docs/explanation/priority.md): read every band topic of
+its
 queues (`<queue>`, `<queue>.p1`, ...), the highest band with a backlog first, each lower
 band keeping its minimum share (`router.contract.bandsched`), and never switch bands in the middle
 of a group it is handing out.

@@ -28,6 +28,7 @@ from router.backends.kafka import clients
 from router.backends.redis.client import redis_client
 from router.config import client as clientconfig
 from router.config.settings import RouterSettings
+from router.errors import ConfigError, InvalidRequest, NotReady, TimedOut
 from router.receiver import bandrestore
 from router.receiver.bands import ReceiverBands
 from router.receiver.expiry_rules import ExpiryOptions
@@ -61,7 +62,7 @@ __all__ = [
 log = logging.getLogger("router.receiver")
 
 
-class ReceiveTimeout(TimeoutError):
+class ReceiveTimeout(TimedOut):
     """No message arrived within the wait time."""
 
 
@@ -116,13 +117,13 @@ class Receiver:
         abandoned message is handed out; then it is dead-lettered (`max-deliveries`).
         `redelivery`: poison policies, the counts' TTL, topics (`router.receiver.redelivery_rules`).
         `expiry`: lifetime bounds and the default group outcome (None: lifetimes are not
-        checked; `router.receiver.expiry_rules`, docs/receiver.md).
+        checked; `router.receiver.expiry_rules`, docs/explanation/receiver.md).
 
         A segmented message is handed out whole, its checksum verified; a broken one
         raises SegmentError (`router.receiver.reassembly`): a set with no new segment for
         `segment_timeout_s`, or larger than `max_message_bytes`, is broken."""
         if queues is None and topology is None:
-            raise ValueError("give the topology's name, or its queues")
+            raise ConfigError("give the topology's name, or its queues")
         cid = str(config.get("client.id") or f"receiver-{clients.instance_id()}")
         group_id = str(config.get("group.id") or "")
         self._status = None if state is None else StatusStore(state, group_id, state_prefix)
@@ -147,7 +148,7 @@ class Receiver:
         if missing or not self.queues:
             self._consumer.close()
             what = missing or f"{topology}.recv.<n>"
-            raise RuntimeError(f"no receive queues {what} (run `router topics create` first)")
+            raise NotReady(f"no receive queues {what} (run `router topics create` first)")
         # priority bands: every band topic of the queues, highest first (router.receiver.bands)
         self._bands = ReceiverBands.of(self._consumer, self.queues, meta)
         topics = self._bands.topics if self._bands is not None else self.queues
@@ -307,7 +308,7 @@ class Receiver:
         `timeout` seconds for the first, then takes what has already been fetched (an
         empty list if nothing came)."""
         if num_messages < 1:
-            raise ValueError("num_messages must be at least 1")
+            raise InvalidRequest("num_messages must be at least 1")
         first = self.poll(timeout)
         if first is None:
             return []
@@ -407,7 +408,7 @@ class Receiver:
 
     def _need_state(self) -> StatusStore:
         if self._status is None:
-            raise RuntimeError("group statuses need the Receiver's state= (a Redis URL)")
+            raise NotReady("group statuses need the Receiver's state= (a Redis URL)")
         return self._status
 
     def commit(self) -> None:

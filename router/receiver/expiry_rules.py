@@ -31,6 +31,7 @@ from router.config.settings import RouterSettings
 from router.contract import lifetime
 from router.contract.headers import BadInput
 from router.contract.lifetime import Lifetime, OnExpiry
+from router.errors import ConfigError
 from router.receiver.received import Headers, Received
 
 log = logging.getLogger("router.receiver")
@@ -58,9 +59,11 @@ class ExpiryOptions:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_lifetime_ms <= self.max_lifetime_ms:
-            raise ValueError("lifetime bounds must satisfy 1 <= min_lifetime_ms <= max_lifetime_ms")
+            raise ConfigError(
+                "lifetime bounds must satisfy 1 <= min_lifetime_ms <= max_lifetime_ms"
+            )
         if self.on_expiry not in lifetime.ON_EXPIRY_VALUES:
-            raise ValueError(f"on_expiry must be one of {lifetime.ON_EXPIRY_VALUES}")
+            raise ConfigError(f"on_expiry must be one of {lifetime.ON_EXPIRY_VALUES}")
 
 
 @dataclass(frozen=True, slots=True)

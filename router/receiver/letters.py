@@ -1,6 +1,6 @@
 """The receiver library's dead letters, GroupStopped and ExpiredMessage events (Kafka I/O).
 
-The same records the units write (`router.contract.events`, docs/events.md), with side
+The same records the units write (`router.contract.events`, docs/reference/events.md), with side
 `RECEIVER`: the original key, value and headers, the receive-queue position, and the
 reason. The receiver is no transaction, so the order makes them safe: they are produced
 through an idempotent producer (`acks=all`) and **flushed** before the receiver stores the
@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, Producer
 from router.config import client as clientconfig
 from router.contract import events, schemas
 from router.contract.headers import BadInput
+from router.errors import RouterError
 from router.receiver.received import Received
 
 log = logging.getLogger("router.receiver")
@@ -28,7 +29,7 @@ log = logging.getLogger("router.receiver")
 FLUSH_TIMEOUT_S = 30.0
 
 
-class DeadLetterFailed(RuntimeError):
+class DeadLetterFailed(RouterError, RuntimeError):
     """A dead letter (or event) the receiver wrote was not acknowledged by Kafka: the
     message was not committed past, and comes again."""
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from router.contract import segments
+from router.errors import RouterError
 from router.receiver.received import Received
 
 log = logging.getLogger("router.receiver")
@@ -41,7 +42,7 @@ log = logging.getLogger("router.receiver")
 TP = tuple[str, int]
 
 
-class SegmentError(Exception):
+class SegmentError(RouterError):
     """A segmented message that cannot be handed over whole: `reason` (a code, see
     `router.receiver.reassembly`), `detail`, its `segment_id`, its group (`guarantee_id`, None for
     an ordinary message) and the records it was read from (`messages`, without their

@@ -55,10 +55,10 @@ class ReceivedGroup:
     """A group's messages in order (one ordinary message: `guarantee_id` None). `complete`:
     its final is among them and no member is missing; an incomplete one was returned after
     `incomplete_after` seconds without a new member (its final never came: see
-    docs/routing.md), or misses members the receiver found expired (`expired_seqs`: their
-    `guarantee-seq`; an expired final, or one under `expire-group`, ends it at once), or
-    numbers that never reached it (`missing_seqs`: a numbered group's `guarantee-seq`s
-    below its final that none of its members has: dead-lettered or expired upstream)."""
+    docs/explanation/routing.md), or misses members the receiver found expired (`expired_seqs`:
+    their `guarantee-seq`; an expired final, or one under `expire-group`, ends it at once), or
+    numbers that never reached it (`missing_seqs`: a numbered group's `guarantee-seq`s below its
+    final that none of its members has: dead-lettered or expired upstream)."""
 
     guarantee_id: str | None
     messages: tuple[Received, ...]

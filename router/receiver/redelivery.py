@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from router.backends.kafka import clients
+from router.errors import ConfigError
 from router.receiver import redelivery_rules as rules
 from router.receiver.deliverycounts import Counts, DeliveryCounts, MemoryCounts
 from router.receiver.expiry import ReceiverExpiry
@@ -92,7 +93,7 @@ class Redeliveries:
             max_value_bytes=o.max_value_bytes,
         )
         if self.max_deliveries and self._letters.dead_letter_topic is None:
-            raise ValueError(
+            raise ConfigError(
                 f"max_deliveries={self.max_deliveries} needs a dead-letter topic: the queues "
                 f"{list(queues or ())} are not <name>.recv.<n>; give the topology's name, or "
                 "RedeliveryOptions(dead_letter_topic=...), or max_deliveries=None"

@@ -30,6 +30,7 @@ from typing import Final, Literal
 
 from router import contract
 from router.config.settings import RouterSettings
+from router.errors import ConfigError
 
 TP = tuple[str, int]
 Headers = Sequence[tuple[str, bytes | None]]
@@ -83,19 +84,19 @@ class RedeliveryOptions:
         policies = [self.poison_policy, *self.poison_policy_by_type.values()]
         bad = [p for p in policies if p not in contract.POISON_POLICIES]
         if bad:
-            raise ValueError(f"poison policy {bad[0]!r} is not one of {contract.POISON_POLICIES}")
+            raise ConfigError(f"poison policy {bad[0]!r} is not one of {contract.POISON_POLICIES}")
         if self.count_ttl_s <= 0:
-            raise ValueError("count_ttl_s must be positive")
+            raise ConfigError("count_ttl_s must be positive")
 
 
 def check_max_deliveries(max_deliveries: int | None) -> int:
-    """The limit as a number: 0 for none (None or 0); ValueError if negative."""
+    """The limit as a number: 0 for none (None or 0); ConfigError if negative."""
     if max_deliveries is None:
         return 0
     if isinstance(max_deliveries, bool) or not isinstance(max_deliveries, int):
-        raise ValueError(f"max_deliveries must be an integer or None, not {max_deliveries!r}")
+        raise ConfigError(f"max_deliveries must be an integer or None, not {max_deliveries!r}")
     if max_deliveries < 0:
-        raise ValueError("max_deliveries must be at least 1 (0 or None: no limit)")
+        raise ConfigError("max_deliveries must be at least 1 (0 or None: no limit)")
     return max_deliveries
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from router.config.settings import RouterSettings
 from router.contract.priority import band_topics
+from router.errors import InvalidRequest
 
 ROLES = ("send-unit", "receive-unit", "sweeper", "sender", "receiver", "spark")
 # Spark's Kafka source names its consumer groups so unless given groupIdPrefix.
@@ -110,7 +111,7 @@ def role_acls(
         queues = list(receive_queues) if receive_queues is not None else t.receive_queues
         unknown = sorted(set(queues) - set(t.receive_queues))
         if unknown:
-            raise ValueError(f"not receive queues of topology {t.name}: {unknown}")
+            raise InvalidRequest(f"not receive queues of topology {t.name}: {unknown}")
         topics(queues, "READ")
         topics([t.dead_letter_topic, t.events_topic], "WRITE")  # max-deliveries (receiver.md)
         group(f"{t.name}.receiver", "READ", "PREFIXED")
@@ -119,7 +120,7 @@ def role_acls(
         topics(t.receive_queues, "READ")
         group(SPARK_GROUP_PREFIX, "READ", "PREFIXED")
     else:
-        raise ValueError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
+        raise InvalidRequest(f"unknown role {role!r}; one of {', '.join(ROLES)}")
     return sorted(set(out))
 
 
@@ -134,7 +135,7 @@ def plan(
     who = {**default_principals(settings), **(principals or {})}
     unknown = sorted(set(who) - set(ROLES))
     if unknown:
-        raise ValueError(f"unknown roles {unknown}; roles are {', '.join(ROLES)}")
+        raise InvalidRequest(f"unknown roles {unknown}; roles are {', '.join(ROLES)}")
     return {role: role_acls(settings, role, who[role], receive_queues) for role in roles}
 
 
@@ -144,7 +145,9 @@ def parse_principals(pairs: Iterable[str]) -> dict[str, str]:
     for pair in pairs:
         role, sep, name = pair.partition("=")
         if not sep or not name or role not in ROLES:
-            raise ValueError(f"expected ROLE=PRINCIPAL, ROLE one of {', '.join(ROLES)}: {pair!r}")
+            raise InvalidRequest(
+                f"expected ROLE=PRINCIPAL, ROLE one of {', '.join(ROLES)}: {pair!r}"
+            )
         out[role] = name if name.startswith("User:") else f"User:{name}"
     return out
 

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from router.backends.kafka import clients
 from router.config.settings import KafkaSettings, RouterSettings
+from router.errors import RouterError
 from router.security import acls
 
 AUTHENTICATION = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
@@ -32,7 +33,7 @@ AUTHORIZATION = {
 }
 
 
-class KafkaRefused(RuntimeError):
+class KafkaRefused(RouterError, RuntimeError):
     """Kafka refused the credentials, or an ACL the role needs is missing."""
 
 

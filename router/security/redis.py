@@ -13,6 +13,7 @@ import redis
 from redis.exceptions import AuthenticationError, NoPermissionError
 
 from router.config.settings import RouterSettings
+from router.errors import RouterError
 from router.table.store.codec import Side, TableKeys
 
 SIDES: tuple[Side, ...] = ("send", "receive")
@@ -79,7 +80,7 @@ def _says(exc: BaseException, *codes: str) -> bool:
     return isinstance(exc, redis.RedisError) and str(exc).startswith(codes)
 
 
-class RedisRefused(RuntimeError):
+class RedisRefused(RouterError, RuntimeError):
     """Redis refused the router's credentials or ACL: retrying cannot help."""
 
 

@@ -34,6 +34,7 @@ from router.config.settings import RouterSettings, RoutingSettings
 from router.contract import priority as prio
 from router.contract import request as sendrequest
 from router.contract import segments
+from router.errors import ConfigError
 from router.sender import groups as sendgroups
 from router.sender.backlog import REQUEST_TIMEOUT_S, Backlog
 from router.sender.delivery import TP, Deliveries, OnDelivery, Track
@@ -100,18 +101,18 @@ class Sender:
         write raises SenderFenced.
 
         A payload larger than `segment_bytes` (default 512 KiB, under the topics' 1 MiB
-        records) is sent as segments (docs/routing.md, "Segments"), with at most
+        records) is sent as segments (docs/explanation/segments.md), with at most
         `segment_window` of them unacknowledged at a time."""
         if send_queues is None and topology is None:
-            raise ValueError("give the topology's name, or its send_queues")
+            raise ConfigError("give the topology's name, or its send_queues")
         segments.check_size(segment_bytes, int(config.get("message.max.bytes", 1_000_000)))
         if segment_window < 1:
-            raise ValueError("segment_window must be at least 1")
+            raise ConfigError("segment_window must be at least 1")
         self._segment_bytes, self._window_bytes = segment_bytes, segment_window * segment_bytes
         self._lock = threading.Lock()
         group = units_group or (clientconfig.units_group(topology) if topology else None)
         if group is None:
-            raise ValueError("with send_queues, give units_group: the send units' consumer group")
+            raise ConfigError("with send_queues, give units_group: the send units' consumer group")
         cid = str(config.get("client.id") or f"sender-{clients.instance_id()}")
         settings = {"logger": clients.LIBRDKAFKA_LOGGER, **config}
         self._out = Deliveries(Producer(clientconfig.producer_config(settings, cid)), self._lock)
@@ -142,7 +143,7 @@ class Sender:
         self._sync = Every(1.0)
         if sender_id is not None:
             if state is None:
-                raise ValueError("sender_id needs state: a Redis URL or client")
+                raise ConfigError("sender_id needs state: a Redis URL or client")
             self._journal = self._out.journal = Journal(SenderStore(state, sender_id, state_prefix))
             self._journal.resume_into(self._groups, connection)
 
@@ -242,11 +243,11 @@ class Sender:
 
         `guarantee_id` makes it a member of that group, `final` its last message.
         `delivery="complete"` on a group's first message asks for whole-group delivery
-        (docs/routing.md); None leaves it to the router's configuration. `headers` may
+        (docs/explanation/routing.md); None leaves it to the router's configuration. `headers` may
         carry routing headers too (`guarantee-id`, `guarantee-seq`, ...: see
-        `router.sender.groups`); they are checked, and ValueError says what is wrong with one
-        (a `guarantee-seq` that is not the group's next number, a header given twice)
-        before anything is sent.
+        `router.sender.groups`); they are checked, and InvalidRequest says what is wrong
+        with one (a `guarantee-seq` that is not the group's next number, a header given
+        twice) before anything is sent.
 
         A `value` (bytes, bytearray or memoryview) larger than `segment_bytes` is sent as
         segments, one group member each (an ordinary message: a group of its own), with
@@ -256,7 +257,7 @@ class Sender:
 
         `priority` (0..9, or a `message-priority` header in `headers`; default 0): on a
         topology with priority bands, the message goes to its band's send queue
-        `<queue>.p<band>` and overtakes lower bands' backlog (docs/priority.md). A group
+        `<queue>.p<band>` and overtakes lower bands' backlog (docs/explanation/priority.md). A group
         keeps its first message's band: later members' priorities are ignored."""
         r = sendrequest.request(
             headers,

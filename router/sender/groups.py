@@ -1,7 +1,7 @@
 """What `Sender.send` returns and raises, and its open groups' lanes and numbers (pure).
 
 A send's routing headers are read by `router.contract.request`. A `guarantee-seq` that is
-not the number the group expects is a ValueError here: a caller's own number must be, in
+not the number the group expects is an InvalidRequest here: a caller's own number must be, in
 the default lane order, the group's next number in this sender (0 for a group this sender
 has not opened); in logical order (`guarantee-order: logical`, or the router's
 `routing.default_order`), any number this sender has not sent in the group yet, since
@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 from router import contract
 from router.contract.request import Request
+from router.errors import InvalidRequest, RouterError
 
 TP = tuple[str, int]
 
 
-class DeliveryFailed(Exception):
+class DeliveryFailed(RouterError):
     """Messages Kafka did not acknowledge; they were not sent."""
 
     def __init__(self, failures: Sequence[str]) -> None:
@@ -64,7 +65,7 @@ class OpenGroups:
 
     def place(self, r: Request, now: float, new_lane: Callable[[], TP]) -> tuple[TP, int]:
         """The partition and sequence number of grouped message `r` (`new_lane()` picks a
-        partition for a group not open yet). ValueError, with nothing changed, if the
+        partition for a group not open yet). InvalidRequest, with nothing changed, if the
         caller's number is not one the group can take."""
         gid = r.guarantee_id
         assert gid is not None, "an ordinary message has no group"
@@ -74,12 +75,12 @@ class OpenGroups:
         seq = r.seq if r.seq is not None else expected
         if logical:
             if group is not None and seq in group.sent:
-                raise ValueError(
+                raise InvalidRequest(
                     f"{contract.SEQ} {seq} of group {gid!r} was already sent by this sender"
                 )
         elif seq != expected:
             state = "is open" if group is not None else "is not open in this sender"
-            raise ValueError(
+            raise InvalidRequest(
                 f"{contract.SEQ} {seq} for group {gid!r}, which {state}: its next number "
                 f"is {expected} (lane order numbers a group 0, 1, 2, ... as sent)"
             )

@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from router.contract.headers import routing_of
+from router.errors import TimedOut
 from router.state.sender import TailRecord
 
 TP = tuple[str, int]
@@ -44,7 +45,7 @@ def probe(
         deadline = time.monotonic() + timeout
         while at < high:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {tp[0]}[{tp[1]}] to {high} took over {timeout}s")
+                raise TimedOut(f"reading {tp[0]}[{tp[1]}] to {high} took over {timeout}s")
             for m in consumer.consume(500, 1.0):
                 err = m.error()
                 if err is not None:

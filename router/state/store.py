@@ -3,7 +3,7 @@
 Chosen over a compacted topic because the state is read and written by key (one group's
 record), must be fenced (a restarted sender takes its ID over, and the old one's writes
 then fail), and the router's tables already live in Redis with the persistence they need
-(see docs/operations.md). Keys, each set in one Redis Cluster hash slot:
+(see docs/how-to/monitoring.md). Keys, each set in one Redis Cluster hash slot:
 
 * `<prefix>:{sender:<sender_id>}:owner` — the token of the sender process now using the ID;
 * `<prefix>:{sender:<sender_id>}:groups` — hash: guarantee ID -> `GroupRecord` (JSON);
@@ -30,6 +30,7 @@ import redis
 
 from router.backends.redis.client import redis_client
 from router.config.servers import RedisSettings
+from router.errors import ConfigError, RouterError
 from router.state.groups import GroupStatus, advance
 from router.state.groups import expired as expired_status
 from router.state.sender import GroupRecord
@@ -38,7 +39,7 @@ from router.utils.clock import Every
 State = str | RedisSettings | redis.Redis
 
 
-class SenderFenced(RuntimeError):
+class SenderFenced(RouterError, RuntimeError):
     """Another sender took this sender ID over: this one may not send its groups on."""
 
 
@@ -56,7 +57,7 @@ class SenderStore:
 
     def __init__(self, state: State, sender_id: str, prefix: str = "router") -> None:
         if not sender_id or "}" in sender_id or "{" in sender_id:
-            raise ValueError(f"invalid sender ID {sender_id!r}")
+            raise ConfigError(f"invalid sender ID {sender_id!r}")
         self.client = client_of(state)
         self._r: Any = self.client  # redis-py types sync and async results as one union
         base = f"{prefix}:{{sender:{sender_id}}}"

@@ -58,6 +58,7 @@ from confluent_kafka import (
 from router.backends.kafka import clients
 from router.backends.kafka.offsets import TP, CommittedOffsets
 from router.config.settings import RouterSettings
+from router.errors import RouterError
 from router.topology.side import side_spec
 
 NEVER = -math.inf  # no record may be trusted to be routed: nothing is swept
@@ -74,11 +75,11 @@ SCAN_LIMIT = 10_000
 SNAPSHOTS = 64
 
 
-class HorizonUnknown(Exception):
+class HorizonUnknown(RouterError):
     """No horizon this round (the reason says why): nothing may be swept."""
 
 
-class _Unreachable(Exception):
+class _Unreachable(RouterError):
     pass
 
 

@@ -1,7 +1,7 @@
 """The management table as a pure model: the specification of `router.table.routing`'s rules.
 
 No I/O. The Lua scripts (`router/table/store/lua/`) must take the same decisions and leave the same
-table; `tests/integration/test_table_properties.py` runs both on random histories.
+table; `tests/integration/table/test_table_properties.py` runs both on random histories.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ class TableModel(TableState):
                     reopen(gid)
                     entry.closing = STOPPED
                     entry.state, entry.parks = room.OPEN, 0
-                    room.forget(self, gid)  # its parked messages: `docs/design/waiting-room.md`
+                    # its parked messages: `docs/explanation/waiting-room.md`
+                    room.forget(self, gid)
                     stopped += 1
                     decisions.append(STOPPING + entry.dest)
                     record(r, True)

@@ -1,5 +1,5 @@
 """Multicast on the receive side's table (pure: no I/O): where each copy of a multicast
-message goes (`router.contract.multicast` reads the headers; docs/routing.md, "Multicast").
+message goes (`router.contract.multicast` reads the headers; docs/explanation/multicast.md).
 
 A copy goes straight to a target queue that is in charge of no open group (a group whose
 final was routed earlier in the same batch does not count: the copy is appended after

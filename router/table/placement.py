@@ -1,7 +1,7 @@
 """Operators' steering of placement, as pure rules over the table model (no I/O).
 
 Two rules, which the route script (`router/table/store/lua/route.lua`, `pin.lua`) applies the same
-way and the property test checks side by side (`docs/routing.md`, "Steering placement"):
+way and the property test checks side by side (`docs/explanation/routing.md`, "Steering placement"):
 
 * **Draining** destinations (the table's `draining` set) take no new group and no
   ordinary message: choosing a destination, admitting a waiting group and ending a

@@ -1,6 +1,6 @@
 """The waiting room's rules (policy `wait`), on the pure table model: no I/O.
 
-Design: `docs/design/waiting-room.md`. Status: the table's half (slice 1), here and in
+Design: `docs/explanation/waiting-room.md`. Status: the table's half (slice 1), here and in
 the Lua scripts (`router/table/store/lua/prelude.lua`, `route.lua`, `settle.lua`, `sweep.lua`),
 which the property test runs side by side. The room topic and the drain step that forwards parked
 messages come next; until then `wait` is not a `routing.busy_policy` a unit accepts.

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from router.errors import RouterError
 from router.table import room
 from router.table.store.management import ManagementTable
 from router.table.view import state_of
 
 
-class SteerError(Exception):
+class SteerError(RouterError):
     """A steering action refused: nothing was changed."""
 
 

@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from router.errors import InvalidRequest
 from router.state.groups import GroupStatus
 from router.state.sender import GroupRecord
 from router.table import room
@@ -16,8 +17,8 @@ from router.table.routing import STOPPED, Entry
 from router.table.store.management import ManagementTable
 
 
-class UnknownState(ValueError):
-    pass
+class UnknownState(InvalidRequest):
+    """A table entry state that does not exist (one of `STATES`)."""
 
 
 STATES = ("open", "closing", "waiting", "staged", "admitted", "stopped", PINNED)

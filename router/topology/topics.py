@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from router.config.settings import KafkaSettings, RouterSettings
 from router.contract.priority import band_topics
+from router.errors import ConfigError, TimedOut
 
 log = logging.getLogger("router.topics")
 
@@ -88,7 +89,7 @@ def ensure_topics(settings: RouterSettings, admin: AdminClient, timeout: float =
     brokers = len(cluster.brokers)
     factor, insync = replication(settings.kafka, brokers)
     if factor > brokers:
-        raise ValueError(
+        raise ConfigError(
             f"kafka.replication_factor is {factor} but the cluster has {brokers} broker(s)"
         )
     specs = plan(settings, brokers)
@@ -154,5 +155,5 @@ def _metadata(admin: AdminClient, names: list[str], timeout: float) -> dict[str,
             return dict(topics)
         if time.monotonic() > deadline:
             missing = [n for n in names if n not in topics]
-            raise TimeoutError(f"topics {missing} not in metadata after {timeout}s")
+            raise TimedOut(f"topics {missing} not in metadata after {timeout}s")
         time.sleep(0.1)

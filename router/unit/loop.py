@@ -1,8 +1,8 @@
 """A transfer unit's run loop (both sides, and the raw relay): poll a batch, let the steps
 decide it, produce it in one transaction with its offsets, settle it once committed;
 rebalancing, holds, back-off. The commit overlap, the session's generation (a batch polled
-before a failure is rewound, never produced) and the leases: docs/routing.md, "A unit's
-loop". Redis or Kafka away (or too few Redis replicas holding the batch's table writes,
+before a failure is rewound, never produced) and the leases: docs/explanation/unit-loop.md.
+Redis or Kafka away (or too few Redis replicas holding the batch's table writes,
 `redis.min_replica_acks`): the batch is rewound, the unit backs off, paused but polling.
 """
 

@@ -19,6 +19,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.steps.batch import TP
 
@@ -27,7 +28,7 @@ log = logging.getLogger("router.source")
 Callback = Callable[[Consumer, list[TopicPartition]], None]
 
 
-class FatalUnitError(RuntimeError):
+class FatalUnitError(RouterError, RuntimeError):
     """The unit cannot continue (a fatal consumer error, a rewind that failed): exit
     non-zero. Dying is safe: the group hands its partitions on from the committed offsets."""
 

@@ -18,6 +18,8 @@ import random
 import signal
 from typing import Literal
 
+from router.errors import ConfigError
+
 log = logging.getLogger("router.faults")
 
 Point = Literal["after_route", "after_produce", "after_commit"]
@@ -30,7 +32,7 @@ class Faults:
         for item in filter(None, (part.strip() for part in spec.split(","))):
             point, _, value = item.partition("=")
             if point not in POINTS:
-                raise ValueError(f"unknown fault point {point!r}; one of {POINTS}")
+                raise ConfigError(f"unknown fault point {point!r}; one of {POINTS}")
             self.probability[point] = float(value)
         self._random = random.Random(seed)
 

@@ -15,8 +15,8 @@ from router import contract
 from router.config import RoutingSettings
 from spark_jobs import api, groups
 from spark_jobs.session import kafka_options
-from tests.conftest import TopicFactory
-from tests.helpers import unique, wait_until
+from tests.fixtures.factories import TopicFactory
+from tests.fixtures.helpers import unique, wait_until
 
 pytestmark = pytest.mark.spark
 

@@ -28,12 +28,12 @@ import pytest
 from spark_jobs import api, domain, groups, outputs, receiver, sender, workload
 from spark_jobs.api import ROCKSDB_PROVIDER, STATE_PROVIDER_CONF
 from spark_jobs.session import SparkOptions, build_session, connector_jars, kafka_options
-from tests.conftest import TopicFactory
-from tests.helpers import unique, wait_until
+from tests.fixtures.factories import TopicFactory
+from tests.fixtures.helpers import unique, wait_until
+from tests.fixtures.paths import ROOT
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 

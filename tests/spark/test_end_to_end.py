@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from ops.harness.pipeline import PipelineSpec
-from ops.harness.spark_demo import SparkDemoSpec, expected, read_output, run_spark_demo
+from ops.harness.spark.demo_flow import SparkDemoSpec, run_spark_demo
+from ops.harness.spark.demo_records import expected, read_output
+from ops.harness.stack.pipeline import PipelineSpec
 from router.config import load_settings
 from spark_jobs import outputs, workload
-from tests.helpers import unique
+from tests.fixtures.helpers import unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

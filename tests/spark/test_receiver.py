@@ -20,9 +20,9 @@ from pyspark.sql import functions as F
 from spark_jobs import domain, outputs, receiver
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
-from tests.conftest import TopicFactory
-from tests.helpers import unique, wait_until
-from tests.spark.messages import NOW, Queues, document, order_line, stock
+from tests.fixtures.factories import TopicFactory
+from tests.fixtures.helpers import unique, wait_until
+from tests.fixtures.spark_messages import NOW, Queues, document, order_line, stock
 
 pytestmark = pytest.mark.spark
 

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import functions as F
 
-from ops.harness.collect import read_to_end
+from ops.harness.traffic.final_read import read_to_end
 from router import contract
 from router.config import KafkaSettings, RoutingSettings
 from router.contract import segments
@@ -23,9 +23,9 @@ from router.receiver.reassembly import Reassembler
 from router.receiver.received import Received
 from spark_jobs import api, groups
 from spark_jobs.session import kafka_options
-from tests.conftest import TopicFactory
-from tests.helpers import unique, wait_until
-from tests.spark.messages import Queues
+from tests.fixtures.factories import TopicFactory
+from tests.fixtures.helpers import unique, wait_until
+from tests.fixtures.spark_messages import Queues
 
 pytestmark = pytest.mark.spark
 

@@ -20,8 +20,8 @@ from router.contract import schemas, segments
 from spark_jobs import domain, sender, workload
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
-from tests.conftest import TopicFactory
-from tests.helpers import unique, wait_until
+from tests.fixtures.factories import TopicFactory
+from tests.fixtures.helpers import unique, wait_until
 
 pytestmark = pytest.mark.spark
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from ops.harness.console import Console
-from ops.harness.pipeline import PipelineSpec
-from ops.harness.spark_bench import BenchSpec, run_bench
+from ops.harness.spark.bench_flow import BenchSpec, run_bench
+from ops.harness.stack.pipeline import PipelineSpec
 from router.config import load_settings
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from router.errors import RouterError
+
 Done = queue.SimpleQueue[tuple[bool, Any]]
 
 
-class Abandoned(Exception):
+class Abandoned(RouterError):
     """The call did not return in time (or a stop request cut its grace short)."""
 
 

@@ -24,6 +24,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from router.config.servers import RedisSettings
+from router.errors import ConfigError
 
 _Sentinel: Any = Sentinel  # untyped in redis-py
 
@@ -66,7 +67,7 @@ def database(url: str) -> int:
     """The database number of a redis:// URL ("/0"; none: 0)."""
     path = urlsplit(url).path.strip("/")
     if path and not path.isdigit():
-        raise ValueError(f"redis.url {url!r}: the path must be a database number")
+        raise ConfigError(f"redis.url {url!r}: the path must be a database number")
     return int(path or 0)
 
 

@@ -1,4 +1,4 @@
--- A sender's open groups (`router/statestore.py`). KEYS[1]: the owner token's key,
+-- A sender's open groups (`router/state/store.py`). KEYS[1]: the owner token's key,
 -- KEYS[2]: the groups hash (guarantee ID -> JSON record with its opening token "token").
 -- ARGV[1]: the caller's owner token; ARGV[2]: "put" (write records), "update" (write
 -- records whose stored token is the same: a late checkpoint never touches a newer opening

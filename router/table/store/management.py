@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 
+from router.errors import ConfigError
 from router.table.routing import HELD, SKIPPED, Entry, Policy, RouteRequest, RouteResult, Swept
 from router.table.store.codec import Side, TableKeys, decode_entry, encode, outbox_item, script
 from router.table.store.codec import text as _text
@@ -41,9 +42,9 @@ class ManagementTable(RoomTable, SteerTable):
         max_staged: int = 10_000,
     ) -> None:
         if not destinations:
-            raise ValueError("a management table needs at least one destination")
+            raise ConfigError("a management table needs at least one destination")
         if any(not d or d.startswith("!") or "|" in d for d in destinations):
-            raise ValueError(f"invalid destination names: {list(destinations)}")
+            raise ConfigError(f"invalid destination names: {list(destinations)}")
         self.client = client
         # redis-py types sync and async results as one union; this client is synchronous.
         self._r: Any = client

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.errors import InvalidRequest
 from router.table.store.codec import TableKeys, script
 from router.table.store.codec import text as _text
 
@@ -18,7 +19,9 @@ class SteerTable:
 
     def _check(self, dest: str) -> None:
         if dest not in self.destinations:
-            raise ValueError(f"{dest!r} is not a destination of this table: {self.destinations}")
+            raise InvalidRequest(
+                f"{dest!r} is not a destination of this table: {self.destinations}"
+            )
 
     def pin(self, gid: str, dest: str, ttl_ms: int, now_ms: int | None = None) -> bool:
         """Create a pinned entry for a group that has none (`router/table/store/lua/pin.lua`): its

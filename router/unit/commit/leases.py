@@ -28,6 +28,7 @@ from collections.abc import Collection
 import redis
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.table.store.management import ManagementTable
 from router.unit.steps.batch import Batch
@@ -35,7 +36,7 @@ from router.unit.steps.batch import Batch
 MARGIN_S = 2.0  # at most; a quarter of the lease if that is shorter
 
 
-class LeaseLost(Exception):
+class LeaseLost(RouterError):
     """The batch's leases lapsed (or Redis cannot say): it must not be produced."""
 
 

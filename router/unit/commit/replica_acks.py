@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import redis
 
+from router.errors import RouterError
 
-class NotReplicated(redis.ConnectionError):
+
+class NotReplicated(RouterError, redis.ConnectionError):
     """Fewer replicas than `redis.min_replica_acks` acknowledged a batch's table writes in
     time: nothing of the batch may be forwarded, as if Redis were away."""
 

@@ -42,6 +42,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from router.backends.kafka.callthread import Abandoned, CallThread, Done
+from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.commit.leases import appended_by
 from router.unit.steps.emit.records import Record
@@ -61,7 +62,7 @@ COMMIT_DEADLINE_S = TXN_TIMEOUT_S + 15
 # BROKEN, and a new producer under the same transactional ID fences the old one and
 # aborts its transaction). After a broker outage librdkafka's abort_transaction was seen
 # to wait out its whole timeout twice ("retry call to resume"), holding a unit for a
-# minute (tests/integration/test_servers_away.py: 76 s from the broker's return to the
+# minute (tests/integration/unit/test_servers_away.py: 76 s from the broker's return to the
 # last record delivered, with 30 s); a healthy abort takes milliseconds.
 ABORT_TIMEOUT_S = 5.0
 STOP_GRACE_S = 10.0  # how long a stop request waits for a call that finishes a batch
@@ -87,7 +88,7 @@ TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
 }
 
 
-class TxnFailed(Exception):
+class TxnFailed(RouterError):
     """The batch's transaction failed; nothing of it was committed (or, BROKEN, its
     outcome is unknown and the committed offsets tell)."""
 

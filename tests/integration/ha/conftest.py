@@ -10,16 +10,17 @@ short topic-replication check."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ops.harness.hacluster import HaCluster
-from ops.harness.pipeline import Pipeline, PipelineSpec
+from ops.harness.stack.hacluster import HaCluster
+from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from router.config import RedisSettings, RouterSettings
-from tests.helpers import unique
-from tests.integration.private import heavy_only_with, private_servers
+from tests.fixtures.factories import HaPipelineFactory
+from tests.fixtures.helpers import unique
+from tests.fixtures.private import heavy_only_with, private_servers
 
 pytest_collection_modifyitems = heavy_only_with(
     "ha", "ROUTER_TEST_HA", "heavy replication test: run by make test-ha"
@@ -38,9 +39,6 @@ def ha_settings(ha_cluster: HaCluster, redis_url: str) -> RouterSettings:
         kafka=ha_cluster.kafka_settings(),
         redis=RedisSettings(url=redis_url, key_prefix="router-test"),
     )
-
-
-HaPipelineFactory = Callable[..., Pipeline]
 
 
 @pytest.fixture

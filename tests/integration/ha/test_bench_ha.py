@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ops.harness.bench import Bench, BenchSpec, summary
-from ops.harness.benchha import run_ha
-from ops.harness.benchmodel import HA_SUFFIX, PY_RELAY, SEND
-from ops.harness.hacluster import HaCluster
+from ops.harness.benchmark.ha import run_ha
+from ops.harness.benchmark.model import HA_SUFFIX, PY_RELAY, SEND, BenchSpec
+from ops.harness.benchmark.report import summary
+from ops.harness.benchmark.runner import Bench
+from ops.harness.stack.hacluster import HaCluster
 from router.config import RouterSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.ha]

@@ -16,15 +16,17 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from ops.harness.collect import Collector, read_sides, verdict
-from ops.harness.hacluster import HaCluster
-from ops.harness.pipeline import Pipeline, PipelineSpec
-from ops.harness.verify import Report
-from ops.harness.workload import Senders, WorkloadSpec
+from ops.harness.stack.hacluster import HaCluster
+from ops.harness.stack.pipeline import Pipeline, PipelineSpec
+from ops.harness.traffic.collect import read_sides, verdict
+from ops.harness.traffic.progress import Collector
+from ops.harness.traffic.senders import Senders
+from ops.harness.traffic.workload import WorkloadSpec
+from ops.harness.verdict.verify import Report
 from router.config import RouterSettings
 from router.topology.topics import ensure_topics, plan, replication
-from tests.helpers import unique, wait_until
-from tests.integration.ha.conftest import HaPipelineFactory
+from tests.fixtures.factories import HaPipelineFactory
+from tests.fixtures.helpers import unique, wait_until
 
 pytestmark = pytest.mark.slow
 

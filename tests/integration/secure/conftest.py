@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ops.harness.securestack import SecureStack
-from tests.integration.private import heavy_only_with, private_servers
+from ops.harness.stack.securestack import SecureStack
+from tests.fixtures.private import heavy_only_with, private_servers
 
 pytest_collection_modifyitems = heavy_only_with(
     "secure", "ROUTER_TEST_SECURE", "heavy security test: run by make test-secure"

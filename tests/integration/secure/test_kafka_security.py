@@ -20,17 +20,17 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from ops.harness.demo import run_pipeline_workload, summary
-from ops.harness.pipeline import Pipeline, PipelineSpec
-from ops.harness.securestack import SecureStack
-from ops.harness.workload import WorkloadSpec
+from ops.harness.scenarios.demo_run import run_pipeline_workload, summary
+from ops.harness.stack.pipeline import Pipeline, PipelineSpec
+from ops.harness.stack.securestack import SecureStack
+from ops.harness.traffic.workload import WorkloadSpec
 from router.backends.kafka import clients
 from router.cli.acls import apply
 from router.config import RouterSettings, load_settings
 from router.security import acls
 from router.security import kafka as kafkaauth
 from router.topology.topics import ensure_topics
-from tests.helpers import unique, wait_until
+from tests.fixtures.helpers import unique, wait_until
 
 
 def topology(stack: SecureStack, **env: str) -> tuple[RouterSettings, dict[str, str]]:

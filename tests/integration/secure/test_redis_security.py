@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from ops.harness.securestack import SecureStack
+from ops.harness.stack.securestack import SecureStack
 from router.backends.redis.client import redis_client
 from router.config import RouterSettings
 from router.metrics.registry import Metrics, MetricsPublisher, metrics_key, read_all
 from router.security.redis import RedisRefused, check_access
 from router.table.routing import RouteRequest
 from router.topology.side import table_for
-from tests.helpers import unique
+from tests.fixtures.helpers import unique
 
 
 def settings_for(

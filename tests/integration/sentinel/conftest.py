@@ -10,16 +10,17 @@ messages, the cost of waiting for replicas): they run with `make test-sentinel`
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ops.harness.pipeline import Pipeline, PipelineSpec
-from ops.harness.sentinelset import SentinelSet
+from ops.harness.stack.pipeline import Pipeline, PipelineSpec
+from ops.harness.stack.sentinelset import SentinelSet
 from router.config import KafkaSettings, RouterSettings
-from tests.helpers import unique
-from tests.integration.private import heavy_only_with, private_servers
+from tests.fixtures.factories import SentinelPipelineFactory
+from tests.fixtures.helpers import unique
+from tests.fixtures.private import heavy_only_with, private_servers
 
 pytest_collection_modifyitems = heavy_only_with(
     "sentinel", "ROUTER_TEST_SENTINEL", "heavy Redis failover test: run by make test-sentinel"
@@ -47,9 +48,6 @@ def sentinel_settings(s: SentinelSet, kafka_bootstrap: str, **redis: object) -> 
         kafka=KafkaSettings(bootstrap_servers=kafka_bootstrap),
         redis=s.redis_settings(key_prefix="router-test", **redis),
     )
-
-
-SentinelPipelineFactory = Callable[..., Pipeline]
 
 
 READY_ATTEMPTS = 3

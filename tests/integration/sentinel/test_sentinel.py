@@ -21,17 +21,19 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from ops.harness.capacity import Disturbance
-from ops.harness.collect import SideRead, read_sides, read_to_end, verdict
-from ops.harness.pipeline import Pipeline, PipelineSpec
-from ops.harness.sentinelset import SentinelSet
-from ops.harness.verify import Report
-from ops.harness.workload import Senders, WorkloadSpec
+from ops.harness.stack.pipeline import Pipeline, PipelineSpec
+from ops.harness.stack.sentinelset import SentinelSet
+from ops.harness.traffic.collect import SideRead, read_sides, verdict
+from ops.harness.traffic.final_read import read_to_end
+from ops.harness.traffic.senders import Senders
+from ops.harness.traffic.workload import WorkloadSpec
+from ops.harness.verdict.capacity import Disturbance
+from ops.harness.verdict.verify import Report
 from router.backends.redis.client import redis_client
 from router.state.groups import GroupStatus
 from router.state.store import StatusStore
-from tests.helpers import unique, wait_until
-from tests.integration.sentinel.conftest import SentinelPipelineFactory
+from tests.fixtures.factories import SentinelPipelineFactory
+from tests.fixtures.helpers import unique, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
--- The send side's group bands (`router/bands.py`): the priority band a group took from
+-- The send side's group bands (`router/unit/steps/bands.py`): the priority band a group took from
 -- its first member the router saw, so that its later members follow it whatever their own
 -- header says. KEYS[1]: hash gid -> 'band|call'; KEYS[2]: zset gid -> last use (ms);
 -- KEYS[3]: the call counter.

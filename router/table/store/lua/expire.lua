@@ -1,5 +1,5 @@
 -- End the leases that expired, and admit waiting groups to the destinations that became
--- clean (router/room.py `expire`). route.lua does the same before every batch it routes;
+-- clean (router/table/room.py `expire`). route.lua does the same before every batch it routes;
 -- the sweeper calls this every round, so that a side where nothing is routed any more (the
 -- senders stopped, every source read) does not keep the leases of a batch that will never
 -- settle (its unit died, or its transaction failed and it was replayed under another ID):

@@ -1,4 +1,4 @@
--- Pin a new group to a destination before its first message (router/placement.py `pin`).
+-- Pin a new group to a destination before its first message (router/table/placement.py `pin`).
 --
 -- KEYS: 1 entries  2 deadlines  3 load  4 stats
 -- ARGV: 1 now in ms, or '' for the Redis server clock  2 guarantee ID  3 destination

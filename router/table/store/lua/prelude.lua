@@ -1,16 +1,16 @@
--- Shared by every table script (router/tablecodec.py prepends it): the entry codec and the
--- waiting room's admission. router/room.py is the specification of the room.
+-- Shared by every table script (router/table/store/codec.py prepends it): the entry codec and the
+-- waiting room's admission. router/table/room.py is the specification of the room.
 --
 -- An entry: "dest|opened|updated|ttl|closing|lane", then "|state|parks" for a group in
 -- the waiting room (state 'waiting', 'staged' or 'admitted'; parks: its messages parked so
--- far) or pinned before its first message (state 'pinned', router/placement.py), then
+-- far) or pinned before its first message (state 'pinned', router/table/placement.py), then
 -- "|next|fence|origin" for a group in logical order (the next sequence number to go
 -- straight to its destination, the source position of the last one that did, and of the
 -- member that started this group under its ID: drain markers name it; next is -1 in lane
 -- order), then "|routed" once a member in lane order with a sequence number ('q<n>' in
 -- route.lua) went straight to the destination: the last such number, for operators
--- (router/tableview.py). Every shorter form, as earlier versions wrote it, still decodes,
--- and an entry without 'routed' encodes as before (router/tablecodec.py: the same codec).
+-- (router/table/view.py). Every shorter form, as earlier versions wrote it, still decodes,
+-- and an entry without 'routed' encodes as before (router/table/store/codec.py: the same codec).
 local function decode_entry(v)
   local d, o, u, t, c, rest = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
   local l, s, p, n, f, g, r = string.match(rest,
@@ -78,7 +78,7 @@ local function has_parks(k_parks, gid)
   return false
 end
 
--- Draining destinations (set k_draining, router/placement.py): nothing new is placed on
+-- Draining destinations (set k_draining, router/table/placement.py): nothing new is placed on
 -- them, unless every destination is draining (then none is). Returns dest -> true, and
 -- whether every destination was draining.
 local function draining_set(k_draining, dests)
@@ -98,8 +98,8 @@ end
 -- can be: a group (or a lane's ordinary messages) to the first clean destination at or
 -- after the cursor, which moves past it (clean: in charge of no group, no ordinary message
 -- of any batch in flight to it, not draining); a destination's multicast copies ('~*<dest>',
--- router/multicast.py) to that destination once it is in charge of no group. One that
--- cannot be admitted yet does not stop a younger one that can (router/room.py `admit`).
+-- router/table/multicast.py) to that destination once it is in charge of no group. One that
+-- cannot be admitted yet does not stop a younger one that can (router/table/room.py `admit`).
 -- dests: the side's destination names, in order. Returns the number admitted.
 local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted, dests,
                      k_draining)

@@ -1,13 +1,13 @@
--- End the wait of groups in the waiting room past max_wait_ms (router/room.py `time_out`).
+-- End the wait of groups in the waiting room past max_wait_ms (router/table/room.py `time_out`).
 --
 -- KEYS: 1 entries  2 load  3 cursor  4 room  5 parks  6 admitted  7 stats  8 deadlines
---       9 draining (skipped when sharing, router/placement.py)
+--       9 draining (skipped when sharing, router/table/placement.py)
 -- ARGV: 1 now in ms, or '' for the Redis server clock  2 max wait ms
 --       3 policy: 'share' (admit to the least-loaded destination, even busy: counted as
 --       shared) or 'dead-letter' (stop the group: its parked and later messages are
 --       dead-lettered; a lane's ordinary messages are always shared)  4 n, then every
 --       destination name of the side
--- Multicast copies ('~*<dest>', router/multicast.py) never time out: they wait for their
+-- Multicast copies ('~*<dest>', router/table/multicast.py) never time out: they wait for their
 -- destination's groups to end.
 -- Returns: {now, gid_1, outcome_1, ...}; an outcome is a destination name or '!stop'.
 local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS, K_DRAINING =

@@ -1,4 +1,4 @@
--- Route one batch atomically: the rules of router/routing.py (the reference model).
+-- Route one batch atomically: the rules of router/table/routing.py (the reference model).
 --
 -- KEYS: 1 entries (hash gid -> "dest|opened|updated|ttl|closing|lane|...", prelude.lua)
 --       2 deadlines (zset gid -> updated + ttl)   3 load (hash dest -> open groups)
@@ -7,11 +7,11 @@
 --       8 epoch (string): created with the table; missing again means the table was lost
 --       9 writes (counter): +1 per call; lower than a caller saw means writes were lost
 --       10 room (zset gid -> wait start)  11 parks (zset "batch|gid" -> park lease expiry)
---       12 admitted (hash gid -> reserved destination): the waiting room, router/room.py
+--       12 admitted (hash gid -> reserved destination): the waiting room, router/table/room.py
 --       13 writers (hash caller -> the write count of its last call)
 --       14 done (hash gid -> 'next|deadline ms': logical order, a finished group; the
 --          sweeper forgets it)
---       15 draining (set of destinations nothing new is placed on, router/placement.py)
+--       15 draining (set of destinations nothing new is placed on, router/table/placement.py)
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold' | 'wait'
 --       or 'wait:<max staged messages>' (a staged group over it streams: '!W')
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
@@ -38,7 +38,7 @@
 --          staged group went over the bound and now waits streamed) or '!m<d,...>|<d,...>'
 --          (multicast: a copy straight to each destination before the '|', each one after
 --          it parked in the room in the destination's copies pseudo-group '~*<dest>',
---          router/multicast.py). reset is 1
+--          router/table/multicast.py). reset is 1
 --          if the table was lost, entirely (the caller's epoch is gone) or partly (fewer
 --          writes than the caller saw: a crash lost the last ones); a partial loss starts
 --          a new epoch, so that every caller learns it.
@@ -290,7 +290,7 @@ for m = 0, nmsg - 1 do
   if held_lanes[lane] then
     decision = '!s'
   elseif has(flags, 'm') then
-    -- Multicast (router/multicast.py): a copy straight to each destination in charge of
+    -- Multicast (router/table/multicast.py): a copy straight to each destination in charge of
     -- no group (but ones closed earlier in this batch) with no earlier copy waiting,
     -- leased to the batch; the others parked behind the destination's waiting copies.
     local straight, parked_to = {}, {}

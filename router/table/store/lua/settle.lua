@@ -7,7 +7,7 @@
 -- ARGV: 1 batch ID ('' if none)  2 n destinations the batch sent ordinary messages to,
 --       then their names; then n finals, then pairs of guarantee ID, token (the source
 --       position the group's final was routed from); then n drains, then pairs of
---       guarantee ID, parks seen, next sequence number or -1 (router/room.py `drained`);
+--       guarantee ID, parks seen, next sequence number or -1 (router/table/room.py `drained`);
 --       then n, then every
 --       destination name of the side (for admissions)
 -- An entry is removed only if it is still closing with that same token: a group whose ID

@@ -6,11 +6,11 @@
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 at most this many entries
 --       3 the side's horizon in ms, or '' (or absent) for none: the sweeper's proof that
 --         every record written before it has been consumed by the side's units
---         (router/horizon.py). An entry is removed only if its deadline (update time +
+--         (router/sweeper/horizon.py). An entry is removed only if its deadline (update time +
 --         TTL) is before both now and the horizon; one past its deadline but not before
 --         the horizon stays in the deadlines set and is looked at again next round.
 --       4 n, then every destination name of the side: a destination a swept group
---         freed goes to the oldest waiting group (router/room.py)
+--         freed goes to the oldest waiting group (router/table/room.py)
 -- Each removed entry is appended to the outbox as JSON {e: entry, t: swept at, g: gid}
 -- so that the sweeper publishes an abandoned-group event for it even if it dies right
 -- after this.

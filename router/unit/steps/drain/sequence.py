@@ -1,5 +1,5 @@
 """Logical order (`guarantee-order: logical`): which parked members of a group the drain
-step forwards, in sequence order (pure: no I/O). `docs/routing.md`, "Logical order".
+step forwards, in sequence order (pure: no I/O). `docs/explanation/logical-order.md`.
 
 The table routes a member straight to its group's destination only while it comes in
 sequence from the group's lane; any other member puts the group in the waiting room and is

@@ -1,5 +1,5 @@
 """The drain step: forward the parked messages of admitted groups out of the waiting room
-(`docs/design/waiting-room.md`). Room records come with the unit's sources (one consumer
+(`docs/explanation/waiting-room.md`). Room records come with the unit's sources (one consumer
 group: it says who drains which room partition and fences a unit that lost one) into a
 `RoomIndex`; each batch forwards the admitted groups' undrained records to their reserved
 destination with a drain marker, in the batch's transaction, and commits the room's low

@@ -1,0 +1,135 @@
+"""What a chaos run found (`ChaosResult`: the verdict, the unit deaths and server restarts,
+the exits that were neither), and its summary as the driver prints it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ops.harness.console import Row, SummaryItem, summary_lines
+from ops.harness.scenarios.demo_run import interleaving_rows
+from ops.harness.verdict.verify import Report
+
+
+@dataclass
+class ChaosResult:
+    report: Report
+    deaths: Counter[str] = field(default_factory=Counter)  # cause -> count
+    restarts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    sender_failures: list[str] = field(default_factory=list)
+    undecodable: int = 0
+    crashes: list[str] = field(default_factory=list)  # exits that were not kills
+    shared: dict[str, int] = field(default_factory=dict)  # router counters: explanation
+    policy: str = "share"
+
+    @property
+    def kills(self) -> int:
+        return sum(self.deaths.values())
+
+    def violations(self) -> list[str]:
+        """Broken guarantees (disallowed interleavings on either side included) and unit
+        exits that were neither our kills nor armed fault injections."""
+        out = self.report.violations()
+        if self.policy == "wait":
+            out += [
+                f"{s.side} side: {s.interleaved} interleaved under policy wait"
+                for s in self.report.sides
+                if s.interleaved
+            ]
+        if self.sender_failures:
+            out.append(f"sender failures={len(self.sender_failures)}")
+        if self.undecodable:
+            out.append(f"undecodable={self.undecodable}")
+        if self.crashes:
+            out.append(f"unexpected unit exits={len(self.crashes)}")
+        return out
+
+
+SUMMARY_WIDTH = 21  # the label column of the chaos summary
+
+
+def summary(result: ChaosResult) -> list[str]:
+    """The summary as plain lines (what CI logs and the tests read)."""
+    return summary_lines(summary_rows(result), SUMMARY_WIDTH)
+
+
+def summary_rows(result: ChaosResult) -> list[SummaryItem]:
+    r = result.report
+    items: list[SummaryItem] = [
+        "Chaos summary",
+        Row(
+            "sent",
+            f"{r.sent}",
+            "(acknowledged by Kafka" + ("; a multicast copy each)" if r.multicast_sent else ")"),
+        ),
+        Row("received", f"{r.received}", "(read_committed, read again from the start)"),
+        Row("groups", f"{r.groups_sent}", f"complete, in order, on one queue: {r.groups_complete}"),
+        Row("lost", f"{r.lost}"),
+        Row("duplicated", f"{r.duplicated}"),
+        Row("reordered", f"{r.reordered}"),
+        Row("split groups", f"{r.split_groups}"),
+        *qos_rows(r),
+        *interleaving_rows(r, result.shared),
+        Row(
+            "unit deaths",
+            f"{result.kills}",
+            ", ".join(f"{k}: {v}" for k, v in sorted(result.deaths.items())),
+        ),
+        Row(
+            "server restarts",
+            f"broker {result.restarts.get('kafka', 0)}, Redis {result.restarts.get('redis', 0)}",
+        ),
+        Row("duration", f"{result.seconds:>9.1f} s"),
+    ]
+    if result.crashes:
+        items.append(Row("unexpected exits", f"{len(result.crashes)} (see below)"))
+        items.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])
+    if r.accounts is not None and r.accounts.examples:
+        items.extend(f"    {e}" for e in r.accounts.examples)
+    if r.bands is not None:
+        items.extend(f"    {e}" for e in r.bands.examples)
+    v = result.violations()
+    items.append(
+        "RESULT: "
+        + (
+            "PASS - nothing lost, duplicated, reordered or split; no disallowed interleaving; "
+            "every message delivered, expired or dead-lettered once"
+            if not v
+            else "FAIL - " + "; ".join(v)
+        )
+    )
+    return items
+
+
+def qos_rows(r: Report) -> list[SummaryItem]:
+    """Multicast, lifetimes and priorities: what the queues and the events topic hold."""
+    rows: list[SummaryItem] = []
+    if r.multicast_sent:
+        rows.append(
+            Row(
+                "multicast",
+                f"{r.multicast_sent}",
+                f"messages, {r.multicast_copies} copies expected; lost and duplicated "
+                "copies are counted above",
+            )
+        )
+    a = r.accounts
+    if a is not None:
+        rows.append(Row("with a lifetime", f"{a.expiring_sent}", a.accounted()))
+        rows.append(
+            Row(
+                "expired",
+                f"{a.expired}",
+                f"twice {a.expired_twice}, also delivered {a.expired_and_delivered}, "
+                f"without a lifetime {a.expired_unexpected}, early {a.expired_early}",
+            )
+        )
+        rows.append(Row("dead-lettered", f"{a.dead_lettered}", _reasons(a.dead_reasons)))
+    if r.bands is not None:
+        rows += [Row(*row) for row in r.bands.rows()]
+    return rows
+
+
+def _reasons(reasons: Counter[str]) -> str:
+    return ", ".join(f"{k}: {n}" for k, n in sorted(reasons.items()))

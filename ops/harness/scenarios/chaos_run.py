@@ -1,0 +1,245 @@
+"""Chaos: the full pipeline under fire, then an exact account of every message.
+
+While senders send, unit processes are killed with SIGKILL at random moments and
+restarted; some are restarted with a fault-injection point armed (`router.utils.faults`), so
+they kill themselves exactly between routing and producing, between producing and
+committing, or between committing and settling. The broker is restarted once and Redis
+once (with its append-only file) mid-run. A share of the messages is multicast (to every
+receive queue, or to a named subset), a share has a lifetime (some long gone, some
+short, some long) and a share has a priority (`message-priority`, on a topology with
+priority bands; a group's later members say other priorities, which the router must
+ignore; `ops.harness.traffic.workload`). At the end the units are stopped, every destination of
+both sides (transfer topic, receive queues; every band topic of each) is read from the
+beginning to its end with read_committed once the transaction timeout has passed, and
+checked against what Kafka acknowledged to the senders: nothing lost, duplicated,
+reordered or split (a group on one band topic of one queue), and every interleaving
+judged by the capacity rule (`ops.harness.verdict.capacity`, a destination's band topics merged
+by append time); every message on its priority's band, a group on its first member's
+(`ops.harness.verdict.bands`); every multicast message once on each of its queues; with the
+events and dead-letter topics, every message delivered, expired (one ExpiredMessage
+event) or dead-lettered, never two of them (`ops.harness.verdict.accounts`). A unit exit that
+was neither our kill nor an armed fault injection fails the run too.
+
+The kills and restarts are kept track of by `ops.harness.scenarios.supervisor`; what the
+run found, and its summary, is `ops.harness.scenarios.chaos_result`.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ops.harness.console import Console
+from ops.harness.scenarios.chaos_result import ChaosResult
+from ops.harness.scenarios.supervisor import UNIT_ROLES, Supervisor, server_away
+from ops.harness.stack.localstack import LocalStack
+from ops.harness.stack.pipeline import Pipeline, PipelineSpec
+from ops.harness.traffic.collect import read_accounts, read_sides, verdict
+from ops.harness.traffic.progress import Collector
+from ops.harness.traffic.senders import Senders
+from ops.harness.traffic.workload import WorkloadSpec
+from ops.harness.verdict.capacity import LOADED_RELEASE_SLACK_MS
+from ops.harness.verdict.records import deliveries
+from router.config import RouterSettings
+from router.utils.faults import POINTS
+
+
+@dataclass(frozen=True)
+class ChaosSpec:
+    messages: int = 100_000
+    senders: int = 4
+    rate: float = 300.0  # per sender, messages/s
+    kills: int = 20  # chaos events; each kills a unit process (some then kill themselves)
+    restart_broker: bool = True
+    restart_redis: bool = True
+    send_units: int = 2
+    receive_units: int = 3
+    transfer_partitions: int = 8
+    receive_queues: int = 12
+    transaction_timeout_ms: int = 6_000
+    seed: int = 1
+    # "wait": the waiting room, which must interleave nothing at all; with it, use fewer
+    # destinations and more open groups than destinations (see ops/chaos.py --policy).
+    busy_policy: str = "share"
+    open_per_sender: int = 1
+    # "complete": every group whole (routing.default_delivery; needs busy_policy "wait")
+    delivery: str = "stream"
+    # Delivery QoS shares (ops.harness.traffic.workload): of the ordinary messages, multicast; of
+    # the others (finals excepted), with a lifetime.
+    multicast_fraction: float = 0.05
+    expiring_fraction: float = 0.05
+    # Priority bands (priority.bands; 1: none) and, of the ordinary messages and of the
+    # groups, the share with a `message-priority` header (ops.harness.traffic.workload).
+    bands: int = 3
+    priority_fraction: float = 0.1
+    # How long the units get, once all is sent, to deliver (or expire) every message;
+    # then the run is judged as it stands. Tests keep it well inside their own timeout so
+    # a stall is reported with its verdict and the units' logs, not killed unexplained.
+    catch_up_s: float = 600.0
+
+
+def run_chaos(
+    base: RouterSettings,
+    stack: LocalStack,
+    spec: ChaosSpec,
+    run_dir: Path,
+    say: Console | Callable[[str], None] | None = None,
+) -> ChaosResult:
+    """`say`: a Console, or a callback taking each line (plain); default: stdout."""
+    console = Console() if say is None else Console.of(say)
+    say = console.say
+    rng = random.Random(spec.seed)
+    pspec = PipelineSpec(
+        send_units=spec.send_units,
+        receive_units=spec.receive_units,
+        transfer_partitions=spec.transfer_partitions,
+        receive_queues=spec.receive_queues,
+        busy_policy=spec.busy_policy,  # type: ignore[arg-type]
+        extra_env={
+            "ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": str(spec.transaction_timeout_ms),
+            "ROUTER_ROUTING__DEFAULT_DELIVERY": spec.delivery,
+            "ROUTER_PRIORITY__BANDS": str(spec.bands),
+        },
+    )
+    # The seed fixes the workload and the kills; the name is new each run, so a run
+    # killed before its cleanup never leaves topics that the next one would read.
+    pipeline = Pipeline(base, pspec, run_dir, name=f"chaos-{spec.seed}-{secrets.token_hex(3)}")
+    t = pipeline.settings.topology
+    say(
+        f"chaos: {spec.messages} messages from {spec.senders} senders at {spec.rate:.0f}/s "
+        f"each; {spec.send_units} send units, {spec.receive_units} receive units, "
+        f"{t.receive_units} transfer partitions, {len(t.receive_queues)} receive queues, "
+        f"{spec.bands} priority bands; "
+        f"{spec.kills} kill events, broker restart: {spec.restart_broker}, "
+        f"Redis restart: {spec.restart_redis}"
+    )
+    pipeline.start()
+    supervisor = Supervisor(pipeline, say)
+    # A commit or release caught by a server restart: the commit is finished or aborted
+    # within the transaction timeout, and the units retry after at most their back-off.
+    units = pipeline.settings.unit
+    server_recover_ms = spec.transaction_timeout_ms + units.backoff_max_ms
+    workload = WorkloadSpec(
+        run_id=pipeline.name,
+        senders=spec.senders,
+        messages=spec.messages,
+        rate=spec.rate,
+        seed=spec.seed,
+        open_per_sender=spec.open_per_sender,
+        multicast_fraction=spec.multicast_fraction,
+        expiring_fraction=spec.expiring_fraction,
+        receive_queues=tuple(t.receive_queues),
+        priority_fraction=spec.priority_fraction,
+    )
+    collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
+    collector.start()
+    senders = Senders(pipeline.settings, workload)
+    restarts_before = dict(stack.restarts)  # a stack may serve several runs
+    t0 = time.monotonic()
+    senders.start()
+    duration = spec.messages / (spec.senders * spec.rate)
+    # Chaos events spread over the sending time; server restarts at 35% and 65% of it.
+    events: list[tuple[float, str]] = [
+        (duration * (0.05 + 0.9 * (i + rng.random()) / spec.kills), "kill")
+        for i in range(spec.kills)
+    ]
+    if spec.restart_broker:
+        events.append((duration * 0.35, "broker"))
+    if spec.restart_redis:
+        events.append((duration * 0.65, "redis"))
+    events.sort()
+    try:
+        with console.progress("sent", spec.messages) as bar:
+            while events or not senders.join(timeout=0):
+                now = time.monotonic() - t0
+                supervisor.check()
+                if events and now >= events[0][0]:
+                    _, what = events.pop(0)
+                    if what == "kill":
+                        victims = [
+                            p for p in pipeline.fleet.procs if p.role in UNIT_ROLES and p.alive
+                        ]
+                        victim = rng.choice(victims)
+                        arm = rng.choice([None, *POINTS])
+                        say(
+                            f"   [{now:6.1f}s] SIGKILL {victim.name}"
+                            + (f", its replacement armed to die {arm}" if arm else "")
+                        )
+                        supervisor.kill(victim, arm)
+                    elif what == "broker":
+                        say(f"   [{now:6.1f}s] restarting the Kafka broker")
+                        with server_away(supervisor, server_recover_ms, "broker restart"):
+                            stack.restart_kafka()
+                        say(f"   [{time.monotonic() - t0:6.1f}s] broker back")
+                    else:
+                        say(f"   [{now:6.1f}s] restarting Redis (append-only file kept)")
+                        with server_away(supervisor, server_recover_ms, "Redis restart"):
+                            stack.restart_redis()
+                        say(f"   [{time.monotonic() - t0:6.1f}s] Redis back")
+                bar.update(
+                    senders.attempted,
+                    f"received {collector.count()}, kills {sum(supervisor.deaths.values())}",
+                )
+                time.sleep(0.1)  # the driver's own pacing of events
+        say(f"   all sent ({len(senders.sent)} acknowledged); letting the units catch up")
+        expected = deliveries(senders.sent)  # received or expired
+        deadline = time.monotonic() + spec.catch_up_s
+        with console.progress("received", expected) as bar:
+            while collector.accounted() < expected and time.monotonic() < deadline:
+                supervisor.check()  # injected faults may still fire
+                bar.update(collector.accounted())
+                time.sleep(0.2)
+            bar.update(collector.accounted())
+        if collector.accounted() < expected:
+            say(
+                f"   caught up on {collector.accounted()} of {expected} within "
+                f"{spec.catch_up_s:.0f} s; judging the run as it stands"
+            )
+        # The fault points stay armed until a replacement dies: disarm by letting the
+        # final stop take every process down gracefully.
+        collector.stop()
+        exit_codes = pipeline.stop()
+        supervisor.check()
+        assert pipeline.stopped_at is not None
+        say(
+            "   units stopped; reading both sides from the beginning to the end once the "
+            f"transaction timeout ({spec.transaction_timeout_ms} ms) has passed"
+        )
+        send, receive = read_sides(pipeline.settings, pipeline.stopped_at)
+        accounts = read_accounts(pipeline.settings)
+        result = ChaosResult(
+            verdict(
+                senders.sent,
+                send,
+                receive,
+                # Replacements join while traffic flows: the loaded machine's slack.
+                release_slack_ms=LOADED_RELEASE_SLACK_MS,
+                disturbances=tuple(supervisor.disturbances),
+                accounts=accounts,
+            ),
+            supervisor.deaths,
+            {k: n - restarts_before.get(k, 0) for k, n in stack.restarts.items()},
+            time.monotonic() - t0,
+            senders.failures,
+            send.undecodable + receive.undecodable,
+            supervisor.crashes,
+            pipeline.shared(),
+            spec.busy_policy,
+        )
+        # At the final stop every process must exit 0; -9 only from an armed fault point
+        # firing in its last batch (Proc.stop's own SIGKILL after its timeout is a crash).
+        armed = {p.name for p in pipeline.fleet.procs if p.popen.pid in supervisor.armed}
+        bad_exit = {n: c for n, c in exit_codes.items() if c != 0 and not (c == -9 and n in armed)}
+        for n, c in exit_codes.items():
+            if c == -9 and n in armed:
+                result.deaths["injected at the final stop"] += 1
+        if bad_exit:
+            result.crashes.append(f"at the final stop: {bad_exit}")
+        return result
+    finally:
+        pipeline.stop()
+        pipeline.cleanup()

@@ -1,0 +1,145 @@
+"""The Spark benchmark's results (pure): figures from the queries' progress reports and
+the receiver's output, the table `make spark-bench` prints, and the verdict line."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from ops.harness.spark import bench_stats as stats
+from ops.harness.spark.bench_output import Completeness, Output
+
+
+def figures(
+    receiver_progress: Sequence[Mapping[str, Any]],
+    sender_progress: Sequence[Mapping[str, Any]],
+    got: Output,
+    complete: Completeness,
+    window_ms: tuple[float, float],
+) -> dict[str, Any]:
+    """Rates, latencies, completeness and each query's phase profile, over the steady
+    window (wall-clock ms: after the warm-up, until the sender stopped)."""
+    start, end = round(window_ms[0]), round(window_ms[1])
+    recv_batches = stats.batches(receiver_progress)
+    send_batches = stats.batches(sender_progress)
+    committed = {b.batch_id: b.committed_ms for b in recv_batches}
+    points = [(committed[b], n) for b, n in got.messages_per_batch.items() if b in committed]
+    achieved = stats.steady_rate(points, start, end)
+    # Offered: the rows the rate source generated, at the messages per row it made.
+    per_row = complete.expected_messages / max(complete.generated_rows, 1)
+    offered = stats.steady_rate([(b.committed_ms, b.input_rows) for b in send_batches], start, end)
+    latency = stats.latency_summary(stats.latencies_ms(got.groups, committed, start, end))
+    steady = [b for b in recv_batches if start <= b.committed_ms <= end]
+    sent_steady = [b for b in send_batches if start <= b.committed_ms <= end]
+    ok = complete.ok and not got.rows.get("violations") and not got.rows.get("duplicates")
+    return {
+        "offered_msg_s": offered.per_second * per_row,
+        "achieved_msg_s": achieved.per_second,
+        "window_s": achieved.seconds,
+        "window_batches": achieved.batches,
+        "latency": latency,
+        "goal": {"rate_msg_s": stats.GOAL_RATE, "p99_ms": stats.GOAL_P99_MS},
+        "goal_met": ok and stats.goal_met(achieved.per_second, latency["p99_ms"]),
+        "complete": ok,
+        "completeness": asdict(complete),
+        "output_rows": dict(got.rows),
+        "violation_examples": list(got.reasons),
+        "receiver_batches": len(recv_batches),
+        "receiver_rows_per_batch": (
+            sum(b.input_rows for b in steady) / len(steady) if steady else 0.0
+        ),
+        "receiver_profile_ms": stats.profile(steady),
+        "sender_profile_ms": stats.profile(sent_steady),
+    }
+
+
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.0f}"  # NaN: no group in the window
+
+
+def table_rows(result: Mapping[str, Any]) -> list[list[str]]:
+    """(figure, value, note) rows of the results table."""
+    lat, c, goal = result["latency"], result["completeness"], result["goal"]
+    rows = [
+        ["offered", f"{result['offered_msg_s']:,.0f} msg/s", "rate source, steady window"],
+        [
+            "achieved (receiver committed)",
+            f"{result['achieved_msg_s']:,.0f} msg/s",
+            f"{result['window_batches']} batches over {result['window_s']:.1f} s",
+        ],
+        ["group latency p50", f"{_ms(lat['p50_ms'])} ms", "last member created -> batch commit"],
+        ["group latency p99", f"{_ms(lat['p99_ms'])} ms", f"{lat['groups']:,.0f} groups"],
+        ["group latency max", f"{_ms(lat['max_ms'])} ms", ""],
+        [
+            "messages received / generated",
+            f"{c['received_messages']:,} / {c['expected_messages']:,}",
+            f"missing {c['missing']}, unexpected {c['unexpected']}, repeated {c['repeated']}",
+        ],
+        [
+            "groups complete / generated",
+            f"{c['groups_complete']:,} / {c['expected_groups']:,}",
+            f"duplicates {result['output_rows'].get('duplicates', 0)}, "
+            f"violations {result['output_rows'].get('violations', 0)}",
+        ],
+        [
+            "receiver rows per batch",
+            f"{result['receiver_rows_per_batch']:,.0f}",
+            "steady window, mean",
+        ],
+    ]
+    for name, profile in (("receiver", "receiver_profile_ms"), ("sender", "sender_profile_ms")):
+        phases = result[profile]
+        if phases:
+            rows.append(
+                [
+                    f"{name} batch (mean ms)",
+                    f"{phases.get('triggerExecution', 0):,.0f} ms",
+                    ", ".join(
+                        f"{k} {v:,.0f}" for k, v in phases.items() if k != "triggerExecution"
+                    ),
+                ]
+            )
+    rows.append(
+        [
+            "goal",
+            "met" if result["goal_met"] else "not met",
+            f">= {goal['rate_msg_s']:,.0f} msg/s with p99 <= {goal['p99_ms'] / 1000:.0f} s"
+            + ("" if result["complete"] else "; OUTPUT INCOMPLETE"),
+        ]
+    )
+    return rows
+
+
+def verdict(result: Mapping[str, Any]) -> str:
+    """One line per run: rate, latency and the goal, met or not."""
+    lat, goal = result["latency"], result["goal"]
+    return (
+        f"RESULT spark-bench offered {result['offered_msg_s']:,.0f} msg/s: sustained "
+        f"{result['achieved_msg_s']:,.0f} msg/s, group latency p50/p99 "
+        f"{_ms(lat['p50_ms'])}/{_ms(lat['p99_ms'])} ms; goal (>= {goal['rate_msg_s']:,.0f} "
+        f"msg/s with p99 <= {goal['p99_ms']:,.0f} ms) "
+        + ("met" if result["goal_met"] else "not met")
+        + ("" if result["complete"] else "; OUTPUT INCOMPLETE")
+    )
+
+
+def markdown(results: Sequence[Mapping[str, Any]]) -> str:
+    """`results.md`: each run's table, side by side in one session."""
+    parts = ["# make spark-bench", ""]
+    for r in results:
+        spec = r["spec"]
+        parts += [
+            f"## {spec['rate']:,} msg/s offered, orders of 1..{spec['max_lines']} lines "
+            f"({spec['seconds']:.0f} s of load, the first {spec['warmup_s']:.0f} s left out; "
+            f"{r['date']})",
+            "",
+            "| figure | value | note |",
+            "|---|---|---|",
+            *[f"| {a} | {b} | {c} |" for a, b, c in table_rows(r)],
+            "",
+            verdict(r),
+            "",
+        ]
+    return "\n".join(parts)

@@ -1,0 +1,126 @@
+"""Control of a local stack (ops/stack.sh) from Python: start, stop and restart its servers.
+
+The chaos driver and the server-away tests use a *private* stack (its own ports and data
+folder) so that restarting a broker never disturbs anything else. The Spark drivers use
+the stack that answers, or start the checkout's (`ensure_stack`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from router.backends.kafka import clients
+from router.backends.redis.client import redis_client
+from router.config import RouterSettings
+
+ROOT = Path(__file__).resolve().parents[3]  # the repository
+STACK_SCRIPT = ROOT / "ops" / "stack.sh"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalStack:
+    script: Path  # ops/stack.sh
+    stack_dir: Path | None = None  # None: the default .stack of the checkout
+    kafka_port: int = 9092
+    controller_port: int = 9093
+    redis_port: int = 6379
+    restarts: dict[str, int] = field(default_factory=lambda: {"kafka": 0, "redis": 0})
+
+    @classmethod
+    def private(cls, script: Path, stack_dir: Path) -> LocalStack:
+        return cls(script, stack_dir, free_port(), free_port(), free_port())
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def _run(self, *args: str) -> str:
+        env = {
+            **os.environ,
+            "ROUTER_KAFKA_PORT": str(self.kafka_port),
+            "ROUTER_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+            "ROUTER_REDIS_PORT": str(self.redis_port),
+        }
+        if self.stack_dir is not None:
+            env["ROUTER_STACK_DIR"] = str(self.stack_dir)
+        done = subprocess.run(
+            [str(self.script), *args], env=env, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ops/stack.sh {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+        return done.stdout
+
+    def up(self) -> None:
+        self._run("up")
+
+    def down(self) -> None:
+        self._run("down")
+
+    def kafka_stop(self, kill: bool = False) -> None:
+        self._run("kafka-stop", *(["--kill"] if kill else []))
+
+    def kafka_start(self) -> None:
+        self._run("kafka-start")
+
+    def redis_stop(self, kill: bool = False) -> None:
+        self._run("redis-stop", *(["--kill"] if kill else []))
+
+    def redis_start(self) -> None:
+        self._run("redis-start")
+
+    def redis_wipe(self) -> None:
+        """Redis comes back *without* its data (a lost volume, a replica promoted empty)."""
+        self.redis_stop()
+        data = (self.stack_dir or self.script.parent.parent / ".stack") / "redis"
+        for path in data.rglob("*"):
+            if path.is_file():
+                path.unlink()
+        self.redis_start()
+        self.restarts["redis"] += 1
+
+    def restart_kafka(self) -> None:
+        self.kafka_stop()
+        self.kafka_start()
+        self.restarts["kafka"] += 1
+
+    def restart_redis(self) -> None:
+        """Graceful: SHUTDOWN writes the append-only file, the restart reloads it."""
+        self.redis_stop()
+        self.redis_start()
+        self.restarts["redis"] += 1
+
+
+def ensure_stack(settings: RouterSettings, say: Callable[[str], None]) -> None:
+    """Use Kafka and Redis if they answer; else start the local stack (ops/stack.sh up)."""
+
+    def answers() -> bool:
+        try:
+            AdminClient(clients.admin_config(settings.kafka)).list_topics(timeout=3)
+            return bool(redis_client(settings.redis).ping())
+        except Exception:
+            return False
+
+    if answers():
+        say(f"   Kafka {settings.kafka.bootstrap_servers} and Redis {settings.redis.url} answer")
+        return
+    if not STACK_SCRIPT.exists():
+        raise RuntimeError(f"Kafka or Redis does not answer, and there is no {STACK_SCRIPT}")
+    say("   starting the local stack (ops/stack.sh up) ...")
+    subprocess.run([str(STACK_SCRIPT), "up"], check=True)

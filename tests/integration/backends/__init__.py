@@ -1,0 +1,1 @@
+"""Integration tests of router.backends against the real broker (EndOffsets)."""

@@ -1,0 +1,1 @@
+"""The Sender and Receiver client libraries against the real broker, Redis and unit processes."""

@@ -1,0 +1,1 @@
+"""Prometheus metrics of every long-running role, scraped by a real Prometheus."""

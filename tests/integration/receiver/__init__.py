@@ -1,0 +1,2 @@
+"""The receiver library against the real broker and Redis: band restore, expiry at the
+receiver, redelivery."""

@@ -1,0 +1,1 @@
+"""The sweeper and its horizon against the real broker and Redis."""

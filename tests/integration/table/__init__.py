@@ -1,0 +1,2 @@
+"""The management table (Lua in the real Redis) against its model, its defects, `router table`
+and steering."""

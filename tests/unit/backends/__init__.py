@@ -1,0 +1,1 @@
+"""Pure tests of router.backends (Kafka and Redis clients; no servers)."""

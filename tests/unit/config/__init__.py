@@ -1,0 +1,1 @@
+"""Pure tests of router.config: settings, and the clients' librdkafka configuration."""

@@ -1,0 +1,1 @@
+"""Pure tests of router.console: the status page's data."""

@@ -1,0 +1,1 @@
+"""Pure tests of router.contract: headers, lifetime, priority bands, segments."""

@@ -1,0 +1,1 @@
+"""Pure tests of ops.harness.benchmark: the workload model and the reported figures."""

@@ -1,0 +1,1 @@
+"""Pure tests of what the drivers (ops/*.py) print: ops.harness.console."""

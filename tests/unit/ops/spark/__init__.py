@@ -1,0 +1,1 @@
+"""Pure tests of ops.harness.spark: `make spark-bench`'s figures."""

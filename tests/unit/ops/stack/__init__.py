@@ -1,0 +1,1 @@
+"""Pure tests of ops.harness.stack (no servers started)."""

@@ -1,0 +1,1 @@
+"""Pure tests of ops.harness.traffic: the workload plan."""

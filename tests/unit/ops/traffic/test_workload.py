@@ -1,0 +1,74 @@
+"""The workload plan: well-formed groups, the requested mix, every group finished."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ops.harness.scenarios.burst import BurstStats, burst_report, burst_workload
+from ops.harness.traffic.workload import WorkloadSpec, plan
+
+
+def test_plan_makes_complete_groups_and_hits_the_quota() -> None:
+    spec = WorkloadSpec(run_id="t", senders=3, messages=3001, open_per_sender=2, max_group=30)
+    total = 0
+    for index in range(spec.senders):
+        seqs: dict[str, list[int]] = defaultdict(list)
+        finals: dict[str, int] = defaultdict(int)
+        ordinary = 0
+        for sent, _ in plan(spec, index):
+            total += 1
+            if sent.group is None:
+                ordinary += 1
+                continue
+            seqs[sent.group].append(sent.seq)
+            finals[sent.group] += sent.final
+        for group, got in seqs.items():
+            assert got == list(range(len(got))), group
+            assert finals[group] == 1, group
+        grouped = sum(len(s) for s in seqs.values())
+        assert 0.6 < grouped / (grouped + ordinary) < 0.8
+    assert total == spec.messages
+
+
+def test_the_grouped_fraction_holds_even_with_many_groups_open() -> None:
+    """The issue's burst: 150 groups open per sender would otherwise crowd out the
+    ordinary messages at the end (every slot promised to an open group)."""
+    spec = burst_workload("t")
+    sent = [s for i in range(spec.senders) for s, _ in plan(spec, i)]
+    ordinary = sum(1 for s in sent if s.group is None)
+    groups = {s.group for s in sent if s.group}
+    assert len(sent) == 3_000 and ordinary == 900
+    assert 250 <= len(groups) <= 350
+    most_open = open_now = 0
+    for s in sent:  # sender 0 then sender 1: the peak of one sender
+        open_now += (s.seq == 0 and s.group is not None) - s.final
+        most_open = max(most_open, open_now)
+    assert most_open >= 100
+
+
+def test_the_burst_report_gives_every_row_and_the_median_of_the_ratios_per_round() -> None:
+    def stats(policy: str, seconds: float, ord_p99: float, il: int) -> BurstStats:
+        return BurstStats(
+            policy, 3000, 300, seconds, (1.0, ord_p99), (1.0, 2 * ord_p99), (il, il), ()
+        )
+
+    rounds = [
+        {"share": stats("share", 1.0, 100, 50), "wait": stats("wait", 2.0, 150, 0)},  # 0.50, 1.5
+        {"share": stats("share", 1.0, 100, 40), "wait": stats("wait", 4.0, 400, 0)},  # 0.25, 4
+        {"share": stats("share", 2.0, 200, 60), "wait": stats("wait", 2.5, 200, 0)},  # 0.80, 1
+    ]
+    lines = burst_report(rounds)
+    rows = [line for line in lines if line[:5].strip() in ("1", "2", "3")]
+    assert [(r.split()[0], r.split()[1]) for r in rows] == [
+        ("1", "share"),
+        ("1", "wait"),
+        ("2", "share"),
+        ("2", "wait"),
+        ("3", "share"),
+        ("3", "wait"),
+    ]
+    assert "0.50 / 1.50 / 1.50; 0.25 / 4.00 / 4.00; 0.80 / 1.00 / 1.00" in lines[-3]
+    assert lines[-2] == (
+        "wait/share, median of 3 rounds: throughput 0.50, ordinary p99 1.50, group p99 1.50"
+    )
+    assert lines[-1] == "interleaved in all rounds: share 300, wait 0"

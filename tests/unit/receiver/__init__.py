@@ -1,0 +1,1 @@
+"""Pure tests of router.receiver (fake consumers, no broker)."""

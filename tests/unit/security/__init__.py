@@ -1,0 +1,2 @@
+"""Pure tests of router.security: ACL plans and security settings (also run by `make test-
+secure`)."""

@@ -1,0 +1,1 @@
+"""Pure tests of router.sender, and of the client libraries' documentation."""

@@ -1,0 +1,1 @@
+"""Pure tests of router.state: resumed groups and group statuses."""

@@ -1,0 +1,1 @@
+"""Pure tests of router.table.store: the entry codec."""

@@ -1,0 +1,109 @@
+"""The entry codec and the route script's flags (`router.table.store.codec`), without servers:
+lane order's last routed sequence number (`Entry.routed`, flag 'q<n>') next to every
+entry form earlier versions wrote, and the route step's requests that carry it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from router import contract
+from router.config import RoutingSettings
+from router.table.routing import Entry, RouteRequest
+from router.table.store.codec import decode_entry, encode
+from router.unit.steps.batch import Item
+from router.unit.steps.route import request_for
+from tests.fixtures.fakes import msg
+
+BASE = "2|1000|3000|60000|"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # before lanes
+        (BASE, Entry("2", 1000, 3000, 60000)),
+        # lane order, open
+        (BASE + "|q/0", Entry("2", 1000, 3000, 60000, "", "q/0")),
+        # in the waiting room
+        (BASE + "|q/0|waiting|3", Entry("2", 1000, 3000, 60000, "", "q/0", "waiting", 3)),
+        # logical order before origins
+        (
+            BASE + "|q/0|open|0|5|q/0/9",
+            Entry("2", 1000, 3000, 60000, "", "q/0", next=5, fence="q/0/9"),
+        ),
+        # logical order
+        (
+            BASE + "q/0/12|q/0|open|0|5|q/0/9|q/0/1",
+            Entry("2", 1000, 3000, 60000, "q/0/12", "q/0", next=5, fence="q/0/9", origin="q/0/1"),
+        ),
+    ],
+)
+def test_every_earlier_entry_form_decodes_without_a_routed_number(
+    raw: str, expected: Entry
+) -> None:
+    e = decode_entry(raw)
+    assert e == expected and e.routed is None
+    assert decode_entry(raw.encode("utf-8")) == expected
+
+
+def test_a_lane_order_entry_with_a_routed_number_decodes_it() -> None:
+    e = decode_entry(BASE + "|q/0|open|0|-1|||17")
+    assert (e.lane, e.state, e.parks, e.next, e.fence, e.origin) == ("q/0", "open", 0, -1, "", "")
+    assert e.routed == 17
+    assert decode_entry(BASE + "q/0/40|q/0|open|0|-1|||0").routed == 0  # 0 is a number
+    assert decode_entry(BASE + "q/0/40|q/0|open|0|-1|||0").closing == "q/0/40"
+    # an empty trailing field is no number
+    assert decode_entry(BASE + "|q/0|open|0|-1|||").routed is None
+
+
+def test_a_logical_entry_with_a_routed_number_keeps_its_origin() -> None:
+    e = decode_entry(BASE + "|q/0|admitted|2|5|q/0/9|q/0/1|4")
+    assert (e.state, e.parks, e.next, e.fence, e.origin, e.routed) == (
+        "admitted",
+        2,
+        5,
+        "q/0/9",
+        "q/0/1",
+        4,
+    )
+
+
+def req(**kw: object) -> RouteRequest:
+    return replace(RouteRequest("G", False, 60_000, "", "q/0"), **kw)  # type: ignore[arg-type]
+
+
+def test_lane_order_numbers_are_flagged_q_and_logical_ones_l_only() -> None:
+    assert encode(req())[1] == ""
+    assert encode(req(lane_seq=7)) == ("G", "q7", 60_000, "", "q/0")
+    assert encode(req(lane_seq=0))[1] == "q0"
+    assert encode(req(final=True, continuation=True, lane_seq=12))[1] == "fcq12"
+    # logical order's `l` already carries the number: no second flag
+    assert encode(req(seq=3, lane_seq=3))[1] == "l3"
+    assert encode(req(seq=-1))[1] == "l-1"
+
+
+RULES = RoutingSettings()
+
+
+def item(offset: int, gid: str | None, **headers: object) -> Item:
+    m = msg(offset, gid, **headers)  # type: ignore[arg-type]
+    return Item(m, m.headers(), contract.parse(m.headers(), RULES))
+
+
+def test_the_route_step_gives_lane_order_members_their_number_only() -> None:
+    lane = "in/0"
+    assert request_for(item(4, "G", seq=2), RULES, lane, False).lane_seq == 2
+    assert request_for(item(5, "G"), RULES, lane, False).lane_seq is None  # no number
+    assert request_for(item(6, None), RULES, lane, False).lane_seq is None  # ordinary
+    # logical order on the send side: the number is `seq`, not recorded twice
+    logical = request_for(
+        item(7, "G", seq=3, extra=[(contract.ORDER, b"logical")]), RULES, lane, False, True
+    )
+    assert (logical.seq, logical.lane_seq) == (3, None)
+    # on the receive side a logical group keeps the one-lane rule: its number is recorded
+    received = request_for(
+        item(8, "G", seq=3, extra=[(contract.ORDER, b"logical")]), RULES, lane, False
+    )
+    assert (received.seq, received.lane_seq) == (None, 3)

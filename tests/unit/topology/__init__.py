@@ -1,0 +1,1 @@
+"""Pure tests of router.topology: topics and their replication."""

@@ -1,0 +1,1 @@
+"""Pure tests of router.unit.commit."""
