@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import typing
-from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -20,8 +19,7 @@ from router.config import (
 )
 from router.metrics import prom
 from router.metrics import registry as metrics
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.fixtures.paths import ROOT
 
 
 def text(*names: str) -> str:
@@ -29,20 +27,20 @@ def text(*names: str) -> str:
 
 
 def test_every_metric_is_documented_in_operations() -> None:
-    docs = text("docs/operations.md")
+    docs = text("docs/how-to/monitoring.md")
     names = typing.get_args(metrics.MetricName)
     missing = [n for n in names if f"`{n}`" not in docs]
-    assert not missing, f"metrics not in docs/operations.md: {missing}"
+    assert not missing, f"metrics not in docs/how-to/monitoring.md: {missing}"
 
 
 def test_docs_metrics_lists_every_prometheus_series_with_its_type_and_labels() -> None:
-    docs = text("docs/metrics.md")
+    docs = text("docs/reference/metrics.md")
     rows = re.findall(r"^\| `(router_[a-z0-9_]+)` \| (\w+) \| ([^|]+) \|", docs, re.M)
     documented = {(name, kind, labels.strip()) for name, kind, labels in rows}
-    assert len(rows) == len(documented), "a series listed twice in docs/metrics.md"
+    assert len(rows) == len(documented), "a series listed twice in docs/reference/metrics.md"
     code = {(s.name, s.kind, ", ".join(f"`{x}`" for x in s.labels)) for s in prom.series()}
     assert documented == code, (
-        f"not in docs/metrics.md: {sorted(code - documented)}; "
+        f"not in docs/reference/metrics.md: {sorted(code - documented)}; "
         f"not in the registry: {sorted(documented - code)}"
     )
 
@@ -52,21 +50,21 @@ def test_every_dead_letter_reason_is_documented_in_events() -> None:
     codes = set(re.findall(r'(?:BadInput|\.bad)\(\s*"([a-z][a-z-]+)"', source))
     codes |= {f"bad-{n}" for n in re.findall(r'_int\("([a-z]+)"', source)}
     assert {"bad-ttl", "bad-seq", "group-spans-partitions", "room-late"} <= codes
-    docs = text("docs/events.md")
+    docs = text("docs/reference/events.md")
     missing = sorted(c for c in codes if f"`{c}`" not in docs)
-    assert not missing, f"reason codes not in docs/events.md: {missing}"
+    assert not missing, f"reason codes not in docs/reference/events.md: {missing}"
 
 
 def test_every_router_event_schema_is_documented_in_events() -> None:
-    docs = text("docs/events.md")
+    docs = text("docs/reference/events.md")
     schemas = sorted(p.stem for p in (ROOT / "schemas" / "router").glob("*.avsc"))
     assert "GroupStagingAborted" in schemas
     missing = [s for s in schemas if f"router.events.{s}" not in docs]
-    assert not missing, f"event schemas not in docs/events.md: {missing}"
+    assert not missing, f"event schemas not in docs/reference/events.md: {missing}"
 
 
 def test_every_setting_is_documented_in_configuration() -> None:
-    docs = text("docs/configuration.md")
+    docs = text("docs/reference/configuration.md")
     sections: dict[str, type[BaseModel]] = {
         "routing": RoutingSettings,
         "unit": UnitSettings,
@@ -82,4 +80,4 @@ def test_every_setting_is_documented_in_configuration() -> None:
         for key in model.model_fields
         if f"`{key}`" not in docs
     ]
-    assert not missing, f"settings not in docs/configuration.md: {missing}"
+    assert not missing, f"settings not in docs/reference/configuration.md: {missing}"
