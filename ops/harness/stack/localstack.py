@@ -25,6 +25,7 @@ STACK_SCRIPT = ROOT / "ops" / "stack.sh"
 
 
 def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -64,12 +64,6 @@ class WorkloadSpec:
     priority_fraction: float = 0.0  # of the ordinary messages and of the groups: a priority
 
 
-@dataclass(frozen=True, slots=True)
-class Planned:
-    sent: Sent
-    payload: bytes
-
-
 def group_size(rng: random.Random, max_group: int) -> int:
     """Mostly small orders, some medium, a few large."""
     roll = rng.random()

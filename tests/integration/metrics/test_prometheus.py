@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from ops.harness.stack.fleet import free_port
+from ops.harness.stack.localstack import free_port
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from router.cli import cli
 from router.contract import headers_for

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
@@ -70,7 +70,12 @@ def role_user(
     )  # fmt: skip
 
     def applied() -> bool:
-        known = admin.describe_user_scram_credentials([user])[user].result(timeout=10)
+        try:
+            known = admin.describe_user_scram_credentials([user])[user].result(timeout=10)
+        except KafkaException as exc:  # the broker has not heard of the new user yet
+            if exc.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:
+                return False
+            raise
         return bool(known) and len(admin.describe_acls(everything).result(10)) == len(planned)
 
     wait_until(applied, 30, f"the broker to know {user} and its {len(planned)} ACLs")
