@@ -187,9 +187,14 @@ def new_topic(admin: AdminClient) -> Iterator[TopicFactory]:
 
         def visible() -> bool:
             meta = admin.list_topics(name, timeout=5).topics.get(name)
-            return bool(meta and meta.error is None and len(meta.partitions) == partitions)
+            return bool(
+                meta
+                and meta.error is None
+                and len(meta.partitions) == partitions
+                and all(p.leader >= 0 and p.error is None for p in meta.partitions.values())
+            )
 
-        wait_until(visible, 30, f"topic {name} in metadata")
+        wait_until(visible, 30, f"topic {name} in metadata, every partition with a leader")
         return name
 
     yield make

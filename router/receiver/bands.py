@@ -1,8 +1,7 @@
 """The receiver library's priority bands (docs/explanation/priority.md): read every band topic of
-its
-queues (`<queue>`, `<queue>.p1`, ...), the highest band with a backlog first, each lower
-band keeping its minimum share (`router.contract.bandsched`), and never switch bands in the middle
-of a group it is handing out.
+its queues (`<queue>`, `<queue>.p1`, ...), the highest band with a backlog first, each lower band
+keeping its minimum share (`router.contract.bandsched`), and never switch bands in the middle of a
+group it is handing out.
 
 The router appends nothing to any band of a queue while a group is open there, so a
 record of another band that comes while a group is being handed out was appended after

@@ -15,8 +15,7 @@ Side = Literal["send", "receive"]
 
 def script(name: str) -> str:
     """A script of `router/table/store/lua/`, after the shared prelude (`prelude.lua`: the entry
-    codec
-    and the waiting room's admission)."""
+    codec and the waiting room's admission)."""
     lua = resources.files("router.table.store").joinpath("lua")
     return lua.joinpath("prelude.lua").read_text("utf-8") + lua.joinpath(f"{name}.lua").read_text(
         "utf-8"
@@ -45,8 +44,7 @@ def decode_entry(raw: bytes | str) -> Entry:
 
 def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
     """One request as the route script reads it (see `router/table/store/lua/route.lua`): guarantee
-    ID
-    ('' = ordinary), flags, TTL, token, lane. The only place that spells the flags."""
+    ID ('' = ordinary), flags, TTL, token, lane. The only place that spells the flags."""
     flags = (
         ("f" if r.final else "")
         + ("s" if r.force_share else "")

@@ -25,8 +25,7 @@ class SteerTable:
 
     def pin(self, gid: str, dest: str, ttl_ms: int, now_ms: int | None = None) -> bool:
         """Create a pinned entry for a group that has none (`router/table/store/lua/pin.lua`): its
-        first
-        message goes to `dest`. False (nothing changed) if the group has an entry."""
+        first message goes to `dest`. False (nothing changed) if the group has an entry."""
         self._check(dest)
         lua = self.__dict__.get("_pin")
         if lua is None:  # registered on first use: operators only

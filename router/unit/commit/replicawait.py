@@ -1,6 +1,5 @@
 """A unit's wait for Redis replicas (`router.unit.commit.replica_acks` has the rule): WAIT on the
-unit's
-own client, once per batch, before its commit.
+unit's own client, once per batch, before its commit.
 
 WAIT counts the replicas holding every write of the connection it runs on. A unit's
 client is used by its loop thread alone, so its commands share one connection (the

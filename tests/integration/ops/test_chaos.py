@@ -89,7 +89,7 @@ def test_short_chaos_run_under_the_waiting_room_interleaves_nothing(
     The streaming run has 3 priority bands; the whole-group run one (the priority headers
     are still sent, all in band 0). These runs found the waiting-room stall: leases of
     batches that never settle kept destinations unclean once nothing was routed any more,
-    until the sweeper ended them (docs/priority.md, known limits)."""
+    until the sweeper ended them (docs/explanation/priority.md, known limits)."""
     spec = ChaosSpec(
         delivery=delivery,
         bands=3 if delivery == "stream" else 1,

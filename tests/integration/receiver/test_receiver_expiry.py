@@ -1,6 +1,6 @@
 """A lifetime that ends on the receive queue, after the units forwarded the message alive:
 the receiver library (`Receiver`) finds it expired and never hands it to the application
-(docs/receiver.md, "Lifetime at the receiver"), through real unit processes, from a
+(docs/explanation/receiver.md, "Lifetime at the receiver"), through real unit processes, from a
 plain confluent-kafka producer using only the documented headers and from `Sender`:
 
 * each expired message has one ExpiredMessage event, hop RECEIVER, naming its receive-

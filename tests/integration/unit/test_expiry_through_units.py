@@ -1,5 +1,5 @@
 """Per-message lifetime, through real unit processes, from a plain confluent-kafka
-producer using only the documented headers (docs/routing.md, "Lifetime and expiry"):
+producer using only the documented headers (docs/explanation/lifetime.md, "Lifetime and expiry"):
 
 * a message whose lifetime ended is never forwarded, at the send unit or at the receive
   unit, and each one has exactly one ExpiredMessage event naming the hop;

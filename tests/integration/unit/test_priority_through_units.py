@@ -1,5 +1,5 @@
 """Priority bands through real unit processes, from a plain confluent-kafka producer using
-only the documented headers and topic names (docs/priority.md):
+only the documented headers and topic names (docs/explanation/priority.md):
 
 * a backlog of low-priority messages waits on the send queue before any unit runs; then
   high-priority ones go to the band send queue `<queue>.p2`; the units overtake the

@@ -1,4 +1,4 @@
-"""Large messages in segments, through real unit processes (docs/routing.md, "Segments").
+"""Large messages in segments, through real unit processes (docs/explanation/segments.md).
 
 `Sender.send` cuts a payload larger than its segment size into segments, each a member of
 a group (an ordinary message: a group of its own); the units keep them contiguous and in

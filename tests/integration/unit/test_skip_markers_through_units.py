@@ -1,8 +1,7 @@
-"""Skip markers (`router/unit/steps/emit/markers.py`, docs/routing.md "Group end" item 7) against
-the real
-broker and Redis: a member the send side does not forward while its group goes on is
-followed on its transfer partition by a `router-control: skip` record in the same
-transaction, which the receive unit routes as that member and forwards nowhere.
+"""Skip markers (`router/unit/steps/emit/markers.py`, docs/explanation/routing.md "Group end" item
+7) against the real broker and Redis: a member the send side does not forward while its group goes
+on is followed on its transfer partition by a `router-control: skip` record in the same transaction,
+which the receive unit routes as that member and forwards nowhere.
 
 * a failed commit and a partial revoke while a batch with markers is in flight: the
   replay writes each marker and each dead letter once (in-process units);

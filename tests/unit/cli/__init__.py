@@ -1,2 +1,2 @@
-"""Pure tests of router.cli, and of the deployment files (docker-compose.yml, Dockerfile)
+"""Pure tests of router.cli.main, and of the deployment files (docker-compose.yml, Dockerfile)
 against it."""

@@ -263,7 +263,7 @@ def setting_problems(compose: Compose) -> list[str]:
                 and issubclass(sub, BaseModel)
                 and field_name in sub.model_fields
             ):
-                problems.append(f"{name}: {key} is not a setting (docs/configuration.md)")
+                problems.append(f"{name}: {key} is not a setting (docs/reference/configuration.md)")
                 continue
             try:
                 with environment({key: value}):

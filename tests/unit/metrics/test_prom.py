@@ -1,6 +1,5 @@
 """Prometheus metrics and health of one process (`router.metrics.prom`, `router.metrics.exporter`):
-the
-series come from the typed registry, counters are read from `Metrics`, timings reach the
+the series come from the typed registry, counters are read from `Metrics`, timings reach the
 histograms only when served, and /healthz and /readyz follow the loop and the servers."""
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def test_an_abandoned_final_keeps_the_other_bands_out() -> None:
         failed: set[tuple[str, int]] = set()
         for m in r.consume(10, 0):
             if (m.topic, m.partition) in failed:
-                continue  # docs/receiver.md's loop
+                continue  # docs/explanation/receiver.md's loop
             if m.final and not abandoned:
                 abandoned = True
                 r.abandon(m)

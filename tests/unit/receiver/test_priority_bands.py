@@ -98,7 +98,7 @@ def test_a_unit_killed_before_forgetting_a_band_leaves_the_next_group_whole() ->
     """Held: the unit dies after committing g's final, before its next script call (the
     forget is only in its memory). Its successor (a fresh step, the same Redis) keeps g's
     band for 7 days; a new group under the ID takes that band instead of its own first
-    member's (docs/priority.md says "its first member's"), but all of it, in order."""
+    member's (docs/explanation/priority.md says "its first member's"), but all of it, in order."""
     s = settings()
     table = MemoryBands()
     t = s.topology

@@ -1,7 +1,6 @@
 """Redelivery at the head and the delivery limit: the pure rules (router.receiver.redelivery_rules),
-the
-receiver's bookkeeping under abandons (OffsetTracker.rewind, Gatherer.rewind) and the
-in-process counts. No servers."""
+the receiver's bookkeeping under abandons (OffsetTracker.rewind, Gatherer.rewind) and the in-process
+counts. No servers."""
 
 from __future__ import annotations
 

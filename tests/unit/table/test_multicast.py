@@ -1,6 +1,5 @@
 """Point-to-point and multicast (`router.table.multicast`, `router.unit.steps.emit.fanout`): the
-headers, the
-table's rule on the pure model, the emit step's copies and what the Sender checks. No
+headers, the table's rule on the pure model, the emit step's copies and what the Sender checks. No
 broker, no Redis (the Lua script is checked against the model by
 tests/integration/table/test_table_properties.py)."""
 

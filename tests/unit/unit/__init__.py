@@ -1,1 +1,1 @@
-"""Pure tests of router.unit, mirroring its packages."""
+"""Pure tests of router.unit.loop, mirroring its packages."""

@@ -1,7 +1,6 @@
 """The records a drain writes (`router.unit.steps.drain.step`): a group's parked records forwarded
-to its
-destination, the records of a group that left the room dead-lettered, and the drain
-markers that say how far a group was drained, in the batch's transaction."""
+to its destination, the records of a group that left the room dead-lettered, and the drain markers
+that say how far a group was drained, in the batch's transaction."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Pure tests of router.table.store: the entry codec."""
+"""Pure tests of router.table.store.management.store: the entry codec."""

@@ -221,12 +221,11 @@ def test_skip_an_expired_middle_member_the_rest_goes_in_order_on_one_queue() -> 
 
 def test_skip_an_expired_first_member_the_rest_of_its_group_is_still_delivered() -> None:
     """FIXED (router/unit/steps/emit/markers.py): the send side skipped member 0 (its entry created
-    by the
-    member it did not forward) and the receive side got the group from member 1 on, a
-    continuation without an entry: every later member was dead-lettered as
-    group-entry-missing. The send side now writes a skip marker in member 0's place,
-    which the receive side routes as that member (opening the group) and forwards
-    nowhere. The same holds for a bad first member under the dead-letter policy."""
+    by the member it did not forward) and the receive side got the group from member 1 on, a
+    continuation without an entry: every later member was dead-lettered as group-entry-missing. The
+    send side now writes a skip marker in member 0's place, which the receive side routes as that
+    member (opening the group) and forwards nowhere. The same holds for a bad first member under the
+    dead-letter policy."""
     hops = TwoHops()
     hops.run(
         T0 + 100,
@@ -434,10 +433,9 @@ def test_a_whole_groups_final_expiring_in_the_room_still_ends_the_group() -> Non
 
 def test_a_member_expired_when_parked_has_its_seq_and_outcome_in_its_event() -> None:
     """FIXED (router/unit/steps/drain/index.py): a member already expired when the route step parks
-    it
-    in the room (its group waits) is parked with its reason; the drain's ExpiredMessage
-    event then lost its `seq` (the reason read back from `router-bad` kept the group and
-    final flag only) and its `on_expiry`: the gap in the group was not visible."""
+    it in the room (its group waits) is parked with its reason; the drain's ExpiredMessage event
+    then lost its `seq` (the reason read back from `router-bad` kept the group and final flag only)
+    and its `on_expiry`: the gap in the group was not visible."""
     s = Room(["0"])
     s.route(T0, msg(0, "A", seq=0, value=b"A0"))  # A holds the only destination
     s.route(

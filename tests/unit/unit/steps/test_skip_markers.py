@@ -1,8 +1,7 @@
-"""Adversarial review of skip markers (`router/unit/steps/emit/markers.py`, docs/routing.md "Group
-end"
-item 7): a member the send side does not forward while its group goes on is followed on
-its transfer partition by a `router-control: skip` record, which the receive side routes
-as that member and forwards nowhere.
+"""Adversarial review of skip markers (`router/unit/steps/emit/markers.py`,
+docs/explanation/routing.md "Group end" item 7): a member the send side does not forward while its
+group goes on is followed on its transfer partition by a `router-control: skip` record, which the
+receive side routes as that member and forwards nowhere.
 
 On pure logic only: two hops (send side -> transfer log -> receive side), each with its
 table as the model, the real classify, route, emit and drain steps and its own waiting
@@ -414,12 +413,11 @@ def test_a_skip_marker_out_of_the_room_keeps_its_groups_ttl_downstream() -> None
 
 def test_a_skip_marker_of_a_logical_group_is_no_orphan_where_its_member_would_not_be() -> None:
     """DEFECT, now fixed (router/unit/steps/emit/markers.py): a metric that lied. On the receive
-    side a
-    member of a group in logical order (`guarantee-order: logical`) with a number > 0
-    and no entry starts the group (the send side may have gone past a gap at its start);
-    its marker had no `guarantee-order` header, so it was taken for a continuation
-    without an entry: the table answered ORPHAN and counted it in `orphans` (an
-    operator's sign of lost table entries), for a group delivered whole."""
+    side a member of a group in logical order (`guarantee-order: logical`) with a number > 0 and no
+    entry starts the group (the send side may have gone past a gap at its start); its marker had no
+    `guarantee-order` header, so it was taken for a continuation without an entry: the table
+    answered ORPHAN and counted it in `orphans` (an operator's sign of lost table entries), for a
+    group delivered whole."""
     p = Pipe(settings("share", gap_timeout_ms=100, gap_policy="deliver"))
     p.send_batch(
         T0, member(2, "L", 2, extra=LOGICAL), member(1, "L", 1, extra=[*LOGICAL, *BAD])
@@ -624,7 +622,7 @@ def test_a_marker_after_its_groups_entry_expired_downstream_is_ignored() -> None
     send side still had it: a marker numbered > 0 is then a continuation without an
     entry, like its member would be; it writes nothing (its member is dead-lettered
     upstream), and the group's next members are dead-lettered `group-entry-missing` as
-    they were before markers (docs/routing.md, "TTL"). Unnumbered, the marker opens the
+    they were before markers (docs/explanation/routing.md, "TTL"). Unnumbered, the marker opens the
     group again there, and the rest follows it."""
     p = Pipe(settings(default_ttl_ms=60_000))
     p.send_batch(T0, member(0, "n", 0), member(1, "u", None, value=b"u-first"))

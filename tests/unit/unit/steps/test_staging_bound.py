@@ -4,7 +4,7 @@ decision UNSTAGED '!W', GroupStagingAborted) and of `Receiver.receive_group` /
 the drain driven by the model; a Receiver fed by a fake consumer). No Kafka, no Redis.
 
 Tests whose docstring starts with DEFECT showed a defect: the fixed ones pass now, the
-three known limitations (documented in docs/routing.md) are strict xfails that will say
+three known limitations (documented in docs/explanation/routing.md) are strict xfails that will say
 when they are fixed. The others document properties that held."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def req(gid: str | None, final: bool = False, lane: str = "q/0", **kw: Any) -> R
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limitation, documented in docs/routing.md (Whole-group delivery): the "
+    reason="known limitation, documented in docs/explanation/whole-groups.md: the "
     "table keeps what an aborted batch routed",
 )
 def test_a_replayed_batch_that_hit_the_bound_never_publishes_the_staging_aborted_event() -> None:
@@ -64,7 +64,7 @@ def test_a_replayed_batch_that_hit_the_bound_never_publishes_the_staging_aborted
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limitation, documented in docs/routing.md (Whole-group delivery): the "
+    reason="known limitation, documented in docs/explanation/whole-groups.md: the "
     "table keeps what an aborted batch routed",
 )
 def test_an_aborted_batch_counts_its_parks_twice_and_unstages_a_group_under_the_bound() -> None:
@@ -87,7 +87,7 @@ def test_an_aborted_batch_counts_its_parks_twice_and_unstages_a_group_under_the_
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limitation, documented in docs/routing.md (Whole-group delivery): an ID "
+    reason="known limitation, documented in docs/explanation/whole-groups.md: an ID "
     "reused before its old group's release joins the old entry",
 )
 def test_an_id_reused_by_a_whole_group_before_the_release_is_streamed_silently() -> None:
@@ -150,7 +150,7 @@ def test_receive_group_labels_the_tail_of_a_split_group_complete() -> None:
 
 
 def test_staged_members_are_held_in_the_units_memory_not_only_in_the_room_topic() -> None:
-    """Found by review: docs/routing.md said staged members wait in the room topic "not
+    """Found by review: docs/explanation/routing.md said staged members wait in the room topic "not
     in memory"; the drain's index holds every parked record it reads, payload included,
     until drained. The docs now say so (memory per room partition, bounded per group by
     max_staged_messages, not in total); this test states the fact."""

@@ -173,7 +173,7 @@ def test_a_retry_written_before_the_deadline_but_routed_after_it() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limitation, documented in docs/routing.md (Finished groups): "
+    reason="known limitation, documented in docs/explanation/logical-order.md (Finished groups): "
     "a late copy of the old group's member 1 that comes "
     "after the new group's seq 0 joins the new group (model.py route: the entry exists, "
     "so `done` is never consulted) and is delivered in its place; the new group's own 1 "
