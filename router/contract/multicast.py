@@ -3,21 +3,15 @@ checked (pure: no I/O). The table's rule for a copy is `router.table.multicast`.
 
 A message is point-to-point (the default): it reaches one receive queue. With the header
 `message-delivery: multicast` it reaches **every** receive queue of the topology, or with
-`multicast-queues: q1,q3` as well only the receive queues named there (docs/explanation/routing.md,
-"Multicast"):
+`multicast-queues: q1,q3` as well only the receive queues named there
+(docs/explanation/multicast.md):
 
 * The send side routes it like any ordinary message (one clean transfer partition); the
   receive side fans it out: one copy per target queue, all written or parked in the one
   transaction that commits its transfer-partition offset (`router.unit.steps.emit.fanout`).
-* A copy goes straight to a target queue that is in charge of no open group (a group whose
-  final was routed earlier in the same batch does not count: the copy is appended after
-  it), leasing the queue to the batch like an ordinary message's destination. On a queue
-  in charge of a group, or while earlier copies for that queue still wait, the copy is
-  parked in the waiting room under the queue's copies pseudo-group (`room.copy_group`),
-  admitted to that queue, and only that queue, once it is in charge of no group
-  (`router.table.room.admit`); the drain step then writes it there. So a copy never lands inside
-  an open group's span, and one queue's copies keep their order. Every busy policy: a
-  copy is never shared and never holds its partition.
+* Each copy goes straight to a queue in charge of no open group, or waits in the waiting
+  room until its queue is (`router.table.multicast`): a copy never lands inside an open
+  group's span.
 * Bad input, dead-lettered with its reason: a malformed or repeated header
   (`bad-multicast`), a name that is not a receive queue of the topology (`unknown-queue`),
   and a multicast message with a `guarantee-id` (`multicast-in-group`: a group reaches one
