@@ -142,7 +142,7 @@ class TableModel(TableState):
                     decisions.append(
                         PARKED
                         if entry.state == room.OPEN
-                        else room.park(self, gid, entry, batch, now_ms, lease_ms)
+                        else room.park(self, gid, entry, batch, now_ms, lease_ms, r.token)
                     )
                     record(r, True)
                     continue
@@ -154,6 +154,11 @@ class TableModel(TableState):
                     room.forget(self, gid)
                     stopped += 1
                     decisions.append(STOPPING + entry.dest)
+                    record(r, True)
+                    continue
+                if room.reused_whole(entry, r):
+                    held_lanes.add(r.lane)  # until the old group's release
+                    decisions.append(HELD)
                     record(r, True)
                     continue
                 if entry.state != room.OPEN:

@@ -1,9 +1,9 @@
 """The waiting room's rules (policy `wait`), on the pure table model: no I/O.
 
-Design: `docs/explanation/waiting-room.md`. Status: the table's half (slice 1), here and in
-the Lua scripts (`router/table/store/lua/prelude.lua`, `route.lua`, `settle.lua`, `sweep.lua`),
-which the property test runs side by side. The room topic and the drain step that forwards parked
-messages come next; until then `wait` is not a `routing.busy_policy` a unit accepts.
+Design: `docs/explanation/waiting-room.md`. The table's half, here and in the Lua scripts
+(`router/table/store/lua/prelude.lua`, `route.lua`, `settle.lua`, `room_timeout.lua`), which the
+property test runs side by side; the room topic's half is the drain step
+(`router.unit.steps.drain`).
 
 A group that finds no clean destination, or arrives while others wait (first come, first
 served), is parked (WAIT) and *waits*; its later messages are parked too, each parking
@@ -56,9 +56,21 @@ def queued(t: TableState) -> bool:
     return any(copy_target(g) is None for g in t.room)
 
 
-def park(t: TableState, gid: str, entry: Entry, batch: str, now_ms: int, lease_ms: int) -> str:
-    """Count one more parked message of the group, under the batch's park lease."""
-    entry.parks += 1
+def replayed(entry: Entry, token: str) -> bool:
+    """Whether the message at source position `token` was parked for this group already:
+    its batch aborted (the table keeps what it routed) and this is its replay. Known for
+    the lane of the group's last parked message, where positions only grow."""
+    return bool(token) and at_or_before(token, entry.parked)
+
+
+def park(
+    t: TableState, gid: str, entry: Entry, batch: str, now_ms: int, lease_ms: int, token: str = ""
+) -> str:
+    """Count one more parked message of the group (none for a replay: an aborted batch's
+    park was counted already), under the batch's park lease either way."""
+    if not replayed(entry, token):
+        entry.parks += 1
+        entry.parked = token or entry.parked
     t.park_leases[(gid, batch)] = now_ms + lease_ms
     return WAIT
 
@@ -69,7 +81,7 @@ def wait(t: TableState, gid: str, r: RouteRequest, batch: str, now_ms: int, leas
     entry = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, token, r.lane, WAITING)
     t.entries[gid] = entry
     t.room[gid] = now_ms
-    return park(t, gid, entry, batch, now_ms, lease_ms)
+    return park(t, gid, entry, batch, now_ms, lease_ms, r.token)
 
 
 def stage(t: TableState, gid: str, r: RouteRequest, batch: str, now_ms: int, lease_ms: int) -> str:
@@ -77,10 +89,13 @@ def stage(t: TableState, gid: str, r: RouteRequest, batch: str, now_ms: int, lea
     destination (not in the room's FIFO) until its final is parked too."""
     if r.final or t.max_staged <= 1:  # complete already, or over the bound at once
         wait(t, gid, r, batch, now_ms, lease_ms)
-        return WAIT if r.final else UNSTAGED
+        if r.final:
+            return WAIT
+        t.entries[gid].unstaged = r.token
+        return UNSTAGED
     entry = Entry(NO_DEST, now_ms, now_ms, r.ttl_ms, "", r.lane, STAGED)
     t.entries[gid] = entry
-    return park(t, gid, entry, batch, now_ms, lease_ms)
+    return park(t, gid, entry, batch, now_ms, lease_ms, r.token)
 
 
 def parked_message(
@@ -88,31 +103,53 @@ def parked_message(
 ) -> str:
     """A message of a staged, waiting or admitted group: parked behind the group's earlier
     ones. A final marks the entry closing (released once the drain forwarded and committed
-    it), and a staged group then waits for a destination, from now; a first message after
-    a final (the ID reused) clears the mark, but for a group in logical order, whose
-    members come in any order."""
+    it), and a staged group then waits for a destination, from now; a message after the
+    final (the ID reused) clears the mark, but for a group in logical order, whose
+    members come in any order, and for the replay of one before it. A replay counts
+    nothing twice and answers as before (UNSTAGED again for the message that hit the
+    staging bound: its event rode in the aborted transaction)."""
     entry.updated_ms = now_ms
     entry.ttl_ms = r.ttl_ms
+    replay = replayed(entry, r.token)
     if r.final:
         entry.closing = r.token
         if entry.state == STAGED:
             entry.state = WAITING
             t.room[gid] = now_ms
-    elif entry.closing and r.seq is None:  # in logical order, members follow any order
+    elif entry.closing and r.seq is None and not at_or_before(r.token, entry.closing):
         entry.closing = ""
-    decision = park(t, gid, entry, batch, now_ms, lease_ms)
+    decision = park(t, gid, entry, batch, now_ms, lease_ms, r.token)
+    if replay and r.token == entry.unstaged:
+        return UNSTAGED
     if entry.state == STAGED and entry.parks >= t.max_staged:
         entry.state = WAITING  # over the bound: it waits as a streamed group, from now
+        entry.unstaged = r.token
         t.room[gid] = now_ms
         return UNSTAGED
     return decision
+
+
+def reused_whole(entry: Entry, r: RouteRequest) -> bool:
+    """A new group asking for whole delivery under the ID of a complete group still in the
+    room (the ID reused before the old group's release): it must not join the old group,
+    whose drain writes it whole; it is HELD until the release, then staged on its own."""
+    return (
+        entry.state in (WAITING, ADMITTED)
+        and entry.closing not in ("", STOPPED)
+        and r.complete
+        and not r.continuation
+        and r.seq is None
+        and not replayed(entry, r.token)
+    )
 
 
 def at_or_before(token: str, fence: str) -> bool:
     """Whether source position `token` is on the same lane as `fence` and not after it."""
     lane, _, offset = token.rpartition("/")
     fence_lane, _, fence_offset = fence.rpartition("/")
-    return bool(fence) and lane == fence_lane and int(offset) <= int(fence_offset)
+    if not (fence and lane == fence_lane and offset.isdigit() and fence_offset.isdigit()):
+        return False
+    return int(offset) <= int(fence_offset)
 
 
 def goes_straight(entry: Entry, r: RouteRequest) -> bool:

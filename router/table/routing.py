@@ -21,9 +21,12 @@ Rules, for each message of a batch, in order:
   entry *closing* with the message's source position; the entry is removed only by
   `release` with that same position, after the forwarded final is committed in Kafka. A
   non-final message of a closing group (the ID reused) clears the mark, so the pending
-  release no longer matches. In lane order, the entry records the `lane_seq` of the last
-  message routed to its destination (`Entry.routed`, None if it had none) for operators;
-  a new group's entry, its first message's. It decides nothing.
+  release no longer matches; but a new whole group's first message under the ID of a
+  complete group still in the waiting room answers HELD until the old group's release
+  (`router.table.room.reused_whole`), and a replayed message never clears it. In lane
+  order, the entry records the `lane_seq` of the last message routed to its destination
+  (`Entry.routed`, None if it had none) for operators; a new group's entry, its first
+  message's. It decides nothing.
 * New group -> a *clean* destination: in charge of no open group, and with no ordinary
   message of another batch in flight to it (see below); recorded as a new entry.
 * Ordinary message (no guarantee ID) -> a destination in charge of no open group; no
@@ -175,6 +178,11 @@ class Entry:
     # last routed, not the highest: a replay after an abort routes a lower one again), if
     # members carry one (`RouteRequest.lane_seq`); None if the last one routed had none.
     routed: int | None = None
+    # The waiting room (`router.table.room`): the source position of the group's last
+    # parked message, so that the replay of an aborted batch counts no park twice; and of
+    # the message that hit the staging bound, so that its replay answers UNSTAGED again.
+    parked: str = ""
+    unstaged: str = ""
 
     @property
     def deadline_ms(self) -> int:

@@ -26,10 +26,11 @@ def decode_entry(raw: bytes | str) -> Entry:
     """'dest|opened|updated|ttl|closing|lane', then '|state|parks' for a group in the
     waiting room (`router.table.room`), then '|next|fence|origin' for a group in logical order
     (next -1 if not), then '|routed' once a lane-order member with a sequence number went
-    straight to the destination; entries written before lanes have 5 fields, before
+    straight to the destination ('' if none), then '|parked|unstaged' once a message was
+    parked (the room's replay marks); entries written before lanes have 5 fields, before
     origins 10 (`router/table/store/lua/prelude.lua` is the same codec)."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    dest, opened, updated, ttl, closing, *rest = text.split("|", 11)
+    dest, opened, updated, ttl, closing, *rest = text.split("|", 13)
     entry = Entry(dest, int(opened), int(updated), int(ttl), closing, rest[0] if rest else "")
     if len(rest) >= 3:
         entry.state, entry.parks = rest[1], int(rest[2])
@@ -39,6 +40,8 @@ def decode_entry(raw: bytes | str) -> Entry:
         entry.origin = rest[5]
     if len(rest) >= 7 and rest[6]:
         entry.routed = int(rest[6])
+    if len(rest) >= 9:
+        entry.parked, entry.unstaged = rest[7], rest[8]
     return entry
 
 

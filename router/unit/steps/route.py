@@ -47,7 +47,9 @@ def request_for(
         gid,
         final,
         ttl,
-        f"{lane}/{m.offset()}" if final or (logical and seq is not None) else "",
+        # its source position: a final's release, logical order, and the room's replay
+        # marks (`router.table.room.replayed`) read it
+        f"{lane}/{m.offset()}",
         lane,
         force_share=force_share,
         dead=bad is not None and not item.stop,

@@ -32,6 +32,7 @@ After every step the real table (real Redis) must equal the model, and:
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import redis
 from hypothesis import HealthCheck, settings
@@ -118,6 +119,8 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             self.assigned: dict[str, str] = {}  # gid -> dest while its entry lives
             self.unsettled: dict[str, set[str]] = {}  # batch -> its ordinary destinations
             self.pinned: dict[str, str] = {}  # gid -> destination, pinned, no message yet
+            # batch -> its requests, decisions, and its groups' (state, parks) after it
+            self.routed: dict[str, tuple[list[RouteRequest], list[str], dict[str, Any]]] = {}
 
         @initialize(policy=st.sampled_from(["share", "hold", "wait"]), ndest=st.integers(1, 4))
         def setup(self, policy: str, ndest: int) -> None:
@@ -171,8 +174,10 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
         @precondition(lambda self: self.table is not None)
         @rule(unit=st.sampled_from(UNITS), batch=st.lists(message, min_size=1, max_size=12))
         def route(self, unit: str, batch: list[Message]) -> None:
+            self.route_requests(self._requests(batch), unit)
+
+        def route_requests(self, requests: list[RouteRequest], unit: str = "u9") -> None:
             assert self.table is not None and self.model is not None
-            requests = self._requests(batch)
             self.counter += 1
             batch_id = f"{unit}:{self.counter}"
             before = set(self.model.entries)
@@ -265,6 +270,50 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                 first = self.assigned.setdefault(r.guarantee_id, d)
                 assert first == d, f"group {r.guarantee_id} moved from {first} to {d}"
             assert before <= set(self.model.entries), "routing removed an entry"
+            self.routed[batch_id] = (requests, actual.decisions, self._rooms(requests))
+
+        def _rooms(self, requests: list[RouteRequest]) -> dict[str, Any]:
+            assert self.model is not None
+            return {
+                g: (e.state, e.parks)
+                for r in requests
+                if (g := r.guarantee_id) is not None and (e := self.model.entries.get(g))
+            }
+
+        @precondition(lambda self: self.table is not None and self.unsettled)
+        @rule(data=st.data())
+        def abort_and_replay(self, data: st.DataObject) -> None:
+            """A batch's transaction aborts (it never settles: its leases end on their own)
+            and its records are routed again under a new batch ID, as the unit that owns
+            the partitions next does. The table keeps what the aborted batch routed; the
+            replay must count nothing twice: a group still in the room as the aborted
+            batch left it parks no more messages than before, and the message that hit
+            the staging bound answers UNSTAGED again (its event rode in the aborted
+            transaction)."""
+            assert self.table is not None and self.model is not None
+            aborted = data.draw(st.sampled_from(sorted(self.unsettled)))
+            del self.unsettled[aborted]
+            requests, decisions, after = self.routed.pop(aborted)
+            still = {g: v for g, v in after.items() if self._rooms(requests).get(g) == v}
+            self.route_requests(requests)
+            replay = self.routed[next(reversed(self.routed))]
+            for gid, (state, parks) in still.items():
+                mine = [
+                    (r, old, new)
+                    for r, old, new in zip(requests, decisions, replay[1], strict=True)
+                    if r.guarantee_id == gid
+                ]
+                lanes = {r.lane for r, _, _ in mine}
+                if (
+                    state == room.OPEN
+                    or len(lanes) > 1
+                    or any(r.seq is not None for r, _, _ in mine)
+                ):
+                    continue  # the replay marks are per lane, for lane order in the room
+                if all(new in (room.WAIT, room.UNSTAGED) for _, _, new in mine):
+                    assert self.model.entries[gid].parks == parks, (gid, mine)
+                    for _, old, new in mine:
+                        assert old != room.UNSTAGED or new == room.UNSTAGED, (gid, mine)
 
         def _finals(self, data: st.DataObject) -> list[tuple[str, str]]:
             assert self.model is not None

@@ -9,12 +9,19 @@
 -- member that started this group under its ID: drain markers name it; next is -1 in lane
 -- order), then "|routed" once a member in lane order with a sequence number ('q<n>' in
 -- route.lua) went straight to the destination: the last such number, for operators
--- (router/table/view.py). Every shorter form, as earlier versions wrote it, still decodes,
--- and an entry without 'routed' encodes as before (router/table/store/codec.py: the same codec).
+-- (router/table/view.py) ('' if none), then "|parked|unstaged" once a message of the group
+-- was parked: the source position of its last parked message and of the one that hit the
+-- staging bound, so that an aborted batch's replay counts no park twice (router/table/room.py
+-- `replayed`). Every shorter form, as earlier versions wrote it, still decodes, and an entry
+-- without them encodes as before (router/table/store/codec.py: the same codec).
 local function decode_entry(v)
   local d, o, u, t, c, rest = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
-  local l, s, p, n, f, g, r = string.match(rest,
-    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  local l, s, p, n, f, g, r, pk, us = string.match(rest,
+    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if not l then
+    l, s, p, n, f, g, r = string.match(rest,
+      '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  end
   if not l then
     l, s, p, n, f, g = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   end
@@ -29,16 +36,22 @@ local function decode_entry(v)
   if not l then l, s, p = rest, 'open', '0' end
   return { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c, lane = l,
            state = s, parks = tonumber(p), next = tonumber(n), fence = f, origin = g,
-           routed = tonumber(r or '') }
+           routed = tonumber(r or ''), parked = pk or '', unstaged = us or '' }
 end
 
 local function encode_entry(e)
   local v = e.dest .. '|' .. e.opened .. '|' .. e.updated .. '|' .. e.ttl .. '|' .. e.closing
     .. '|' .. e.lane
-  if e.next >= 0 or e.routed then
+  local marks = (e.parked or '') ~= '' or (e.unstaged or '') ~= ''
+  if e.next >= 0 or e.routed or marks then
     v = v .. '|' .. e.state .. '|' .. e.parks .. '|' .. e.next .. '|' .. e.fence .. '|'
       .. (e.origin or '')
-    if e.routed then v = v .. '|' .. string.format('%.0f', e.routed) end
+    if e.routed then
+      v = v .. '|' .. string.format('%.0f', e.routed)
+    elseif marks then
+      v = v .. '|'
+    end
+    if marks then v = v .. '|' .. (e.parked or '') .. '|' .. (e.unstaged or '') end
   elseif e.state and e.state ~= 'open' then
     v = v .. '|' .. e.state .. '|' .. e.parks
   end
@@ -50,6 +63,7 @@ local function at_or_before(token, fence)
   if fence == '' then return false end
   local tl, to = string.match(token, '^(.*)/(%d+)$')
   local fl, fo = string.match(fence, '^(.*)/(%d+)$')
+  if not to or not fo then return false end
   return tl == fl and tonumber(to) <= tonumber(fo)
 end
 

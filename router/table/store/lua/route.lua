@@ -231,8 +231,15 @@ local dirty = {}
 local function touch(gid) dirty[gid] = true end
 -- The waiting room: groups that join it, and the groups this batch parks (park leases).
 local joined, parked = {}, {}
-local function park(gid, e)
-  e.parks = e.parks + 1
+-- A replay of an aborted batch (router/table/room.py `replayed`): its park was counted.
+local function replayed(e, token)
+  return token ~= '' and at_or_before(token, e.parked or '')
+end
+local function park(gid, e, token)
+  if not replayed(e, token) then
+    e.parks = e.parks + 1
+    if token ~= '' then e.parked = token end
+  end
   parked[gid] = true
   touch(gid)
   return '!w'
@@ -241,26 +248,30 @@ local function join(gid, flags, ttl, token, lane)
   local c = ''
   if has(flags, 'f') and string.sub(gid, 1, 1) ~= '~' then c = token end
   local e = { dest = '!', opened = now_s, updated = now_s, ttl = ttl, closing = c,
-              closing0 = '', lane = lane, state = 'waiting', parks = 0, next = -1, fence = '', origin = '' }
+              closing0 = '', lane = lane, state = 'waiting', parks = 0, next = -1, fence = '',
+              origin = '', parked = '', unstaged = '' }
   cache[gid] = e
   joined[gid] = true
   if string.sub(gid, 1, 2) ~= '~*' then room_n = room_n + 1 end
-  return park(gid, e)
+  return park(gid, e, token)
 end
 local function stage(gid, flags, ttl, token, lane)
   if has(flags, 'f') then return join(gid, flags, ttl, token, lane) end  -- complete already
   if max_staged <= 1 then  -- over the bound at once: it waits as a streamed group
     join(gid, flags, ttl, token, lane)
+    cache[gid].unstaged = token
     return '!W'
   end
   local e = { dest = '!', opened = now_s, updated = now_s, ttl = ttl, closing = '',
-              closing0 = '', lane = lane, state = 'staged', parks = 0, next = -1, fence = '', origin = '' }
+              closing0 = '', lane = lane, state = 'staged', parks = 0, next = -1, fence = '',
+              origin = '', parked = '', unstaged = '' }
   cache[gid] = e
-  return park(gid, e)
+  return park(gid, e, token)
 end
 local function parked_message(gid, e, flags, ttl, token)
   e.updated = now_s
   e.ttl = ttl
+  local replay = replayed(e, token)
   if has(flags, 'f') then
     e.closing = token
     if e.state == 'staged' then  -- complete: it waits for a destination from now
@@ -268,12 +279,14 @@ local function parked_message(gid, e, flags, ttl, token)
       joined[gid] = true
       room_n = room_n + 1
     end
-  elseif e.closing ~= '' and not string.find(flags, 'l%-?%d') then
+  elseif e.closing ~= '' and not string.find(flags, 'l%-?%d') and not at_or_before(token, e.closing) then
     e.closing = ''  -- the ID reused (in logical order, members come in any order)
   end
-  local decision = park(gid, e)
+  local decision = park(gid, e, token)
+  if replay and token == e.unstaged then return '!W' end
   if e.state == 'staged' and e.parks >= max_staged then
     e.state = 'waiting'  -- over the bound: it waits as a streamed group, from now
+    e.unstaged = token
     joined[gid] = true
     room_n = room_n + 1
     return '!W'
@@ -344,7 +357,7 @@ for m = 0, nmsg - 1 do
       if e.closing == '!stop' and e.state == 'open' then
         decision = '!p'
       elseif e.closing == '!stop' then  -- stopped in the room: behind its parked ones
-        decision = park(gid, e)
+        decision = park(gid, e, token)
       elseif has(flags, 'p') then
         reopen(gid)
         e.closing = '!stop'
@@ -358,6 +371,13 @@ for m = 0, nmsg - 1 do
         end
         out[4] = out[4] + 1
         decision = '!P' .. e.dest
+      elseif (e.state == 'waiting' or e.state == 'admitted') and e.closing ~= ''
+          and has(flags, 'g') and not has(flags, 'c') and not seq and not replayed(e, token) then
+        -- a new whole group under the ID of a complete one in the room (router/table/room.py
+        -- `reused_whole`): held until the old group's release
+        out[2] = out[2] + 1
+        held_lanes[lane] = true
+        decision = '!h'
       elseif e.state ~= 'open' then
         decision = parked_message(gid, e, flags, ttl, token)
       elseif logical and not (seq >= 0 and lane == e.lane and (seq == e.next

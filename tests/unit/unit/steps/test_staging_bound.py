@@ -3,9 +3,9 @@ decision UNSTAGED '!W', GroupStagingAborted) and of `Receiver.receive_group` /
 `OffsetTracker`, on pure logic only (the table model, classify/emit, the room index and
 the drain driven by the model; a Receiver fed by a fake consumer). No Kafka, no Redis.
 
-Tests whose docstring starts with DEFECT showed a defect: the fixed ones pass now, the
-three known limitations (documented in docs/explanation/routing.md) are strict xfails that will say
-when they are fixed. The others document properties that held."""
+Tests whose docstring starts with DEFECT showed a defect, fixed since (the last three, an
+aborted batch's effects on the table and an ID reused in the room, were strict xfails
+until issue 29). The others document properties that held."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from router import contract
 from router.receiver import OffsetTracker, ReceiveTimeout
 from router.table import room
 from router.table.model import TableModel
-from router.table.routing import NO_DEST, STOPPING, RouteRequest
+from router.table.routing import HELD, NO_DEST, STOPPING, RouteRequest
 from router.topology.side import side_spec
 from router.unit.steps.batch import Batch
 from router.unit.steps.classify import Classifier
@@ -34,88 +34,74 @@ def req(gid: str | None, final: bool = False, lane: str = "q/0", **kw: Any) -> R
     return RouteRequest(gid, final, 60_000, f"{lane}/{gid}/{final}", lane, **kw)
 
 
-# ======================================================================= defects
+# ============================================= defects, fixed (issue 29: aborted batches)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation, documented in docs/explanation/whole-groups.md: the "
-    "table keeps what an aborted batch routed",
-)
-def test_a_replayed_batch_that_hit_the_bound_never_publishes_the_staging_aborted_event() -> None:
-    """DEFECT (room.parked_message / route.lua parked_message, emit.py). The table's
-    UNSTAGED is a one-shot answer, but the event rides in the batch's transaction. Bound 3:
-    W0, W1 staged and committed; the batch routing W2 gets '!W' (the entry becomes WAITING)
-    and aborts (unit killed before the commit, a produce error, a Redis failure on a later
+def test_a_replayed_batch_that_hit_the_bound_publishes_the_staging_aborted_event() -> None:
+    """DEFECT, fixed (room.parked_message / route.lua parked_message: the entry remembers
+    the position of the message that hit the bound, `Entry.unstaged`). The table's UNSTAGED
+    was a one-shot answer, but the event rides in the batch's transaction. Bound 3: W0, W1
+    staged and committed; the batch routing W2 gets '!W' (the entry becomes WAITING) and
+    aborts (unit killed before the commit, a produce error, a Redis failure on a later
     chunk of the same batch). The table's change survives the abort; the replay of W2
-    finds a WAITING entry and answers plain '!w'. W is delivered streamed, yet no
-    GroupStagingAborted event (and no staging_aborted count) is ever committed: the
-    documented "an event, in the same transaction" alert is lost for that group."""
+    used to find a WAITING entry and answer plain '!w', so that no GroupStagingAborted
+    event was ever committed. Now the replay answers '!W' again: one event, committed."""
     s = Side(["0"], bound=3)
     assert s.route(0, whole(0, "W", 0), whole(1, "W", 1)) == [room.WAIT, room.WAIT]
     assert s.route(10, whole(2, "W", 2), commit=False) == [room.UNSTAGED]
+    assert s.aborted_events() == []  # it rode in the aborted transaction
     replay = s.route(20_000, whole(2, "W", 2))
     assert s.model.entries["W"].state != room.STAGED  # W is streamed from now on
-    assert replay == [room.UNSTAGED] or len(s.aborted_events()) == 1, (
-        f"replay answered {replay}; committed GroupStagingAborted events: "
-        f"{s.aborted_events()} (the only one was in the aborted transaction)"
-    )
+    assert replay == [room.UNSTAGED]
+    (event,) = s.aborted_events()
+    assert (event["guarantee_id"], event["staged_messages"]) == ("W", 3)
+    assert s.route(20_010, whole(3, "W", 3)) == [room.WAIT]  # said once
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation, documented in docs/explanation/whole-groups.md: the "
-    "table keeps what an aborted batch routed",
-)
-def test_an_aborted_batch_counts_its_parks_twice_and_unstages_a_group_under_the_bound() -> None:
-    """DEFECT (room.park via parked_message: `entry.parks` is not idempotent per source
-    position, and the staging bound now reads it). Bound 3, a 3-message whole group: the
-    batch with W0, W1 is routed (parks 2) and aborts; its replay parks W0 again: parks 3
-    >= bound, '!W' on W0, with only 2 messages ever in the room. The group that fits the
-    bound loses whole-group delivery (streamed, not one transaction) and the event claims
-    staged_messages=3. Each abort of a batch of a staged group brings the cut earlier;
-    enough of them (a flapping Redis, repeated rebalances) unstage any group."""
+def test_an_aborted_batch_counts_no_park_twice_and_the_group_stays_whole() -> None:
+    """DEFECT, fixed (room.park: `entry.parks` is now idempotent per source position,
+    `Entry.parked`). Bound 3, a 3-message whole group: the batch with W0, W1 is routed
+    (parks 2) and aborts; its replay used to park W0 again: parks 3 >= bound, '!W' on W0,
+    with only 2 messages ever in the room, and each abort brought the cut earlier. Now the
+    replay counts nothing, the final completes the group and it is written in one
+    transaction."""
     s = Side(["0", "1"], bound=3)
     s.route(0, whole(0, "W", 0), whole(1, "W", 1), commit=False)
     replay = s.route(20_000, whole(0, "W", 0), whole(1, "W", 1))
-    s.route(20_010, whole(2, "W", 2, final=True))
-    assert replay == [room.WAIT, room.WAIT], (
-        f"replay of 2 messages unstaged a 3-message group at bound 3: {replay}, "
-        f"parks={s.model.entries['W'].parks}"
-    )
+    assert replay == [room.WAIT, room.WAIT], f"parks={s.model.entries['W'].parks}"
+    assert s.model.entries["W"].parks == 2
+    assert s.route(20_010, whole(2, "W", 2, final=True)) == [room.WAIT]
+    for k in range(3):
+        s.run_drain(40_000 + k)  # past the aborted batch's park lease
+    assert s.transactions == [[b"W0", b"W1", b"W2"]] and s.aborted_events() == []
+    assert s.model.entries == {} and s.model.load == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation, documented in docs/explanation/whole-groups.md: an ID "
-    "reused before its old group's release joins the old entry",
-)
-def test_an_id_reused_by_a_whole_group_before_the_release_is_streamed_silently() -> None:
-    """DEFECT (room.parked_message; pre-dates HEAD, found probing ID reuse with the bound).
-    W (whole, 2 messages) is complete and waits (the one destination is busy). The sender
-    reuses W for a new whole group on the same lane before W's release: its first message
-    W0' meets the WAITING entry, clears the closing mark and is parked as a member of the
-    old group. The new group is never staged (no bound, no event, staging_aborted 0):
-    once admitted, the drain writes W0 W1 W0' in one go, the group opens, and W1' (its
-    final) goes straight to the destination in a second transaction. A group asking for
-    whole delivery is delivered in two writes with nothing saying so."""
+def test_an_id_reused_by_a_whole_group_before_the_release_waits_and_is_delivered_whole() -> None:
+    """DEFECT, fixed (room.reused_whole; found probing ID reuse with the bound). W (whole,
+    2 messages) is complete and waits (the one destination is busy). The sender reuses W
+    for a new whole group V on the same lane before W's release: its first message used to
+    meet the WAITING entry, clear the closing mark and be parked as a member of the old
+    group, so that V was written in two pieces with nothing saying so. Now V's first
+    message is HELD (its lane waits, as for an ID reused on another lane) until W's
+    release; then V is staged on its own and written whole."""
     s = Side(["0"], bound=100)
     assert s.route(0, msg(0, "G", seq=0)) == ["0"]  # G holds the only destination
     assert s.route(1, whole(1, "W", 0), whole(2, "W", 1, final=True)) == [room.WAIT] * 2
-    s.route(2, msg(3, "W", seq=0, value=b"V0", extra=WHOLE))  # the ID reused: new group V
-    assert s.model.entries["W"].state == room.STAGED or s.aborted_events(), (
-        f"the new whole group is not staged: entry {s.model.entries['W']}"
-    )
+    v0 = msg(3, "W", seq=0, value=b"V0", extra=WHOLE)  # the ID reused: new group V
+    assert s.route(2, v0) == [HELD]
+    assert s.model.entries["W"].closing and s.model.entries["W"].parks == 2
     s.route(3, msg(4, "G", seq=1, final=True))  # G ends: W is admitted
     for k in range(3):
         s.run_drain(4 + k)
-    s.route(10, msg(5, "W", seq=1, final=True, value=b"V1", extra=WHOLE))
+    assert "W" not in s.model.entries  # W released
+    assert s.route(10, v0) == [room.WAIT]  # the unit's retry of the held lane: staged
+    s.route(11, msg(5, "W", seq=1, final=True, value=b"V1", extra=WHOLE))
     for k in range(3):
-        s.run_drain(11 + k)
-    v_tx = [[v for v in tx if v in (b"V0", b"V1")] for tx in s.transactions]
-    assert [b"V0", b"V1"] in v_tx or s.aborted_events(), (
-        f"the reused whole group V was written in pieces, silently: {s.transactions}"
-    )
+        s.run_drain(12 + k)
+    assert [b"V0", b"V1"] in s.transactions, s.transactions
+    assert [v for v in s.transactions if v and v[0] == b"W0"] == [[b"W0", b"W1"]]
+    assert s.aborted_events() == [] and s.model.entries == {}
 
 
 def test_receive_group_with_a_zero_timeout_never_polls() -> None:
