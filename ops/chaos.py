@@ -75,10 +75,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--policy",
-        choices=["share", "hold", "wait"],
+        choices=["wait", "share", "hold"],
         default=d.busy_policy,
-        help="busy policy; 'wait' also means 3 transfer partitions, 3 receive queues and 3 "
-        "open groups per sender (the room in use), and fails on any interleaving",
+        help="busy policy (default wait, the router's); 'wait' also means 3 transfer "
+        "partitions, 3 receive queues and 3 open groups per sender (the room in use), and "
+        "fails on any interleaving",
     )
     parser.add_argument(
         "--whole",

@@ -1,7 +1,7 @@
 """Demo driver (`make demo`): the whole system end to end, with an independent verdict.
 
     .venv/bin/python -m ops.demo                      # 6,000 messages, 4 senders
-    .venv/bin/python -m ops.demo --messages 20000 --policy hold
+    .venv/bin/python -m ops.demo --messages 20000 --policy share
 
 Creates a fresh topology on the stack named by the router settings (`--config`,
 ROUTER_* variables; `make demo` starts the local stack first), runs send units, receive
@@ -43,7 +43,13 @@ def parser() -> argparse.ArgumentParser:
         help="receive-side transfer units (partitions of the transfer topic)",
     )
     p.add_argument("--receive-queues", type=int, default=16)
-    p.add_argument("--policy", choices=["share", "hold"], default="share")
+    p.add_argument(
+        "--policy",
+        choices=["wait", "share", "hold"],
+        default="wait",
+        help="busy policy (default wait, the router's: any interleaving fails the run; "
+        "share and hold are judged by the capacity rule)",
+    )
     p.add_argument("--run-dir", type=Path, default=Path(".results/demo"))
     p.add_argument("--keep", action="store_true", help="keep the run's topics and tables")
     p.add_argument("--config", type=Path, default=None, help="router TOML (servers)")

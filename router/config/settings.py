@@ -127,19 +127,23 @@ class TopologySettings(_Section):
 
 class RoutingSettings(_Section):
     # What a new group or an ordinary message gets when every destination is in charge of
-    # an open group: "share" the least-loaded one (order kept, interleaving allowed), or
-    # "hold" the message (and its source partition) until a destination frees, for at
-    # most hold_timeout_ms, after which it is shared. See docs/explanation/routing.md.
-    # or "wait": park the group in the waiting room (off its source partition) until a
-    # destination frees, first come first served; nothing is ever interleaved.
-    busy_policy: Literal["share", "hold", "wait"] = "share"
+    # an open group: "wait" (the default) parks it in the waiting room (off its source
+    # partition) until a destination frees, first come first served: nothing is ever
+    # interleaved. "share" takes the least-loaded one (order kept, interleaving allowed,
+    # counted as shared); "hold" holds the message (and its source partition) until a
+    # destination frees, for at most hold_timeout_ms, after which it is shared. See
+    # docs/explanation/routing.md.
+    busy_policy: Literal["share", "hold", "wait"] = "wait"
     # Partitions of each side's room topic: a group's parked messages stay on one.
     room_partitions: int = Field(4, ge=1, le=256)
-    # A group waiting longer than this (0: no limit) gets a GroupWaitTimedOut event and is
-    # then "share"d (admitted to the least-loaded busy destination, counted as shared) or
-    # "dead-letter"ed (its parked and later messages, with the reason); the sweeper decides.
+    # A group waiting longer than this (0: no limit) gets a GroupWaitTimedOut event (and the
+    # wait_timeouts metric counts it); then by default ("report") it keeps waiting, never
+    # interleaved; or it is "share"d (admitted to the least-loaded busy destination,
+    # counted as shared: the promise given up for it) or "dead-letter"ed (its parked and
+    # later messages, with the reason). A lane's waiting ordinary messages wait too under
+    # "report", and are shared under the other two. The sweeper decides.
     max_wait_ms: int = Field(120_000, ge=0)
-    wait_timeout_policy: Literal["share", "dead-letter"] = "share"
+    wait_timeout_policy: Literal["report", "share", "dead-letter"] = "report"
     hold_timeout_ms: int = Field(10_000, ge=0)
     hold_retry_ms: int = Field(100, ge=10)
     # Entry deletion time (TTL): an entry idle this long is swept as abandoned.

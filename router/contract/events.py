@@ -99,17 +99,26 @@ def table_reset(
 
 
 def group_wait_timed_out(
-    gid: str, destination: str | None, *, side: str, topology: str, max_wait_ms: int, now_ms: int
+    gid: str,
+    destination: str | None,
+    *,
+    side: str,
+    topology: str,
+    max_wait_ms: int,
+    now_ms: int,
+    waiting: bool = False,
 ) -> bytes:
-    """`destination`: the one the group was admitted to (shared); None: dead-lettered."""
-    stopped = destination is None
+    """`destination`: the one the group was admitted to (shared); None: dead-lettered, or
+    still `waiting` (routing.wait_timeout_policy "report": reported once, it keeps its
+    place in the room)."""
+    outcome = "WAITING" if waiting else "DEAD_LETTERED" if destination is None else "SHARED"
     return schemas.encode(
         GROUP_WAIT_TIMED_OUT,
         {
             "guarantee_id": gid,
             "side": SIDES[side],
             "topology": topology,
-            "outcome": "DEAD_LETTERED" if stopped else "SHARED",
+            "outcome": outcome,
             "destination": destination,
             "max_wait_ms": max_wait_ms,
             "timed_out_at": now_ms,

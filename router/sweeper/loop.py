@@ -42,6 +42,7 @@ from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
 from router.security import kafka as kafkaauth
 from router.security.redis import check_access
 from router.sweeper.horizon import NEVER, HorizonReader, Horizons, HorizonUnknown
+from router.table import room
 from router.table.gauges import open_groups
 from router.table.routing import STOPPED, Swept
 from router.table.store.management import ManagementTable, Side
@@ -153,8 +154,9 @@ class Sweeper:
         return ended
 
     def _end_waits(self, side: Side, table: ManagementTable) -> int:
-        """Groups in the waiting room past routing.max_wait_ms: shared or dead-lettered
-        (routing.wait_timeout_policy), each with a GroupWaitTimedOut event."""
+        """Groups in the waiting room past routing.max_wait_ms: reported once and still
+        waiting, shared or dead-lettered (routing.wait_timeout_policy), each with a
+        GroupWaitTimedOut event."""
         r = self.settings.routing
         if not r.max_wait_ms:
             return 0
@@ -166,13 +168,18 @@ class Sweeper:
                 side,
                 gid,
                 r.max_wait_ms,
-                "dead-lettered" if outcome == STOPPED else f"shared on {outcome}",
+                "dead-lettered"
+                if outcome == STOPPED
+                else "still waiting"
+                if outcome == room.WAIT
+                else f"shared on {outcome}",
             )
             self._producer.produce(
                 topic,
                 events.group_wait_timed_out(
                     gid,
-                    None if outcome == STOPPED else outcome,
+                    None if outcome in (STOPPED, room.WAIT) else outcome,
+                    waiting=outcome == room.WAIT,
                     side=side,
                     topology=topology,
                     max_wait_ms=r.max_wait_ms,

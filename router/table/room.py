@@ -262,11 +262,22 @@ def drained(t: TableState, gid: str, parks_seen: int, next_seq: int = -1) -> str
 
 def time_out(t: TableState, now_ms: int, max_wait_ms: int, policy: str) -> list[tuple[str, str]]:
     """Groups waiting since `now_ms - max_wait_ms` or earlier (oldest first, then by ID):
-    policy "share" admits each to the least-loaded destination even if busy (the first at
-    or after the cursor), "dead-letter" stops it (its parked and later messages are
-    dead-lettered); a lane's ordinary messages are always shared. Returns (gid, destination
-    or STOPPED). Draining destinations are skipped. Multicast copies never time out: they
-    wait for their queue's groups to end (at the latest at their TTL)."""
+    policy "report" (the default) only reports each once (outcome WAIT): it keeps waiting,
+    never interleaved, and so do a lane's ordinary messages; "share" admits each to the
+    least-loaded destination even if busy (the first at or after the cursor), "dead-letter"
+    stops it (its parked and later messages are dead-lettered); under those two a lane's
+    ordinary messages are shared. Returns (gid, destination, STOPPED or WAIT). Draining
+    destinations are skipped. Multicast copies never time out: they wait for their
+    queue's groups to end (at the latest at their TTL)."""
+    if policy == "report":  # each wait start once: the work is the newly overdue only
+        cutoff, upto = now_ms - max_wait_ms, t.reported_upto
+        due = sorted(
+            (s, g)
+            for g, s in t.room.items()
+            if s <= cutoff and (upto is None or s > upto) and copy_target(g) is None
+        )
+        t.reported_upto = cutoff if upto is None else max(upto, cutoff)
+        return [(g, WAIT) for _, g in due]
     out = []
     n, skip = len(t.destinations), placement.excluded(t.destinations, t.draining)
     for gid in sorted(

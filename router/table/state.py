@@ -29,6 +29,8 @@ class TableState:
     # number is a duplicate (DUPLICATE) until then
     done: dict[str, tuple[int, int]] = field(default_factory=dict)
     draining: set[str] = field(default_factory=set)  # `router.table.placement`
+    # wait time-outs under policy "report": the wait start up to which they were reported
+    reported_upto: int | None = None
 
     def unload(self, dest: str) -> None:
         if dest != NO_DEST:

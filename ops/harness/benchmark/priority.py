@@ -92,6 +92,7 @@ def _pipeline(base: RouterSettings, run_dir: Path, tag: str) -> Pipeline:
         transfer_partitions=3,
         receive_queues=3,
         default_ttl_ms=600_000,
+        busy_policy="share",  # the bands' overtaking, as measured before wait was the default
         extra_env={"ROUTER_PRIORITY__BANDS": str(BANDS)},
     )
     name = f"prio-{tag}-{int(time.time() * 1000) % 10**8}"

@@ -62,9 +62,10 @@ class ChaosSpec:
     receive_queues: int = 12
     transaction_timeout_ms: int = 6_000
     seed: int = 1
-    # "wait": the waiting room, which must interleave nothing at all; with it, use fewer
-    # destinations and more open groups than destinations (see ops/chaos.py --policy).
-    busy_policy: str = "share"
+    # "wait" (the router's default): the waiting room, which must interleave nothing at all;
+    # use fewer destinations and more open groups than destinations to fill it (as
+    # ops/chaos.py does); "share" and "hold" are judged by the capacity rule.
+    busy_policy: str = "wait"
     open_per_sender: int = 1
     # "complete": every group whole (routing.default_delivery; needs busy_policy "wait")
     delivery: str = "stream"

@@ -100,6 +100,11 @@ def run_pipeline_workload(
     )
     send, receive = read_sides(settings, pipeline.stopped_at)
     report = verdict(senders.sent, send, receive)
+    promise = [  # the default policy's promise: no interleaving at all, whatever the load
+        f"{s.side} side: {s.interleaved} interleaved under policy wait"
+        for s in report.sides
+        if s.interleaved and pipeline.spec.busy_policy == "wait"
+    ]
     rtpm = {
         role: m.get("redis_round_trips", 0) / max(m.get("messages_in", 0), 1)
         for role, m in metrics.items()
@@ -115,6 +120,7 @@ def run_pipeline_workload(
         senders.failures,
         send.undecodable + receive.undecodable,
         senders=f"{workload.senders} senders",
+        extra_violations=promise,
         reads=(send, receive),
     )
 

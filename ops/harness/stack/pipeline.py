@@ -59,7 +59,7 @@ class PipelineSpec:
     send_queue_partitions: int = 3
     transfer_partitions: int = 6  # receive-side transfer units (destinations of the send side)
     receive_queues: int = 6
-    busy_policy: Literal["share", "hold", "wait"] = "share"
+    busy_policy: Literal["share", "hold", "wait"] = "wait"  # the router's default
     default_ttl_ms: int = 300_000
     extra_env: dict[str, str] = field(default_factory=dict)
     # Per role ("send-unit", "receive-unit", "sweeper"), on top of extra_env: e.g. each

@@ -95,6 +95,9 @@ class TableKeys:
     bands: str
     bands_at: str
     bands_calls: str
+    # wait time-outs under routing.wait_timeout_policy "report": the wait start up to which
+    # they were reported (each group once)
+    waited: str
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:

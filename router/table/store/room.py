@@ -22,7 +22,8 @@ class RoomTable:
         self, max_wait_ms: int, policy: str, now_ms: int | None = None
     ) -> tuple[int, list[tuple[str, str]]]:
         """End the wait of groups waiting `max_wait_ms` or longer (`router.table.room.time_out`):
-        (now on the Redis clock, [(gid, destination or '!stop')])."""
+        (now on the Redis clock, [(gid, destination, '!stop' or '!w': reported, still
+        waiting)])."""
         timeout = self.__dict__.get("_room_timeout")
         if timeout is None:  # registered on first use: only the sweeper calls it
             timeout = self.__dict__["_room_timeout"] = self.client.register_script(
@@ -32,7 +33,7 @@ class RoomTable:
         out = timeout(
             keys=[
                 *(k.entries, k.load, k.cursor, k.room, k.parks, k.admitted, k.stats),
-                *(k.deadlines, k.draining),
+                *(k.deadlines, k.draining, k.waited),
             ],
             args=["" if now_ms is None else now_ms, max_wait_ms, policy, *self._dests],
         )

@@ -59,7 +59,16 @@ def check_priority(result: ChaosResult, spec: ChaosSpec, report: str) -> None:
 def test_short_chaos_run_loses_duplicates_reorders_and_splits_nothing(
     private_stack: LocalStack, private_settings: RouterSettings, tmp_path: Path
 ) -> None:
-    spec = ChaosSpec(messages=20_000, senders=4, rate=200.0, kills=12, seed=7, catch_up_s=240)
+    # policy share, the explicit choice (the default, wait, is the next test's)
+    spec = ChaosSpec(
+        messages=20_000,
+        senders=4,
+        rate=200.0,
+        kills=12,
+        seed=7,
+        catch_up_s=240,
+        busy_policy="share",
+    )
     lines: list[str] = []
     result = run_chaos(private_settings, private_stack, spec, tmp_path, say=lines.append)
     report = "\n".join(lines + summary(result))

@@ -15,6 +15,7 @@ from router.backends.redis.client import redis_client
 from router.cli import cli
 from router.cli.table import NOT_CONFIRMED
 from router.config import load_settings
+from router.table import room
 from router.table.routing import RouteRequest
 from router.table.store.management import ManagementTable
 from router.topology.side import table_for
@@ -182,13 +183,15 @@ def test_evict_and_release_remove_entries_only_with_yes(run: Run, send: Manageme
     placed = {g: route(send, g) for g in ("A", "B", "C", "D")}
     dest = placed["A"]
     on = sorted(g for g, d in placed.items() if d == dest)
+    assert placed["D"] == room.WAIT  # three destinations, each in charge of a group
     plan = run("evict", dest, "--side", "send")
     assert plan.exit_code == NOT_CONFIRMED and "start new assignments" in plan.stdout
     assert set(send.entries()) == set(placed)
     done = run("evict", dest, "--side", "send", "--yes", "--json")
     assert done.exit_code == 0 and out_json(done)["released"] == len(on)
     assert set(send.entries()) == set(placed) - set(on)
-    assert dest not in send.loads()
+    # what was on it is gone; the destination went to the group that waited (policy wait)
+    assert send.admitted() == {"D": dest} and send.loads()[dest] == 1
     other = next(g for g in placed if g not in on)
     assert run("release", "--side", "send", other).exit_code == NOT_CONFIRMED
     assert send.entry(other) is not None

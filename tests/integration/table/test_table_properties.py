@@ -406,15 +406,21 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             assert self.table.expire_leases(now_ms=self.now) == (ended, len(admitted))
 
         @precondition(lambda self: self.model is not None and bool(self.model.room))
-        @rule(max_wait=st.integers(0, 6_000), policy=st.sampled_from(["share", "dead-letter"]))
+        @rule(
+            max_wait=st.integers(0, 6_000),
+            policy=st.sampled_from(["report", "report", "share", "dead-letter"]),
+        )
         def wait_timeout(self, max_wait: int, policy: str) -> None:
             """The sweeper ends the wait of groups waiting max_wait or longer."""
             assert self.table is not None and self.model is not None
             expected = room.time_out(self.model, self.now, max_wait, policy)
             now, actual = self.table.room_timeout(max_wait, policy, now_ms=self.now)
             assert now == self.now and actual == expected
+            if policy == "report":  # reported, still waiting: nothing else changes
+                assert {o for _, o in actual} <= {room.WAIT}
+                assert all(g in self.model.room for g, _ in actual)
             for gid, outcome in actual:
-                if outcome != STOPPED:
+                if outcome not in (STOPPED, room.WAIT):
                     self.assigned.setdefault(gid, outcome)
 
         @precondition(lambda self: self.table is not None)
@@ -476,6 +482,8 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             assert self.table.room() == self.model.room
             assert self.table.draining() == self.model.draining
             assert self.table.park_leases() == self.model.park_leases
+            waited = client.get(self.table.keys.waited)  # policy report: reported up to
+            assert (None if waited is None else int(waited)) == self.model.reported_upto
             # Finished groups in logical order (their late members are duplicates until
             # the sweeper forgets them)
             done = {

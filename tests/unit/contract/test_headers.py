@@ -94,7 +94,9 @@ def test_whole_group_delivery_by_header_by_type_or_by_default() -> None:
 
 
 def test_complete_delivery_needs_the_waiting_room_and_known_types() -> None:
-    with pytest.raises(ValueError, match="busy_policy"):
-        RoutingSettings(default_delivery="complete")
+    assert RoutingSettings(default_delivery="complete").busy_policy == "wait"  # the default
+    for policy in ("share", "hold"):
+        with pytest.raises(ValueError, match="busy_policy"):
+            RoutingSettings(busy_policy=policy, default_delivery="complete")
     with pytest.raises(ValueError, match="not in ttl_by_type"):
         RoutingSettings(busy_policy="wait", delivery_by_type={"nope": "complete"})

@@ -1,17 +1,20 @@
 -- End the wait of groups in the waiting room past max_wait_ms (router/table/room.py `time_out`).
 --
 -- KEYS: 1 entries  2 load  3 cursor  4 room  5 parks  6 admitted  7 stats  8 deadlines
---       9 draining (skipped when sharing, router/table/placement.py)
+--       9 draining (skipped when sharing, router/table/placement.py)  10 waited (string: the
+--       wait start up to which policy 'report' reported time-outs)
 -- ARGV: 1 now in ms, or '' for the Redis server clock  2 max wait ms
---       3 policy: 'share' (admit to the least-loaded destination, even busy: counted as
+--       3 policy: 'report' (each group once, and it keeps waiting: nothing changes but
+--       the mark), 'share' (admit to the least-loaded destination, even busy: counted as
 --       shared) or 'dead-letter' (stop the group: its parked and later messages are
---       dead-lettered; a lane's ordinary messages are always shared)  4 n, then every
+--       dead-lettered; under both, a lane's ordinary messages are shared)  4 n, then every
 --       destination name of the side
 -- Multicast copies ('~*<dest>', router/table/multicast.py) never time out: they wait for their
 -- destination's groups to end.
--- Returns: {now, gid_1, outcome_1, ...}; an outcome is a destination name or '!stop'.
-local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS, K_DRAINING =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9]
+-- Returns: {now, gid_1, outcome_1, ...}; an outcome is a destination name, '!stop' or '!w'
+-- (reported, still waiting).
+local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS, K_DRAINING, K_WAITED =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10]
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -22,9 +25,25 @@ local dests = {}
 for i = 1, tonumber(ARGV[4]) do dests[i] = ARGV[4 + i] end
 local n = #dests
 local out = { string.format('%.0f', now) }
+local cutoff = string.format('%.0f', now - tonumber(ARGV[2]))
+if ARGV[3] == 'report' then  -- the newly overdue only: each wait start once
+  local upto = redis.call('GET', K_WAITED)
+  local from = '-inf'
+  if upto then from = '(' .. upto end
+  local reported = 0
+  for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_ROOM, from, cutoff)) do
+    if string.sub(gid, 1, 2) ~= '~*' then
+      out[#out + 1] = gid
+      out[#out + 1] = '!w'
+      reported = reported + 1
+    end
+  end
+  if not upto or tonumber(cutoff) > tonumber(upto) then redis.call('SET', K_WAITED, cutoff) end
+  if reported > 0 then redis.call('HINCRBY', K_STATS, 'wait_timeouts', reported) end
+  return out
+end
 local due = {}
-for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_ROOM, '-inf',
-    string.format('%.0f', now - tonumber(ARGV[2])))) do
+for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_ROOM, '-inf', cutoff)) do
   if string.sub(gid, 1, 2) ~= '~*' then due[#due + 1] = gid end
 end
 if #due == 0 then return out end
