@@ -226,7 +226,7 @@ class TransferUnit:
             self._rewound.clear()
             out = self.steps.emit(batch, int(time.time() * 1000))
             self._keep_leases(batch, out)
-            session.produce(out.records, self._track)
+            session.produce(out.records, self._track, out.barriers)
             append_by = self._keep_leases(batch, out)
             # with the room's low marks (router.unit.steps.drain.step)
             offsets = batch.resume_offsets()
@@ -272,7 +272,7 @@ class TransferUnit:
         """When the batch's records must be appended by (None: no leases); renewed if
         it waited long. Lapsed: its open transaction fails (rewound, replayed)."""
         try:
-            return self.leases.keep(batch, out.ordinary_dests)
+            return self.leases.keep(batch, out.ordinary_dests, out.parked_in_room > 0)
         except LeaseLost as exc:
             raise self.session.fail(str(exc)) from exc
 

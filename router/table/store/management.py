@@ -269,10 +269,12 @@ class ManagementTable(RoomTable, SteerTable):
         for this: `router table release`, `evict` and `drain` act on one group or destination."""
         self._r.delete(*self.keys.all())
 
-    def renew(self, batch: str, dests: Iterable[str]) -> bool:
-        """Extend a batch's in-flight leases on `dests` to now + lease_ms (Redis clock), all
-        or none: False if one is gone (expired and removed; `router/table/store/lua/lease.lua`)."""
+    def renew(self, batch: str, dests: Iterable[str], parked: bool = False) -> bool:
+        """Extend a batch's in-flight leases on `dests`, and its park leases if it `parked`
+        messages in the waiting room, to now + lease_ms (Redis clock), all or none: False if
+        one is gone (expired and removed; `router/table/store/lua/lease.lua`)."""
         lease = self.__dict__.get("_lease")
         if lease is None:  # registered on first use: renewals are rare
             lease = self.__dict__["_lease"] = self.client.register_script(script("lease"))
-        return bool(lease(keys=[self.keys.inflight], args=[batch, self.lease_ms, *dests]))
+        keys = [self.keys.inflight, self.keys.parks]
+        return bool(lease(keys=keys, args=[batch, self.lease_ms, int(parked), *dests]))

@@ -5,7 +5,10 @@ in the table's inflight zset, expiring `lease_ms` after routing;
 `router/table/store/lua/route.lua`). While a lease lives, a new group takes that destination only as
 a busy one, so a group's first message is never appended before those ordinary messages. The settle
 step ends the leases after the commit. But a batch can be produced long after it was routed (with
-the commit overlap it waits for the previous commit) and its commit retries, so:
+the commit overlap it waits for the previous commit) and its commit retries. The same holds
+for the park leases of a batch that parks messages in the waiting room ("batch|gid" in the
+parks zset): while one lives, the drain step does not open (or release) the group, whose
+parked record may not be on the broker yet. So:
 
 * Before its transaction produces, and again before it commits, a batch past half its
   lease renews it (one Lua call, `router/table/store/lua/lease.lua`), all or none: if a lease is
@@ -18,6 +21,12 @@ the commit overlap it waits for the previous commit) and its commit retries, so:
 A batch well inside its lease (the common case) costs no round trip. The unit's deadline
 is taken from its own clock before the table call, less a margin, so it ends before the
 lease does on the Redis clock.
+
+Known window: a park lease renewed before the commit still ends `lease_ms` later, while an
+appended record of a room partition is read only once its transaction commits. A commit
+that takes longer than that (its retries through a broker restart) lets the drain open the
+group first; the drain then dead-letters the late record with its reason (`room-late`, or
+`group-entry-missing` for a released group), never drops it.
 """
 
 from __future__ import annotations
@@ -47,11 +56,12 @@ class Leases:
         self.lease_s = table.lease_ms / 1000
         self.margin_s = min(MARGIN_S, self.lease_s / 4)
 
-    def keep(self, batch: Batch, dests: Collection[str]) -> float | None:
+    def keep(self, batch: Batch, dests: Collection[str], parked: bool = False) -> float | None:
         """When (time.monotonic()) the batch's records must be on the broker by; None if
-        it holds no lease. Renews the leases first if fewer than half remain; raises
-        LeaseLost if that fails."""
-        if not dests or batch.routed_at is None:
+        it holds no lease (no ordinary message to a destination, nothing `parked` in the
+        waiting room). Renews the leases first if fewer than half remain; raises LeaseLost
+        if that fails."""
+        if not (dests or parked) or batch.routed_at is None:
             return None
         now = time.monotonic()
         until = batch.lease_until
@@ -61,7 +71,7 @@ class Leases:
             return until
         metrics = self.metrics
         try:
-            renewed = self.table.renew(batch.id, dests)
+            renewed = self.table.renew(batch.id, dests, parked)
         except redis.RedisError as exc:
             metrics.inc("redis_errors")
             raise LeaseLost(

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from enum import Enum
 from typing import Any
 
@@ -173,13 +173,19 @@ class TransactionalSession:
         self,
         records: list[Record],
         track: Callable[[tuple[str, int, int]], Callable[[Any, Any], None]] | None = None,
+        barriers: Collection[int] = (),
     ) -> None:
         """Produce a batch's records inside the open transaction, in order. `track` gives
-        the delivery callback of a record whose `source` is set."""
+        the delivery callback of a record whose `source` is set. Before each position in
+        `barriers`, every record produced so far is on the broker (flushed): records on
+        different partitions are otherwise appended in no particular order."""
         assert self.state is S.OPEN
         produce, poll = self.producer.produce, self.producer.poll
+        wait = set(barriers)
         try:
-            for r in records:
+            for i, r in enumerate(records):
+                if i in wait:
+                    self._appended()
                 while True:
                     try:
                         if r.source is not None and track is not None:
@@ -206,6 +212,14 @@ class TransactionalSession:
                         poll(0.05)  # the local queue is full: let deliveries drain
         except KafkaException as exc:
             raise self._failed(exc) from exc
+
+    def _appended(self) -> None:
+        """Every record produced so far on the broker (a barrier), or the transaction
+        fails: an unacknowledged record could still be appended after later ones."""
+        if self.producer.flush(TXN_TIMEOUT_S) > 0:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, "records not appended before a band barrier")
+            )
 
     def fail(self, reason: str) -> TxnFailed:
         """OPEN -> FAILED: the unit gives up the open transaction (its batch's leases

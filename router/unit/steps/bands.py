@@ -11,6 +11,14 @@
   transfer partition, a receive queue) goes to the topic of the band its `router-band`
   header names; its control records (close and skip markers) carry the member's header,
   so they follow their group's band.
+* Both sides, `retarget` also marks the *barriers* of the batch (`barriers`): the table
+  decides a batch in order and counts on its records reaching each destination in that
+  order (a final frees its destination for the rest of the batch; the batch's own
+  ordinary messages on a destination do not keep a new group of the same batch off it),
+  which holds for one partition, not for a destination's band topics: a transaction's
+  records on two partitions are appended in no particular order. Where a destination's
+  records change band topic and a group's record is involved, every earlier record must
+  be on the broker first (`TransactionalSession.produce` flushes there).
 * Send side, `settle`: a group whose final was committed is forgotten with the next call
   (unless a later call, or a later message of the same batch, used the ID again); a band
   unused for `keep_ms` is forgotten.
@@ -24,6 +32,7 @@ from typing import Any
 
 import redis
 
+from router import contract
 from router.contract import priority
 from router.contract.headers import BadInput
 from router.metrics.registry import Metrics
@@ -119,16 +128,20 @@ class BandStep:
             item.headers = priority.stamp(item.headers, min(band, bands - 1))
 
     def retarget(self, out: Output) -> None:
-        """Both sides: records for a destination go to their band's topic."""
+        """Both sides: records for a destination go to their band's topic; the batch's
+        barriers (`barriers`) are marked in `out.barriers`."""
         dests = self.destinations
         records = out.records
+        placed: list[tuple[tuple[str, int], int, bool] | None] = []
         for i, r in enumerate(records):
             if r.topic in dests:
-                band = priority.stamped_band(r.headers)
+                band = min(priority.stamped_band(r.headers), self.bands - 1)
                 if band:
-                    records[i] = Record(
-                        priority.band_topic(r.topic, min(band, self.bands - 1)), *r[1:]
-                    )
+                    records[i] = Record(priority.band_topic(r.topic, band), *r[1:])
+                placed.append(((r.topic, r.partition), band, _grouped(r.headers)))
+            else:
+                placed.append(None)
+        out.barriers = barriers(placed)
 
     def settle(self, batch: Batch, out: Output) -> None:
         """Send side, after the batch committed: its ended groups are forgotten next call."""
@@ -138,6 +151,38 @@ class BandStep:
         again = _reused(batch)
         self._forget += [(gid, call) for gid, _ in out.finals if gid not in again]
         self._forget += [(gid, call) for gid in out.stopped if gid not in again]
+
+
+def _grouped(headers: Any) -> bool:
+    """Whether a record belongs to a group (a member, or a close or skip marker)."""
+    return any(k == contract.GUARANTEE_ID for k, _ in headers or ())
+
+
+def barriers(placed: list[tuple[tuple[str, int], int, bool] | None]) -> list[int]:
+    """Where a batch's records must wait for every earlier one to be on the broker (pure).
+    `placed`: per record in produce order, (destination, band, a group's record) or None
+    (not for a destination). A record on a destination whose earlier records of the batch
+    went to another band topic waits if it, or one of those, is a group's record: a
+    group's first record must follow what the batch wrote there before, and whatever the
+    batch writes there after a group's final must follow that final, on every band topic.
+    Ordinary records alone may mix bands freely. After a barrier everything is appended,
+    so the search starts afresh."""
+    out: list[int] = []
+    bands: dict[tuple[str, int], set[int]] = {}
+    grouped: set[tuple[str, int]] = set()
+    for i, p in enumerate(placed):
+        if p is None:
+            continue
+        dest, band, group = p
+        seen = bands.setdefault(dest, set())
+        if seen - {band} and (group or dest in grouped):
+            out.append(i)
+            bands, grouped = {dest: set()}, set()
+            seen = bands[dest]
+        seen.add(band)
+        if group:
+            grouped.add(dest)
+    return out
 
 
 def _reused(batch: Batch) -> set[str]:

@@ -85,6 +85,11 @@ class Output:
     # multicast messages fanned out (receive side, router.unit.steps.emit.fanout)
     multicast: int = 0
     multicast_copies: int = 0  # ... their copies, written straight or parked in the room
+    # Positions in `records` before which every earlier record must be on the broker
+    # (`router.unit.steps.bands.barriers`): with priority bands a destination is several
+    # partitions, and one transaction's records on two partitions are appended in no
+    # particular order.
+    barriers: list[int] = field(default_factory=list)
 
     @property
     def consumed(self) -> int:
