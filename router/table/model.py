@@ -156,11 +156,17 @@ class TableModel(TableState):
                     decisions.append(STOPPING + entry.dest)
                     record(r, True)
                     continue
-                if room.reused_whole(entry, r):
-                    held_lanes.add(r.lane)  # until the old group's release
-                    decisions.append(HELD)
-                    record(r, True)
-                    continue
+                if room.reuses(entry, r):
+                    if not r.force_share:
+                        held_lanes.add(r.lane)  # until the old group's release
+                        decisions.append(HELD)
+                        record(r, True)
+                        continue
+                    if entry.state != room.OPEN:  # held too long: it joins the old group
+                        d = room.parked_message(self, gid, entry, r, batch, now_ms, lease_ms)
+                        decisions.append(room.UNSTAGED if r.complete and d == room.WAIT else d)
+                        record(r, True)
+                        continue
                 if entry.state != room.OPEN:
                     decisions.append(
                         room.parked_message(self, gid, entry, r, batch, now_ms, lease_ms)

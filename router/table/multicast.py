@@ -15,6 +15,7 @@ a FANOUT decision in the batch's one transaction (`router.unit.steps.emit.fanout
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
@@ -32,6 +33,7 @@ def route(
     charge of no group (but ones whose final this batch routed) with no earlier copy
     waiting, leased to the batch; the others parked behind the queue's waiting copies."""
     straight, parked = [], []
+    r = dataclasses.replace(r, token="")  # the script's token is the target list: no position
     for dest in r.targets:
         gid = room.copy_group(dest)
         entry = t.entries.get(gid)

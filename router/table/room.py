@@ -129,16 +129,20 @@ def parked_message(
     return decision
 
 
-def reused_whole(entry: Entry, r: RouteRequest) -> bool:
-    """A new group asking for whole delivery under the ID of a complete group still in the
-    room (the ID reused before the old group's release): it must not join the old group,
-    whose drain writes it whole; it is HELD until the release, then staged on its own."""
+def reuses(entry: Entry, r: RouteRequest) -> bool:
+    """Lane order: a message after its group's final (routed, not yet released), not a
+    replay of one before it: the ID reused, a new group. It is HELD until the old group's
+    release (then it starts on its own) if the old group is still in the room (whose drain
+    may write it whole: joining it would split it), or if the new one asks for whole
+    delivery (it cannot be staged beside a live entry of its ID). Past the hold timeout
+    (`force_share`) it joins the old group as before: a whole one is then UNSTAGED, said by
+    a GroupStagingAborted event."""
     return (
-        entry.state in (WAITING, ADMITTED)
-        and entry.closing not in ("", STOPPED)
-        and r.complete
+        entry.closing not in ("", STOPPED)
+        and (entry.state != OPEN or r.complete)
         and not r.continuation
         and r.seq is None
+        and not at_or_before(r.token, entry.closing)
         and not replayed(entry, r.token)
     )
 

@@ -21,9 +21,10 @@ Rules, for each message of a batch, in order:
   entry *closing* with the message's source position; the entry is removed only by
   `release` with that same position, after the forwarded final is committed in Kafka. A
   non-final message of a closing group (the ID reused) clears the mark, so the pending
-  release no longer matches; but a new whole group's first message under the ID of a
-  complete group still in the waiting room answers HELD until the old group's release
-  (`router.table.room.reused_whole`), and a replayed message never clears it. In lane
+  release no longer matches; but in lane order a first message under the ID of a complete
+  group still in the waiting room, or a new whole group's under that of an open one,
+  answers HELD until the old group's release (`router.table.room.reuses`; past the hold
+  timeout it joins the old group), and a replayed message never clears it. In lane
   order, the entry records the `lane_seq` of the last message routed to its destination
   (`Entry.routed`, None if it had none) for operators; a new group's entry, its first
   message's. It decides nothing.

@@ -371,13 +371,19 @@ for m = 0, nmsg - 1 do
         end
         out[4] = out[4] + 1
         decision = '!P' .. e.dest
-      elseif (e.state == 'waiting' or e.state == 'admitted') and e.closing ~= ''
-          and has(flags, 'g') and not has(flags, 'c') and not seq and not replayed(e, token) then
-        -- a new whole group under the ID of a complete one in the room (router/table/room.py
-        -- `reused_whole`): held until the old group's release
-        out[2] = out[2] + 1
-        held_lanes[lane] = true
-        decision = '!h'
+      elseif e.closing ~= '' and (e.state ~= 'open' or has(flags, 'g')) and not has(flags, 'c')
+          and not seq and not at_or_before(token, e.closing) and not replayed(e, token)
+          and (not has(flags, 's') or e.state ~= 'open') then
+        -- the ID reused after a final not yet released (router/table/room.py `reuses`): held
+        -- until the old group's release; held too long, it joins the old group in the room
+        if not has(flags, 's') then
+          out[2] = out[2] + 1
+          held_lanes[lane] = true
+          decision = '!h'
+        else
+          decision = parked_message(gid, e, flags, ttl, token)
+          if has(flags, 'g') and decision == '!w' then decision = '!W' end
+        end
       elseif e.state ~= 'open' then
         decision = parked_message(gid, e, flags, ttl, token)
       elseif logical and not (seq >= 0 and lane == e.lane and (seq == e.next

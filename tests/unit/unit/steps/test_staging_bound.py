@@ -78,7 +78,7 @@ def test_an_aborted_batch_counts_no_park_twice_and_the_group_stays_whole() -> No
 
 
 def test_an_id_reused_by_a_whole_group_before_the_release_waits_and_is_delivered_whole() -> None:
-    """DEFECT, fixed (room.reused_whole; found probing ID reuse with the bound). W (whole,
+    """DEFECT, fixed (room.reuses; found probing ID reuse with the bound). W (whole,
     2 messages) is complete and waits (the one destination is busy). The sender reuses W
     for a new whole group V on the same lane before W's release: its first message used to
     meet the WAITING entry, clear the closing mark and be parked as a member of the old
@@ -102,6 +102,55 @@ def test_an_id_reused_by_a_whole_group_before_the_release_waits_and_is_delivered
     assert [b"V0", b"V1"] in s.transactions, s.transactions
     assert [v for v in s.transactions if v and v[0] == b"W0"] == [[b"W0", b"W1"]]
     assert s.aborted_events() == [] and s.model.entries == {}
+
+
+def test_a_reused_id_held_past_the_hold_timeout_joins_the_old_group_and_says_so() -> None:
+    """DEFECT, fixed (review of the above: room.reuses answered HELD even past the hold
+    timeout). W waits for the destination G holds, and G's final is behind the reused
+    W0' on the same partition: the hold must end (force_share), or the partition would
+    stop for good under the default wait time-out policy (report). Forced, W0' joins W
+    and answers UNSTAGED: the split is said by a GroupStagingAborted event."""
+    s = Side(["0"])
+    assert s.route(0, msg(0, "G", seq=0)) == ["0"]
+    assert s.route(1, whole(1, "W", 0), whole(2, "W", 1, final=True)) == [room.WAIT] * 2
+    assert s.route(2, msg(3, "W", seq=0, value=b"V0", extra=WHOLE)) == [HELD]
+    forced = RouteRequest("W", False, 60_000, "in/0/3", "in/0", force_share=True, complete=True)
+    g1 = RouteRequest("G", True, 60_000, "in/0/4", "in/0")
+    assert s.model.route([forced, g1], 999_999).decisions == [room.UNSTAGED, "0"]
+
+
+def test_a_streamed_reuse_in_an_aborted_batch_never_splits_the_whole_group() -> None:
+    """DEFECT, fixed (review: a streamed first message reusing the ID of a complete whole
+    group in the room cleared its closing mark, even in a batch that aborted, and the drain
+    then wrote W0 alone). The reuse is now HELD until W's release: W is written whole."""
+    s = Side(["0"])
+    assert s.route(0, whole(0, "W", 0)) == [room.WAIT]
+    v0 = msg(2, "W", seq=0, value=b"V0")
+    assert s.route(10, whole(1, "W", 1, final=True), v0, commit=False) == [room.WAIT, HELD]
+    for k in range(3):
+        s.run_drain(20 + k)
+    assert s.route(30_000, whole(1, "W", 1, final=True), v0) == [room.WAIT, HELD]
+    for k in range(4):
+        s.run_drain(30_010 + k)
+    assert [b"W0", b"W1"] in s.transactions, s.transactions
+    assert s.route(30_100, v0) == ["0"]  # the retry after W's release: a new group
+    assert s.aborted_events() == []
+
+
+def test_a_whole_group_reusing_an_open_groups_id_waits_for_its_release() -> None:
+    """DEFECT, fixed (review: a whole group whose first message met an open entry with its
+    final routed went straight there and was streamed). HELD until G's release, then
+    staged and written whole."""
+    s = Side(["0"])
+    assert s.route(0, msg(0, "G", seq=0)) == ["0"]
+    v0 = msg(2, "G", seq=0, value=b"V0", extra=WHOLE)
+    assert s.route(10, msg(1, "G", seq=1, final=True), v0) == ["0", HELD]
+    assert s.route(20, v0) == [room.WAIT]  # released with the batch's commit: staged
+    s.route(30, msg(3, "G", seq=1, final=True, value=b"V1", extra=WHOLE))
+    for k in range(3):
+        s.run_drain(40 + k)
+    assert [b"V0", b"V1"] in s.transactions, s.transactions
+    assert s.aborted_events() == []
 
 
 def test_receive_group_with_a_zero_timeout_never_polls() -> None:
