@@ -3,7 +3,7 @@
 
     .venv/bin/python -m ops.chaos                    # default: 100,000 messages, 20 kill events
     .venv/bin/python -m ops.chaos --messages 20000 --kills 10 --private-stack
-    .venv/bin/python -m ops.chaos --policy wait      # the waiting room: 0 interleavings
+    .venv/bin/python -m ops.chaos --policy share     # not the default: judged by the capacity rule
     .venv/bin/python -m ops.chaos --whole            # every group whole (policy wait)
     .venv/bin/python -m ops.chaos --multicast 0 --expiring 0 --priority 0   # no QoS shares
     .venv/bin/python -m ops.chaos --bands 1          # no priority bands
@@ -16,6 +16,7 @@ reordered or split (over two band topics included), a record on the wrong band, 
 multicast copy lost or doubled, or a message neither delivered nor expired (or both). By
 default it uses (and restarts!) the local stack of this checkout (`make stack-up`);
 --private-stack starts a dedicated one on free ports instead and removes it afterwards.
+Under the default busy policy, wait (the waiting room), any interleaving fails the run.
 """
 
 from __future__ import annotations
