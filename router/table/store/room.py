@@ -73,6 +73,30 @@ class RoomTable:
                 )
         return out
 
+    def chain(
+        self, plan: Sequence[tuple[str, Sequence[str], Sequence[tuple[str, int, str]]]]
+    ) -> dict[str, list[str]]:
+        """Admit complete waiting groups behind the admitted groups a drain batch forwards
+        whole (`router.table.chain`): plan is [(destination, heads, [(gid, parks held,
+        final's token)])]; returns destination -> the groups admitted to it, in order."""
+        if not plan:
+            return {}
+        run = self.__dict__.get("_chain")
+        if run is None:  # registered on first use: only units with a waiting room call it
+            run = self.__dict__["_chain"] = self.client.register_script(script("chain"))
+        args: list[str | int] = [len(plan)]
+        for dest, heads, candidates in plan:
+            args += (dest, len(heads), *heads, len(candidates))
+            for gid, parks, final in candidates:
+                args += (gid, parks, final)
+        args += self._dests
+        k = self.keys
+        out = run(
+            keys=[k.entries, k.load, k.room, k.admitted, k.parks, k.inflight, k.draining],
+            args=args,
+        )
+        return {_text(row[0]): [_text(g) for g in row[1:]] for row in out}
+
     def admitted(self) -> dict[str, str]:
         """Admitted groups -> their reserved destination, until drained."""
         return {_text(g): _text(d) for g, d in self._r.hgetall(self.keys.admitted).items()}

@@ -77,6 +77,7 @@ def count_committed(metrics: Metrics, out: Output) -> None:
         ("skips", out.skips),
         ("room_parked", out.parked_in_room),
         ("room_drained", out.drained),
+        ("room_chained", out.chained),
         ("staging_aborted", out.staging_aborted),
         ("room_staged_bytes", out.staged_bytes),
         ("seq_duplicates", out.seq_duplicates),

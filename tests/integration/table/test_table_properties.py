@@ -26,7 +26,10 @@ After every step the real table (real Redis) must equal the model, and:
 * multicast (`router.table.multicast`, any policy): every target gets the copy straight or
   parked in its destination's copies pseudo-group, straight only where no group is open
   (but ones closed earlier in the batch) and no earlier copy waits; copies are admitted
-  to their own destination only.
+  to their own destination only;
+* chained drains (`router.table.chain`): a waiting group joins an admitted one's destination
+  only if it is complete as the drainer holds it and the destination is in charge of
+  nothing but the groups the drain forwards whole.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from router.table import chain as chain_rule
 from router.table import multicast, placement, room
 from router.table.model import TableModel
 from router.table.routing import (
@@ -310,7 +314,8 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
                     or any(r.seq is not None for r, _, _ in mine)
                 ):
                     continue  # the replay marks are per lane, for lane order in the room
-                if all(new in (room.WAIT, room.UNSTAGED) for _, _, new in mine):
+                parked = (room.WAIT, room.UNSTAGED)  # parked then and now (not HELD then)
+                if all(old in parked and new in parked for _, old, new in mine):
                     assert self.model.entries[gid].parks == parks, (gid, mine)
                     for _, old, new in mine:
                         assert old != room.UNSTAGED or new == room.UNSTAGED, (gid, mine)
@@ -396,6 +401,46 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             )
             for g in released:
                 self.assigned.pop(g, None)
+
+        @precondition(
+            lambda self: (
+                self.model is not None
+                and any(e.state == room.ADMITTED for e in self.model.entries.values())
+            )
+        )
+        @rule(data=st.data())
+        def chain(self, data: st.DataObject) -> None:
+            """A drain batch forwards a destination's admitted groups whole and asks to
+            chain waiting groups behind them (`router.table.chain`): heads that are all of
+            the destination's groups or not, candidates as complete as the drainer saw
+            them or stale (a park it did not read, another final's position)."""
+            assert self.table is not None and self.model is not None
+            model = self.model
+            busy = sorted({e.dest for e in model.entries.values() if e.state == room.ADMITTED})
+            dest = data.draw(st.sampled_from(busy + busy + busy + model.destinations))
+            on_dest = sorted(
+                g for g, e in model.entries.items() if e.state == room.ADMITTED and e.dest == dest
+            )
+            heads = data.draw(
+                st.sampled_from([on_dest, on_dest, on_dest, on_dest[:-1], sorted(model.entries)])
+            )
+            waiting = sorted(model.room)
+            chosen = data.draw(st.lists(st.sampled_from(waiting), unique=True)) if waiting else []
+            candidates = [
+                (
+                    g,
+                    model.entries[g].parks - data.draw(st.sampled_from([0, 0, 0, 1])),
+                    data.draw(st.sampled_from([model.entries[g].closing] * 3 + ["q9/0/999999"])),
+                )
+                for g in chosen
+            ]
+            plan = [(dest, heads, candidates)]
+            expected = chain_rule.chain(model, plan)
+            assert self.table.chain(plan) == expected
+            for g in expected.get(dest, []):
+                assert self.assigned.setdefault(g, dest) == dest, f"{g} moved to {dest}"
+                complete = room.is_pseudo(g) or model.entries[g].closing
+                assert complete, f"an incomplete group {g} was chained"
 
         @precondition(lambda self: self.table is not None)
         @rule()
@@ -524,3 +569,22 @@ def test_lua_table_matches_reference_model(redis_url: str) -> None:
         suppress_health_check=[HealthCheck.too_slow],
     )
     machine.TestCase().runTest()
+
+
+def test_chained_drains_match_the_reference_model_under_wait(redis_url: str) -> None:
+    """The same machine where chained drains happen often: policy `wait`, one or two
+    destinations, longer histories (so that groups wait behind admitted ones)."""
+    base = make_table_machine(redis_url)
+
+    class WaitMachine(base):  # type: ignore[valid-type,misc]
+        @initialize(ndest=st.integers(1, 2))
+        def setup(self, ndest: int) -> None:  # type: ignore[override]
+            base.setup(self, "wait", ndest)
+
+    WaitMachine.TestCase.settings = settings(
+        max_examples=100,
+        stateful_step_count=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    WaitMachine.TestCase().runTest()

@@ -12,14 +12,16 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import redis
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from router.metrics.registry import Metrics
 from router.table import room
-from router.table.routing import STOPPED
+from router.table.routing import STOPPED, RoomState
 from router.table.store.management import ManagementTable
 from router.topology.side import SideSpec
 from router.unit.steps.batch import TP, Batch
+from router.unit.steps.drain import chaining
 from router.unit.steps.drain import writes as drainwrite
 from router.unit.steps.drain.index import RoomIndex, room_partition
 from router.unit.steps.drain.logical import LogicalOrder
@@ -153,6 +155,7 @@ class Drain:
                 del self.catch_up[tp]
         drained: set[str] = set()
         held_back: set[str] = set()
+        heads: dict[str, list[tuple[TP, str]]] = {}  # forwarded whole: chains may follow
         before = len(out.records)
         for tp in sorted(set(self.index.groups) - set(self.catch_up)):  # caught up only
             for gid, parked in list(self.index.groups[tp].items()):
@@ -174,11 +177,15 @@ class Drain:
                     drainwrite.forward(self, tp, gid, parked, state.dest, out, batch, now_ms)
                     drained.add(gid)
                     self.opening.add(gid)
+                    if chaining.whole(gid, parked, state):
+                        heads.setdefault(state.dest, []).append((tp, gid))
                 elif state is None or state.state == room.OPEN or state.closing == STOPPED:
                     drainwrite.dead_letter_rest(self, tp, gid, parked, state, out, batch, now_ms)
                     if state is not None and state.state == room.ADMITTED:
                         drained.add(gid)  # stopped in the room: opens once nothing is left
                         self.opening.add(gid)
+        if heads:
+            drained |= self._chain(heads, states, out, batch, now_ms)
         for gid, state in states.items():
             if state.state != room.ADMITTED or gid in drained or gid in held_back:
                 self.checks.pop(gid, None)
@@ -213,6 +220,42 @@ class Drain:
             for tp in sorted(self.owned)
             if positions.get(tp, -1) >= 0
         ]
+
+    def _chain(
+        self,
+        heads: dict[str, list[tuple[TP, str]]],
+        states: dict[str, RoomState],
+        out: Output,
+        batch: Batch,
+        now_ms: int,
+    ) -> set[str]:
+        """Write complete waiting groups back to back behind the groups this batch forwards
+        whole (`router.unit.steps.drain.chaining`, `router.table.chain`); the chained IDs.
+        If Redis cannot say, nothing is chained: a chain the table made but this batch does
+        not write stays admitted, and the partition's next drain writes it."""
+        request = chaining.plan(heads, self.index.groups, states)
+        if not request:
+            return set()
+        try:
+            taken = self.table.chain(request)
+        except redis.RedisError as exc:
+            self.metrics.inc("redis_errors")
+            log.warning("no chained drain this batch: %s", exc)
+            return set()
+        chained = set()
+        for dest, gids in taken.items():
+            tp = heads[dest][0][0]
+            for gid in gids:
+                parked = self.index.groups[tp][gid]
+                ts_type, ts = parked[0].m.timestamp()
+                out.room_waits_ms.append(max(now_ms - ts, 0) if ts_type else 0)
+                drainwrite.forward(self, tp, gid, parked, dest, out, batch, now_ms)
+                self.opening.add(gid)
+                chained.add(gid)
+                if room.is_pseudo(gid):  # a lane: released by this settle if nothing came
+                    out.drains.append((gid, len(parked), -1))
+        out.chained += len(chained)
+        return chained
 
     def _end(self, tp: TP) -> int | None:
         """A room partition's end offset, read after this batch's room states; None if the

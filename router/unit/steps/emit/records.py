@@ -72,6 +72,7 @@ class Output:
     drains: list[tuple[str, int, int]] = field(default_factory=list)
     parked_in_room: int = 0  # parked in the waiting room
     drained: int = 0  # forwarded out of the waiting room (counted in forwarded too)
+    chained: int = 0  # waiting groups drained whole behind an admitted one (router.table.chain)
     # per group first drained here: its oldest parked message's age (ms, from its timestamp)
     room_waits_ms: list[int] = field(default_factory=list)
     staging_aborted: int = 0  # staged groups over max_staged_messages, now streamed
