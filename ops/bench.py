@@ -44,7 +44,15 @@ from ops.harness.benchmark.report import (
 )
 from ops.harness.benchmark.runner import Bench
 from ops.harness.console import Console
-from ops.harness.scenarios.burst import VARIANTS, BurstStats, burst_report, burst_spec, run_burst
+from ops.harness.scenarios.burst import (
+    HEADER,
+    VARIANTS,
+    BurstStats,
+    burst_report,
+    burst_spec,
+    run_all_open,
+    run_burst,
+)
 from ops.harness.stack.pipeline import Pipeline
 from router.config import RouterSettings, load_settings
 
@@ -84,6 +92,11 @@ def main() -> int:
     )
     parser.add_argument("--burst-only", action="store_true", help="only the burst")
     parser.add_argument(
+        "--all-open-only",
+        action="store_true",
+        help="only the bursts of 300 and 3,000 groups all open before any final",
+    )
+    parser.add_argument(
         "--burst-rounds", type=int, default=3, help="burst rounds (share, wait, whole) to run"
     )
     args = parser.parse_args()
@@ -121,6 +134,8 @@ def main() -> int:
     started = time.monotonic()
     if args.burst_only:
         return 0 if burst(settings, args.out, args.burst_rounds, console) else 1
+    if args.all_open_only:
+        return 0 if all_open(settings, args.out, console) else 1
     bench = Bench(settings, spec, args.out / "runs", out=console)
     results = bench.run(only)
     md = report(results, args.out)
@@ -136,6 +151,7 @@ def main() -> int:
     if args.burst if args.burst is not None else not (args.quick or only):
         # a guarantee broken fails the run
         kept = burst(settings, args.out, args.burst_rounds, console)
+        kept = all_open(settings, args.out, console) and kept
         priority.stage(settings, args.out, console.say)  # docs/explanation/priority.md
     console.say(f"ratio router/raw = {results.ratio:.2f}")
     return 0 if kept else 1
@@ -172,6 +188,39 @@ def burst(
     return all(not st.violations for r in runs for st in r.values()) and all(
         st.interleaved == (0, 0) for r in runs for name, st in r.items() if name != "share"
     )
+
+
+def all_open(settings: RouterSettings, out: Path, console: Console | None = None) -> bool:
+    """300, then 3,000 groups all open before any final is sent, under the default busy
+    policy on the default topology: everything delivered, nothing interleaved, and the
+    time for 3,000 against the time for 300 (issue 29: at most 12 times). True if every
+    guarantee held and nothing was interleaved."""
+    console = console or Console()
+    console.say("\nall groups open before any final: 300, then 3,000 groups (default policy)")
+    runs: list[BurstStats] = []
+    for groups in (300, 3_000):
+        console.say(f"  {groups} groups")
+        default = RouterSettings().routing.busy_policy
+        with Pipeline(settings, burst_spec(default), out / "runs" / f"all-open-{groups}") as p:
+            _, st = run_all_open(p, groups, say=console)
+        runs.append(st)
+    ratio = runs[1].seconds / max(runs[0].seconds, 1e-9)
+    lines = [
+        "",
+        "## All groups open before any final (ops/harness/scenarios/burst.py)",
+        "",
+        "```",
+        HEADER.replace("policy  ", "groups  "),
+        *(st.row() for st in runs),
+        "```",
+        "",
+        f"time for 3,000 groups / time for 300: {ratio:.2f} (at most 12)",
+    ]
+    with (out / "results.md").open("a") as f:
+        f.write("\n".join(lines) + "\n")
+    for line in lines:
+        console.say(line)
+    return all(not st.violations and st.interleaved == (0, 0) for st in runs)
 
 
 if __name__ == "__main__":

@@ -164,8 +164,15 @@ class Bench:
 
     # -------------------------------------------------------------- one run
 
-    def pipeline(self, tag: str, env: dict[str, str], metrics: bool = False) -> Pipeline:
+    def pipeline(
+        self, tag: str, env: dict[str, str], metrics: bool = False, w: Workload | None = None
+    ) -> Pipeline:
+        """A pipeline for one stage: under the default busy policy if the workload keeps
+        fewer groups open than a side has destinations (the unsaturated headline, the
+        ratio line's), otherwise under `share`."""
         name = f"{self.id}.{tag}.{secrets.token_hex(2)}"
+        default = RouterSettings().routing.busy_policy
+        fits = w is not None and w.open_groups < min(TRANSFER_PARTITIONS, RECEIVE_QUEUES)
         spec = PipelineSpec(
             send_units=0,
             receive_units=0,
@@ -176,10 +183,10 @@ class Bench:
             receive_queues=RECEIVE_QUEUES,
             default_ttl_ms=600_000,
             # The hop's cost against the relays, as measured since the first bench: with up
-            # to 10,000 groups open against 6 destinations, the default policy (wait) would
-            # park nearly every group in the room and serialise their delivery, which is the
-            # burst stage's subject (ops/harness/scenarios/burst.py), not these stages'.
-            busy_policy="share",
+            # to 10,000 groups open against 12 destinations, the default policy (wait) would
+            # park nearly every group in the room, which is the burst stage's subject
+            # (ops/harness/scenarios/burst.py), not these stages'.
+            busy_policy=default if fits else "share",
             extra_env=env,
             metrics=metrics,
         )
@@ -205,7 +212,7 @@ class Bench:
             }
         else:
             env = {"ROUTER_TOPOLOGY__SEND_QUEUES": json.dumps([topic])}
-        p = self.pipeline(f"{kind}-{side_or_path}", env)
+        p = self.pipeline(f"{kind}-{side_or_path}", env, w=w)
         sides: list[Side] = (
             ["send", "receive"] if side_or_path == "path" else [side_or_path]  # type: ignore[list-item]
         )

@@ -68,6 +68,38 @@ def burst_workload(run_id: str, seed: int = 7) -> WorkloadSpec:
     )
 
 
+def all_open_workload(run_id: str, groups: int, seed: int = 7) -> WorkloadSpec:
+    """The burst with every group open before any final (`WorkloadSpec.phased`): `groups`
+    groups of 2..4 messages (3 on average) and 10% ordinary messages from two plain
+    producers."""
+    grouped = groups * 3
+    return WorkloadSpec(
+        run_id=run_id,
+        senders=2,
+        messages=round(grouped / 0.9),
+        grouped_fraction=0.9,
+        max_group=4,
+        rate=None,
+        seed=seed,
+        plain=True,
+        phased=True,
+    )
+
+
+def run_all_open(
+    pipeline: Pipeline,
+    groups: int,
+    say: Console | Callable[[str], None],
+    seed: int = 7,
+    timeout: float = 900,
+) -> tuple[DemoResult, BurstStats]:
+    """`groups` groups all open at once through a started pipeline: its verdict and figures,
+    labelled with the group count."""
+    spec = all_open_workload(pipeline.name, groups, seed)
+    result = run_pipeline_workload(pipeline, spec, say, timeout)
+    return result, burst_stats(f"{groups}", result)
+
+
 @dataclass(frozen=True)
 class BurstStats:
     policy: str

@@ -62,6 +62,10 @@ class WorkloadSpec:
     expiring_fraction: float = 0.0  # of the others (finals excepted): with a lifetime
     receive_queues: tuple[str, ...] = ()  # the topology's: multicast's targets
     priority_fraction: float = 0.0  # of the ordinary messages and of the groups: a priority
+    # Every group open before any final (`phased`): each sender sends every group's first
+    # member, then the middle members, then the finals (groups of 2..max_group messages;
+    # ordinary messages spread over the three phases); QoS shares and priorities unused
+    phased: bool = False
 
 
 def group_size(rng: random.Random, max_group: int) -> int:
@@ -159,9 +163,45 @@ def ranked(
     return chosen
 
 
+def phased(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]]:
+    """One sender's messages with every group open before any final is sent: all first
+    members, then all middle members (round by round), then all finals, ordinary
+    messages spread evenly over the three phases (`WorkloadSpec.phased`)."""
+    rng = random.Random(f"{spec.seed}-{index}")
+    sender = f"s{index}"
+    quota = spec.messages // spec.senders + (1 if index < spec.messages % spec.senders else 0)
+    grouped = round(quota * spec.grouped_fraction)
+    sizes: list[int] = []
+    while grouped - sum(sizes) >= 2:
+        sizes.append(min(rng.randint(2, max(2, spec.max_group)), grouped - sum(sizes)))
+    names = [f"{spec.run_id}-{sender}-o{i}" for i in range(len(sizes))]
+    members = [(g, 0, size == 1) for g, size in zip(names, sizes, strict=True)]
+    for seq in range(1, max(sizes, default=1) - 1):
+        members += [(g, seq, False) for g, size in zip(names, sizes, strict=True) if seq < size - 1]
+    members += [(g, size - 1, True) for g, size in zip(names, sizes, strict=True) if size > 1]
+    ordinary = quota - len(members)
+    every = len(members) / ordinary if ordinary > 0 else 0.0
+    out: list[tuple[str | None, int, bool]] = []
+    due = 0.0
+    for m in members:
+        out.append(m)
+        due += 1
+        while ordinary > 0 and due >= every:
+            out.append((None, 0, False))
+            ordinary -= 1
+            due -= every
+    out += [(None, 0, False)] * ordinary
+    for n, (group, seq, final) in enumerate(out):
+        ctx = {"sender": sender, "rng": rng, "headers": []}
+        yield Sent(f"{spec.run_id}-{sender}-{n}", group, seq, final, None, False, None), ctx
+
+
 def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]]:
     """One sender's messages in send order: (what the verifier expects, how to build it:
     `ctx["headers"]`, the QoS headers)."""
+    if spec.phased:
+        yield from phased(spec, index)
+        return
     rng = random.Random(f"{spec.seed}-{index}")
     extra = random.Random(f"{spec.seed}-{index}-qos")  # QoS draws: the plan stays the same
     ranks = random.Random(f"{spec.seed}-{index}-priority")  # and the priority draws

@@ -72,3 +72,28 @@ def test_the_burst_report_gives_every_row_and_the_median_of_the_ratios_per_round
         "wait/share, median of 3 rounds: throughput 0.50, ordinary p99 1.50, group p99 1.50"
     )
     assert lines[-1] == "interleaved in all rounds: share 300, wait 0"
+
+
+def test_a_phased_plan_opens_every_group_before_any_final() -> None:
+    """`make bench`'s all-open burst (`WorkloadSpec.phased`): every first member, then the
+    middle ones, then the finals; whole groups in order, the quota and the mix kept."""
+    spec = WorkloadSpec(
+        run_id="t", senders=2, messages=1001, grouped_fraction=0.9, max_group=4, phased=True
+    )
+    total = 0
+    for index in range(spec.senders):
+        sent = [s for s, _ in plan(spec, index)]
+        total += len(sent)
+        seqs: dict[str, list[int]] = defaultdict(list)
+        for s in sent:
+            if s.group is not None:
+                seqs[s.group].append(s.seq)
+        assert all(got == list(range(len(got))) and len(got) >= 2 for got in seqs.values())
+        assert all(sum(s.final for s in sent if s.group == g) == 1 for g in seqs)
+        firsts = [n for n, s in enumerate(sent) if s.group is not None and s.seq == 0]
+        finals = [n for n, s in enumerate(sent) if s.final]
+        assert max(firsts) < min(finals), "a final before every group was open"
+        ordinary = sum(s.group is None for s in sent)
+        assert 0.05 < ordinary / len(sent) < 0.15
+        assert ordinary > 0 and min(n for n, s in enumerate(sent) if s.group is None) < max(firsts)
+    assert total == spec.messages
