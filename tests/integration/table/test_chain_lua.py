@@ -4,74 +4,10 @@ draining an admitted group while complete groups wait behind it)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
-import redis
 
-from router.table import chain, room
-from router.table.model import TableModel
-from router.table.routing import RouteRequest
-from router.table.store.management import ManagementTable, TableKeys
-from tests.fixtures.helpers import unique
-
-
-def req(gid: str | None, final: bool = False, lane: str = "q/0", n: int = 0) -> RouteRequest:
-    return RouteRequest(gid, final, 60_000, f"{lane}/{n}", lane)
-
-
-class Both:
-    """The model and the real table, driven in lockstep; every call must agree."""
-
-    def __init__(self, client: redis.Redis, dests: list[str]) -> None:
-        self.model = TableModel(dests, policy="wait")
-        self.table = ManagementTable(
-            client, TableKeys.of(unique("chain"), "t", "send"), dests, "wait", 3_000
-        )
-        self.offset = 0
-
-    def route(self, batch: str, *msgs: tuple[str | None, bool]) -> list[str]:
-        requests = []
-        for gid, final in msgs:
-            self.offset += 1
-            requests.append(req(gid, final, n=self.offset))
-        expected = self.model.route(requests, 1_000, batch, 3_000)
-        assert self.table.route(requests, now_ms=1_000, batch=batch) == expected
-        return expected.decisions
-
-    def settle(self, batch: str, finals: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
-        assert self.table.settle(batch, (), finals) == self.model.settle(batch, (), finals)
-
-    def chain(self, plan: chain.Plan) -> dict[str, list[str]]:
-        expected = chain.chain(self.model, plan)
-        assert self.table.chain(plan) == expected
-        self.agree()
-        return expected
-
-    def agree(self) -> None:
-        assert self.table.entries() == self.model.entries
-        assert self.table.loads() == self.model.load
-        assert self.table.room() == self.model.room
-        assert self.table.admitted() == {
-            g: e.dest for g, e in self.model.entries.items() if e.state == room.ADMITTED
-        }
-
-    def final_of(self, gid: str) -> str:
-        return self.model.entries[gid].closing
-
-
-@pytest.fixture
-def both(redis_url: str) -> Callable[[list[str]], Both]:
-    client = redis.Redis.from_url(redis_url)
-    made: list[Both] = []
-
-    def make(dests: list[str]) -> Both:
-        made.append(Both(client, dests))
-        return made[-1]
-
-    yield make  # type: ignore[misc]
-    for b in made:
-        b.table.drop()
+from router.table import room
+from tests.fixtures.tablepair import Both
 
 
 def waiting_behind_an_admitted_group(b: Both) -> None:
