@@ -58,7 +58,7 @@ MetricName = Literal[
     "room_parked",  # parked in the waiting room (policy wait)
     "room_drained",  # forwarded out of the waiting room once their group was admitted
     "room_admitted",  # groups (and lanes' ordinary messages) drained out of the room
-    "room_chained",  # of them, waiting groups drained whole behind an admitted one
+    "room_chained",  # of them, groups and lanes drained whole behind an admitted group
     # how long they waited: their oldest parked message's age when first drained
     "room_wait_le_100ms",
     "room_wait_le_1s",

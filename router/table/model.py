@@ -146,6 +146,16 @@ class TableModel(TableState):
                     )
                     record(r, True)
                     continue
+                if r.poison_stop and entry.state == room.ADMITTED and entry.dest != NO_DEST:
+                    # Its destination is the drain's (it may be writing there, a chain
+                    # too): stopped in the room, parked behind the others; the drain
+                    # dead-letters what is left and closes it (router.unit.steps.drain).
+                    reopen(gid)
+                    entry.closing = STOPPED
+                    stopped += 1
+                    decisions.append(room.park(self, gid, entry, batch, now_ms, lease_ms, r.token))
+                    record(r, True)
+                    continue
                 if r.poison_stop:
                     reopen(gid)
                     entry.closing = STOPPED

@@ -104,3 +104,30 @@ def test_a_lanes_ordinary_messages_are_chained_and_released_by_the_same_settle(b
     assert b.table.settle("d1", (), finals, drains) == b.model.settle("d1", (), finals, drains)
     b.agree()
     assert lane not in b.model.entries and b.model.entries["g2"].state == room.ADMITTED
+
+
+@pytest.mark.parametrize("park_settles_first", [False, True])
+def test_a_lane_parked_into_while_chained_is_not_released(both, park_settles_first: bool) -> None:  # type: ignore[no-untyped-def]
+    b = both(["d0"])
+    waiting_behind_an_admitted_group(b)
+    lane = room.ordinary_group("q/0")
+    assert b.route("b4", (None, False), (None, False)) == [room.WAIT] * 2
+    b.settle("b4")
+    assert b.chain([("d0", ["g1"], [(lane, 2, "")])]) == {"d0": [lane]}
+    # another unit parks a third ordinary message of the lane, after chain.lua
+    assert b.route("b5", (None, False)) == [room.WAIT]
+    if park_settles_first:
+        b.settle("b5")
+    finals, drains = [("g1", b.final_of("g1"))], [(lane, 2, -1)]
+    assert b.table.settle("d1", (), finals, drains) == b.model.settle("d1", (), finals, drains)
+    b.agree()
+    if not park_settles_first:
+        b.settle("b5")
+    b.agree()
+    # the lane holds d0 (its third message is still to drain): nothing else is admitted
+    assert b.model.entries[lane].state == room.ADMITTED and b.model.entries[lane].dest == "d0"
+    assert b.model.load == {"d0": 1} and b.model.entries["g2"].state == room.WAITING
+    drains = [(lane, 3, -1)]
+    assert b.table.settle("d2", (), [], drains) == b.model.settle("d2", (), [], drains)
+    b.agree()
+    assert lane not in b.model.entries and b.model.entries["g2"].state == room.ADMITTED

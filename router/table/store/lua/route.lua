@@ -358,6 +358,14 @@ for m = 0, nmsg - 1 do
         decision = '!p'
       elseif e.closing == '!stop' then  -- stopped in the room: behind its parked ones
         decision = park(gid, e, token)
+      elseif has(flags, 'p') and e.state == 'admitted' and e.dest ~= '!' then
+        -- its destination is the drain's (the room partition's owner may be writing it,
+        -- a chain too): stopped in the room, the message parked behind the others; the
+        -- drain dead-letters what is left and closes the group there (drain/step.py)
+        reopen(gid)
+        e.closing = '!stop'
+        out[4] = out[4] + 1
+        decision = park(gid, e, token)
       elseif has(flags, 'p') then
         reopen(gid)
         e.closing = '!stop'

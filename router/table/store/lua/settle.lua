@@ -61,6 +61,9 @@ for _ = 1, count() do
         unload(e.dest)
         e.dest = '!'
         redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
+        -- stopped while admitted (the drain closed it there): still the room's, no longer
+        -- holding a destination
+        if e.state == 'admitted' then redis.call('HSET', K_ADMITTED, gid, '!') end
       end
     elseif e.closing == token or token == '*' or token == '@' .. e.dest then
       redis.call('HDEL', K_ENTRIES, gid)

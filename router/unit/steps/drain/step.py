@@ -17,7 +17,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 
 from router.metrics.registry import Metrics
 from router.table import room
-from router.table.routing import STOPPED, RoomState
+from router.table.routing import NO_DEST, STOPPED, RoomState
 from router.table.store.management import ManagementTable
 from router.topology.side import SideSpec
 from router.unit.steps.batch import TP, Batch
@@ -184,6 +184,8 @@ class Drain:
                     if state is not None and state.state == room.ADMITTED:
                         drained.add(gid)  # stopped in the room: opens once nothing is left
                         self.opening.add(gid)
+                        if state.dest != NO_DEST:  # stopped while it held its destination
+                            drainwrite.close_stopped(self, gid, parked, state.dest, out)
         if heads:
             drained |= self._chain(heads, states, out, batch, now_ms)
         for gid, state in states.items():

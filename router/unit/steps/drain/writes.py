@@ -128,6 +128,21 @@ def dead_letter_rest(
     marker(d, tp, gid, parked[-1].m.offset(), out, batch)
 
 
+def close_stopped(d: Draining, gid: str, parked: list[Parked], dest: str, out: Output) -> None:
+    """A group stopped (policy stop-group) while admitted to `dest`: the drain alone writes
+    that destination, so it closes the group there, after whatever it forwarded of it (send
+    side: a close marker), and the batch's settle frees the destination (`out.stopped`).
+    The routing unit parked the poison message behind the others instead
+    (`router/table/store/lua/route.lua`)."""
+    if d.spec.side == "send":
+        last = parked[-1]
+        bad = BadInput("group-stopped", f"group {gid!r} is stopped (policy stop-group)")
+        bad.guarantee_id = gid
+        item = Item(last.m, [], None, bad)
+        out.records.append(d.emitter.close_marker(item, dest, out, last.token))
+    out.stopped.append(gid)
+
+
 def marker(
     d: Draining,
     tp: TP,

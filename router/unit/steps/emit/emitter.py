@@ -99,6 +99,10 @@ class Emitter:
             if dest in (WAIT, UNSTAGED):  # a bad one too: dead-lettered in its place
                 records.append(self.park_in_room(item))
                 out.parked_in_room += 1
+                if item.stop and item.bad is not None:
+                    # it stopped an admitted group in the room: announced here, the drain
+                    # dead-letters it and closes the group (router.unit.steps.drain.step)
+                    self._stopped(item, _gid(item), now_ms, out)
                 if item.routing is not None and item.routing.complete:
                     out.staged_bytes += len(item.m.value() or b"")
                 if dest == UNSTAGED:
@@ -199,12 +203,7 @@ class Emitter:
         """A message of a stopped group, or an orphan: dead-lettered, in order, and
         forwarded nowhere. A malformed one keeps its own reason; an expired one (its own
         reason too) is an ExpiredMessage event, counted as expired, not parked."""
-        m = item.m
-        gid = (
-            (item.routing.guarantee_id if item.routing else None)
-            or (item.bad.guarantee_id if item.bad else None)
-            or ""
-        )
+        gid = _gid(item)
         if orphan:
             out.orphans_parked += 1
             reason = item.bad or BadInput(
@@ -214,21 +213,8 @@ class Emitter:
             )
         elif item.bad is not None and item.stop:
             reason = item.bad
-            out.groups_stopped += 1
             out.stopped.append(gid)
-            log.error("stopping group %r at %s: %s (policy stop-group)", gid, where(m), item.bad)
-            record = events.group_stopped(
-                gid,
-                item.bad,
-                side=self.spec.side,
-                topology=self.topology,
-                unit=self.unit,
-                topic=m.topic(),
-                partition=m.partition(),
-                offset=m.offset(),
-                now_ms=now_ms,
-            )
-            out.records.append(self.event(events.GROUP_STOPPED, gid.encode(), record))
+            self._stopped(item, gid, now_ms, out)
         else:
             reason = item.bad or BadInput(
                 "group-stopped", f"group {gid!r} is stopped (policy stop-group); parked"
@@ -238,6 +224,25 @@ class Emitter:
         else:
             out.parked += 1
         out.records.append(self.dead_letter(item, reason, now_ms))
+
+    def _stopped(self, item: Item, gid: str, now_ms: int, out: Output) -> None:
+        """The GroupStopped event of a poison message that stops its group."""
+        m, bad = item.m, item.bad
+        assert bad is not None
+        out.groups_stopped += 1
+        log.error("stopping group %r at %s: %s (policy stop-group)", gid, where(m), bad)
+        record = events.group_stopped(
+            gid,
+            bad,
+            side=self.spec.side,
+            topology=self.topology,
+            unit=self.unit,
+            topic=m.topic(),
+            partition=m.partition(),
+            offset=m.offset(),
+            now_ms=now_ms,
+        )
+        out.records.append(self.event(events.GROUP_STOPPED, gid.encode(), record))
 
     def park_in_room(self, item: Item, gid: str | None = None) -> Record:
         """A message of a waiting or admitted group (or an ordinary one while every
@@ -294,6 +299,15 @@ class Emitter:
     def event(self, schema: str, key: bytes | None, record: bytes) -> Record:
         headers = [(schemas.SCHEMA_HEADER, schema.encode())]
         return Record(self.events_topic, -1, key, record, headers, 0, None)
+
+
+def _gid(item: Item) -> str:
+    """The guarantee ID of an item, from its routing headers or its bad input's."""
+    return (
+        (item.routing.guarantee_id if item.routing else None)
+        or (item.bad.guarantee_id if item.bad else None)
+        or ""
+    )
 
 
 def _token(item: Item) -> str:
