@@ -52,7 +52,7 @@ class LogicalOrder:
         members without a number are dead-lettered. Nothing before the fence's batch is
         settled (a member routed straight before the group came back to the room may not
         be committed yet). True if anything was drained."""
-        if state.fence and not self._fence_settled(d, state.fence):
+        if state.fence and not self.fence_settled(d, state.fence):
             return False
         marked = d.index.drained_to(tp, gid, state.origin)
         first = sequence.start(parked, state.next, marked, state.fence)
@@ -113,7 +113,7 @@ class LogicalOrder:
         drainwrite.marker(d, tp, gid, plan.through, out, batch, plan.next, state.origin)
         return True
 
-    def _fence_settled(self, d: Draining, fence: str) -> bool:
+    def fence_settled(self, d: Draining, fence: str) -> bool:
         """Whether the send-queue position `fence` is behind the side's committed offset
         (its batch committed, or aborted and replayed)."""
         if fence in self.fences:

@@ -180,6 +180,15 @@ class Drain:
                     if chaining.whole(gid, parked, state):
                         heads.setdefault(state.dest, []).append((tp, gid))
                 elif state is None or state.state == room.OPEN or state.closing == STOPPED:
+                    if (
+                        state is not None
+                        and state.state == room.ADMITTED
+                        and state.dest != NO_DEST
+                        and state.fence
+                        and not self.logical.fence_settled(self, state.fence)
+                    ):  # logical order: a member routed straight may still land there first
+                        held_back.add(gid)
+                        continue
                     drainwrite.dead_letter_rest(self, tp, gid, parked, state, out, batch, now_ms)
                     if state is not None and state.state == room.ADMITTED:
                         drained.add(gid)  # stopped in the room: opens once nothing is left

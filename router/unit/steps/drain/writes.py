@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from router import contract
-from router.contract import lifetime
+from router.contract import lifetime, priority
 from router.contract.headers import BadInput
 from router.table import room
 from router.table.routing import STOPPED, RoomState
@@ -135,10 +135,11 @@ def close_stopped(d: Draining, gid: str, parked: list[Parked], dest: str, out: O
     The routing unit parked the poison message behind the others instead
     (`router/table/store/lua/route.lua`)."""
     if d.spec.side == "send":
-        last = parked[-1]
+        # its own headers, for the band the group's records went to (router.unit.steps.bands)
+        last = next((p for p in reversed(parked) if priority.stamped_band(p.headers())), parked[-1])
         bad = BadInput("group-stopped", f"group {gid!r} is stopped (policy stop-group)")
         bad.guarantee_id = gid
-        item = Item(last.m, [], None, bad)
+        item = Item(last.m, last.headers(), None, bad)
         out.records.append(d.emitter.close_marker(item, dest, out, last.token))
     out.stopped.append(gid)
 
