@@ -139,11 +139,16 @@ class TableModel(TableState):
                 entry.updated_ms = now_ms
                 entry.lane = entry.lane or r.lane
                 if entry.closing == STOPPED:
-                    decisions.append(
-                        PARKED
-                        if entry.state == room.OPEN
-                        else room.park(self, gid, entry, batch, now_ms, lease_ms, r.token)
-                    )
+                    if entry.state == room.OPEN and r.poison_stop and entry.dest != NO_DEST:
+                        # its stop not settled yet (the batch that stopped it aborted, and
+                        # this is its replay): closed on its destination again
+                        decisions.append(STOPPING + entry.dest)
+                    else:
+                        decisions.append(
+                            PARKED
+                            if entry.state == room.OPEN
+                            else room.park(self, gid, entry, batch, now_ms, lease_ms, r.token)
+                        )
                     record(r, True)
                     continue
                 if r.poison_stop and entry.state == room.ADMITTED and entry.dest != NO_DEST:

@@ -354,7 +354,9 @@ for m = 0, nmsg - 1 do
       e.updated = now_s
       if e.lane == '' then e.lane = lane end
       touch(gid)
-      if e.closing == '!stop' and e.state == 'open' then
+      if e.closing == '!stop' and e.state == 'open' and has(flags, 'p') and e.dest ~= '!' then
+        decision = '!P' .. e.dest  -- its stop not settled yet (a replay): closed there again
+      elseif e.closing == '!stop' and e.state == 'open' then
         decision = '!p'
       elseif e.closing == '!stop' then  -- stopped in the room: behind its parked ones
         decision = park(gid, e, token)

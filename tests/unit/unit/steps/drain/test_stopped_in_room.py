@@ -60,3 +60,24 @@ def test_a_logical_group_is_not_closed_before_a_member_routed_straight_commits()
     assert s.model.entries["G"].state == room.ADMITTED and s.model.entries["G"].fence
     out = drain(s, 5)
     assert written(out) == [] and out.stopped == [] and s.model.load == {"0": 1}
+
+
+def test_the_replay_of_an_aborted_stop_closes_the_group_again() -> None:
+    """An open group's stop rode in a transaction that aborted: the table kept the stop, and
+    the replay must write the close marker again, or the group is never closed downstream
+    while the settle frees its destination."""
+    s = Side(["0"])
+    s.route(1, msg(0, "G", seq=0, extra=STRICT))
+    poison = msg(1, "G", extra=[*STRICT, POISON])
+    assert s.route(2, poison, commit=False) == ["!P0"]  # aborted
+    committed: list[list[tuple[str, bytes | None, bytes | None]]] = []
+    append = s._append
+
+    def spy(out: Output, commit: bool) -> None:
+        if commit:
+            committed.append(written(out))
+        append(out, commit)
+
+    s._append = spy  # type: ignore[method-assign]
+    assert s.route(3, poison) == ["!P0"]  # the replay
+    assert committed == [[("t.transfer", None, contract.CLOSE)]]
