@@ -124,7 +124,8 @@ class Source:
 
     def rewind_to_committed(self) -> bool:
         """Every assigned partition back to the group's committed offset. False if the
-        coordinator does not answer yet."""
+        coordinator does not answer yet, or a partition cannot be sought yet (the caller
+        tries again, going on with none of them)."""
         assigned = tps(self.assigned)
         try:
             committed = self.consumer.committed(assigned, timeout=30) if assigned else []
@@ -132,7 +133,17 @@ class Source:
             log.warning("cannot read the committed offsets yet: %s", exc)
             return False
         for tp in committed:
-            self.seek(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+            if (tp.topic, tp.partition) not in self.assigned:
+                continue  # revoked meanwhile: the next owner starts from the committed offset
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            try:
+                self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+            except KafkaException as exc:
+                # Right after a broker outage librdkafka may refuse a seek on a partition
+                # it is not fetching yet (erroneous state): nothing goes on before every
+                # partition is back at its committed offset, so try again later.
+                log.warning("cannot rewind %s[%d] yet: %s", tp.topic, tp.partition, exc)
+                return False
         log.warning("resuming %d partitions from their committed offsets", len(committed))
         return True
 
