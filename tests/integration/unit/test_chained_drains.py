@@ -297,6 +297,29 @@ def two_units(s: RouterSettings) -> tuple[TransferUnit, TransferUnit]:
     return lane, owner
 
 
+def park_h_and_c_behind_a(s: RouterSettings, units: list[TransferUnit], table: Any) -> None:
+    """A0 open on the only destination; H and C (2 messages each, complete) parked."""
+    q, boot, group = s.topology.send_queues[0], s.kafka.bootstrap_servers, s.topology.send_group
+    send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
+    step_all(units, lambda: committed(s.kafka, group, q, 0) == 1, 60, "A0")
+    send(boot, q, [
+        (0, b"H0", headers_for("H", seq=0)),
+        (0, b"H1", headers_for("H", seq=1, final=True)),
+        (0, b"C0", headers_for("C", seq=0)),
+        (0, b"C1", headers_for("C", seq=1, final=True)),
+    ])  # fmt: skip
+    step_all(
+        units,
+        lambda: (
+            committed(s.kafka, group, q, 0) == 5
+            and set(table.room()) == {"H", "C"}
+            and not any(st.leased for st in table.room_state(["H", "C"]).values())
+        ),
+        60,
+        "H and C parked",
+    )
+
+
 def step_all(
     units: list[TransferUnit], done: Callable[[], bool], timeout: float, what: str
 ) -> None:
@@ -327,24 +350,7 @@ def test_a_stop_routed_by_another_unit_lands_inside_the_chain(
     table = table_for(s, "send", redis_client)
     group = s.topology.send_group
     try:
-        send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
-        step_all(units, lambda: committed(s.kafka, group, q, 0) == 1, 60, "A0")
-        send(boot, q, [
-            (0, b"H0", headers_for("H", seq=0)),
-            (0, b"H1", headers_for("H", seq=1, final=True)),
-            (0, b"C0", headers_for("C", seq=0)),
-            (0, b"C1", headers_for("C", seq=1, final=True)),
-        ])  # fmt: skip
-        step_all(
-            units,
-            lambda: (
-                committed(s.kafka, group, q, 0) == 5
-                and set(table.room()) == {"H", "C"}
-                and not any(st.leased for st in table.room_state(["H", "C"]).values())
-            ),
-            60,
-            "H and C parked",
-        )
+        park_h_and_c_behind_a(s, units, table)
         hooked: list[str] = []
         real_produce = room_owner.session.produce
 
@@ -580,24 +586,7 @@ def test_unchained_the_same_stop_finds_h_waiting_and_writes_nothing_to_the_desti
     table = table_for(s, "send", redis_client)
     group = s.topology.send_group
     try:
-        send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
-        step_all(units, lambda: committed(s.kafka, group, q, 0) == 1, 60, "A0")
-        send(boot, q, [
-            (0, b"H0", headers_for("H", seq=0)),
-            (0, b"H1", headers_for("H", seq=1, final=True)),
-            (0, b"C0", headers_for("C", seq=0)),
-            (0, b"C1", headers_for("C", seq=1, final=True)),
-        ])  # fmt: skip
-        step_all(
-            units,
-            lambda: (
-                committed(s.kafka, group, q, 0) == 5
-                and set(table.room()) == {"H", "C"}
-                and not any(st.leased for st in table.room_state(["H", "C"]).values())
-            ),
-            60,
-            "H and C parked",
-        )
+        park_h_and_c_behind_a(s, units, table)
         hooked: list[str] = []
         real_produce = room_owner.session.produce
 
