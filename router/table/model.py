@@ -57,9 +57,15 @@ class TableModel(TableState):
         batch: str = "batch",
         lease_ms: int = 15_000,
         trace: list[TraceStep] | None = None,
+        carried: Sequence[tuple[str, str]] = (),
+        earlier: Sequence[str] = (),
     ) -> RouteResult:
+        """`carried`: finals (gid, token) routed before this call in a transaction that
+        commits before this batch's records are written (the caller's `earlier` batches,
+        whose ordinary messages therefore fence nothing for it): a group of theirs that is
+        not released yet counts as closed earlier in this batch."""
         room.expire(self, now_ms)  # a lease that ended may have made a destination clean
-        fenced = {d for (d, b) in self.inflight if b != batch}
+        fenced = {d for (d, b) in self.inflight if b != batch and b not in earlier}
         skip = self.excluded()  # draining: neither free nor clean for anything new
         decisions: list[str] = []
         # Groups per destination whose final was routed earlier in this batch, in all and
@@ -80,6 +86,12 @@ class TableModel(TableState):
                 dest, lane = closed_here.pop(gid)
                 freed[dest] -= 1
                 freed_lane[(dest, lane)] -= 1
+
+        for done, token in carried:
+            e = self.entries.get(done)
+            if e is not None and e.state == room.OPEN and e.closing == token and e.dest != NO_DEST:
+                lane, _, offset = token.rpartition("/")
+                close(done, e.dest, lane if offset.isdigit() else "")  # the final's own lane
 
         def record(r: RouteRequest, known: bool) -> None:
             if trace is not None:

@@ -200,6 +200,9 @@ class TransferUnit:
         if messages or (room is not None and room.due() and self.backoff.until is None):
             self._batches += 1
             batch = Batch(f"{self.instance}:{self._batches}", generation)
+            if self._inflight is not None:  # it commits before this one is produced
+                before, before_out = self._inflight
+                batch.earlier, batch.carried = [before.id], list(before_out.finals)
             if generation == self.session.generation:
                 self.acks.begin()
                 self.steps.decide(batch, messages)

@@ -75,10 +75,20 @@ class ManagementTable(RoomTable, SteerTable):
     # ------------------------------------------------------------------ routing
 
     def route(
-        self, requests: Sequence[RouteRequest], now_ms: int | None = None, batch: str = "batch"
+        self,
+        requests: Sequence[RouteRequest],
+        now_ms: int | None = None,
+        batch: str = "batch",
+        carried: Sequence[tuple[str, str]] = (),
+        earlier: Sequence[str] = (),
     ) -> RouteResult:
         """Decide a destination for every request of a batch: one round trip per chunk
-        of `chunk_size` requests, so that no call blocks Redis for long."""
+        of `chunk_size` requests, so that no call blocks Redis for long. `carried`: finals
+        (gid, token) the caller routed in its `earlier` batches, whose transactions commit
+        before this batch's records are written: their groups, if not released yet, free
+        their destinations for this batch as a final routed in it would (a new group of
+        the final's lane may follow it there; `router.table.model`). A chunk carries the
+        finals its batch routed in the chunks before it."""
         if "|" in batch:
             raise ValueError(f"a batch ID may not contain '|': {batch!r}")
         if not requests:
@@ -88,7 +98,9 @@ class ManagementTable(RoomTable, SteerTable):
                 raise ValueError(f"multicast to unknown destinations: {r.targets}")
         size = self.chunk_size
         if len(requests) <= size:
-            return self._route_chunk(requests, now_ms, batch)
+            return self._route_chunk(requests, now_ms, batch, carried, earlier)
+        carry = list(carried)
+        dests = set(self.destinations)
         # A lane held in one chunk stays held for the rest of the batch.
         decisions: list[str] = []
         counts = [0] * 5
@@ -96,12 +108,18 @@ class ManagementTable(RoomTable, SteerTable):
         for start in range(0, len(requests), size):
             chunk = requests[start : start + size]
             sent = [r for r in chunk if r.lane not in held]
-            result = self._route_chunk(sent, now_ms, batch) if sent else RouteResult([], 0, 0, 0)
+            result = (
+                self._route_chunk(sent, now_ms, batch, carry, earlier)
+                if sent
+                else RouteResult([], 0, 0, 0)
+            )
             got = iter(result.decisions)
             for r in chunk:
                 d = next(got) if r.lane not in held else SKIPPED
                 if d == HELD:
                     held.add(r.lane)
+                elif r.final and r.guarantee_id is not None and d in dests:
+                    carry.append((r.guarantee_id, r.token))
                 decisions.append(d)
             res = result
             for i, n in enumerate((res.shared, res.held, res.created, res.stopped, res.orphans)):
@@ -115,9 +133,14 @@ class ManagementTable(RoomTable, SteerTable):
         return max(1, min(CALL_REQUESTS, CALL_WORK // len(self.destinations)))
 
     def _route_chunk(
-        self, requests: Sequence[RouteRequest], now_ms: int | None, batch: str
+        self,
+        requests: Sequence[RouteRequest],
+        now_ms: int | None,
+        batch: str,
+        carried: Sequence[tuple[str, str]] = (),
+        earlier: Sequence[str] = (),
     ) -> RouteResult:
-        args = self.head_args(batch, now_ms)
+        args = self.head_args(batch, now_ms, carried, earlier)
         for r in requests:
             args += encode(r)
         out = self._route(keys=self._route_keys, args=args)
@@ -134,8 +157,18 @@ class ManagementTable(RoomTable, SteerTable):
             int(out[4]),
         )
 
-    def head_args(self, batch: str, now_ms: int | None = None) -> list[Any]:
+    def head_args(
+        self,
+        batch: str,
+        now_ms: int | None = None,
+        carried: Sequence[tuple[str, str]] = (),
+        earlier: Sequence[str] = (),
+    ) -> list[Any]:
         """The leading arguments of the route script; `encode` gives 5 per message."""
+        tail: list[Any] = [len(carried)]
+        for gid, token in carried:
+            tail += (gid, token)
+        tail += (len(earlier), *earlier)
         return [
             "" if now_ms is None else now_ms,
             f"wait:{self.max_staged}" if self.policy == "wait" else self.policy,
@@ -144,6 +177,7 @@ class ManagementTable(RoomTable, SteerTable):
             self.epoch,
             f"{'' if self.writes is None else self.writes}:{self.writer}",
             *self._dests,
+            *tail,
         ]
 
     def settle(

@@ -57,6 +57,10 @@ class Batch:
     # unit's clock, less a safety margin.
     lease_until: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # step-specific notes
+    # Set by the unit: its batch in flight (overlapped commit) and that batch's finals, which
+    # land before this batch's records (`router.table.store.management.ManagementTable.route`).
+    earlier: list[str] = field(default_factory=list)
+    carried: list[tuple[str, str]] = field(default_factory=list)
     # Set by the drain step: the low marks of the room partitions this unit owns.
     room_offsets: list[TopicPartition] = field(default_factory=list)
 

@@ -118,7 +118,9 @@ class TableRoute:
         batch.routed_at = time.monotonic()
         t0 = time.perf_counter_ns()
         try:
-            result = table.route(requests, batch=batch.id)
+            result = table.route(
+                requests, batch=batch.id, carried=batch.carried, earlier=batch.earlier
+            )
         except redis.RedisError as exc:
             metrics.inc("redis_errors")
             batch.failure = f"Redis unavailable, nothing forwarded: {exc}"

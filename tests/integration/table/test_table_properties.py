@@ -176,12 +176,27 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             return out
 
         @precondition(lambda self: self.table is not None)
-        @rule(unit=st.sampled_from(UNITS), batch=st.lists(message, min_size=1, max_size=12))
-        def route(self, unit: str, batch: list[Message]) -> None:
-            self.route_requests(self._requests(batch), unit)
+        @rule(
+            unit=st.sampled_from(UNITS),
+            batch=st.lists(message, min_size=1, max_size=12),
+            carry=st.booleans(),
+        )
+        def route(self, unit: str, batch: list[Message], carry: bool) -> None:
+            self.route_requests(self._requests(batch), unit, carry)
 
-        def route_requests(self, requests: list[RouteRequest], unit: str = "u9") -> None:
+        def route_requests(
+            self, requests: list[RouteRequest], unit: str = "u9", carry: bool = False
+        ) -> None:
+            """`carry`: the unit's last unsettled batch is its batch in flight (overlapped
+            commit), whose finals free their destinations for this one."""
             assert self.table is not None and self.model is not None
+            earlier = [b for b in self.unsettled if b.startswith(f"{unit}:")][-1:] if carry else []
+            carried = [
+                (r.guarantee_id, r.token)
+                for b in earlier
+                for r, d in zip(*self.routed[b][:2], strict=True)
+                if r.final and r.guarantee_id is not None and d in self.model.destinations
+            ]
             self.counter += 1
             batch_id = f"{unit}:{self.counter}"
             before = set(self.model.entries)
@@ -196,8 +211,12 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             in_room = {g for g, e in self.model.entries.items() if e.state != room.OPEN}
             done_before = set(self.model.done)
             trace: list[TraceStep] = []
-            expected = self.model.route(requests, self.now, batch_id, LEASE_MS, trace)
-            actual = self.table.route(requests, now_ms=self.now, batch=batch_id)
+            expected = self.model.route(
+                requests, self.now, batch_id, LEASE_MS, trace, carried, earlier
+            )
+            actual = self.table.route(
+                requests, now_ms=self.now, batch=batch_id, carried=carried, earlier=earlier
+            )
             assert actual == expected
             check_trace(trace, self.model.destinations)
             for step in trace:  # a pinned group's first message: on its destination

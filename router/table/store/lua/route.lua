@@ -17,6 +17,11 @@
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
 --       6 "<the write count of the caller's last call ('' if none)>:<caller ID>"
 --       7 n destinations, then n destination names
+--       then n finals the caller routed before this call whose transaction commits
+--       before this call's records are written (an earlier call for the same batch, the
+--       caller's overlapped batch in flight), then pairs of guarantee ID, token; then n
+--       earlier batch IDs of the caller (whose ordinary messages land before this batch's
+--       records: they fence nothing for it), then the IDs;
 --       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
 --       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
 --       its group, 'c' continuation: sequence number > 0, 'k' close marker: with 'f' and
@@ -104,6 +109,20 @@ local cursor = tonumber(redis.call('GET', K_CURSOR) or '0') % ndest
 local cursor0 = cursor
 
 local base = 7 + ndest
+-- Finals routed before this call, in a transaction that commits first: a group of theirs
+-- not yet released counts as closed earlier in this batch (freed below).
+local carried = {}
+for _ = 1, tonumber(ARGV[base + 1]) do
+  carried[#carried + 1] = { ARGV[base + 2], ARGV[base + 3] }
+  base = base + 2
+end
+base = base + 1
+local earlier = {}
+for _ = 1, tonumber(ARGV[base + 1]) do
+  earlier[ARGV[base + 2]] = true
+  base = base + 1
+end
+base = base + 1
 
 -- The table's epoch: a table that disappeared (Redis restarted without its data) comes
 -- back with a new epoch, and the caller learns that its table was lost.
@@ -132,7 +151,7 @@ end
 local fenced = {}
 for _, member in ipairs(redis.call('ZRANGE', K_INFLIGHT, 0, -1)) do
   local d, b = string.match(member, '^([^|]*)|(.*)$')
-  if b ~= batch then fenced[d] = true end
+  if b ~= batch and not earlier[b] then fenced[d] = true end
 end
 local nmsg = (#ARGV - base) / 5
 
@@ -155,6 +174,12 @@ for m = 0, nmsg - 1 do
   if gid ~= '' and cache[gid] == nil then
     cache[gid] = false
     want[#want + 1] = gid
+  end
+end
+for _, c in ipairs(carried) do
+  if cache[c[1]] == nil then
+    cache[c[1]] = false
+    want[#want + 1] = c[1]
   end
 end
 for s = 1, #want, 1000 do
@@ -191,6 +216,15 @@ local function reopen(gid)
     closed_here[gid] = nil
     freed[c[1]] = freed[c[1]] - 1
     freed_lane[c[2]][c[1]] = freed_lane[c[2]][c[1]] - 1
+  end
+end
+
+-- A final routed before this call (`carried`) whose group is not released yet: closed
+-- earlier in this batch, as if routed in it (its transaction commits before this one's).
+for _, c in ipairs(carried) do
+  local e = cache[c[1]]
+  if e and e.state == 'open' and e.closing == c[2] and e.dest ~= '!' then
+    close(c[1], e.dest, string.match(c[2], '^(.*)/%d+$') or '')  -- the final's own lane
   end
 end
 

@@ -98,9 +98,11 @@ class _ModelTable:
     def __init__(self, hop: Hop) -> None:
         self.hop = hop
 
-    def route(self, requests: list[Any], batch: str) -> Any:
+    def route(self, requests: list[Any], batch: str, carried: Any = (), earlier: Any = ()) -> Any:
         hop = self.hop
-        return hop.model.route(requests, hop.now, batch=batch, lease_ms=LEASE_MS)
+        return hop.model.route(
+            requests, hop.now, batch=batch, lease_ms=LEASE_MS, carried=carried, earlier=earlier
+        )
 
 
 class TwoHops:

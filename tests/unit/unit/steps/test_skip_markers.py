@@ -80,8 +80,11 @@ class _Table:
     def __init__(self, hop: Hop) -> None:
         self.hop = hop
 
-    def route(self, requests: list[Any], batch: str) -> Any:
-        return self.hop.model.route(requests, self.hop.now, batch=batch, lease_ms=LEASE_MS)
+    def route(self, requests: list[Any], batch: str, carried: Any = (), earlier: Any = ()) -> Any:
+        hop = self.hop
+        return hop.model.route(
+            requests, hop.now, batch=batch, lease_ms=LEASE_MS, carried=carried, earlier=earlier
+        )
 
     def room_state(self, gids: list[str]) -> dict[str, RoomState]:
         model = self.hop.model
