@@ -42,7 +42,7 @@ MetricName = Literal[
     "kafka_errors",
     "txn_commits",
     "txn_aborts",
-    "producer_restarts",  # transactional producer replaced after a fatal error
+    "producer_restarts",  # transactional producer replaced after a fatal error or a time-out
     "busy_shared",  # placed on a destination in charge of an open group
     "busy_held",  # held back (policy hold)
     "hold_timeouts",  # held past hold_timeout_ms, then shared

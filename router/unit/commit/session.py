@@ -25,6 +25,10 @@ machine.
   with the same transactional ID (its init_transactions fences the old one and resolves
   the old transaction) and returns to READY; the unit then resumes every partition from
   the consumer group's committed offsets, which say exactly what was committed.
+* A timed-out request (`router.unit.commit.timeouts`) may still land in the next
+  transaction: a transaction that failed of one is BROKEN, not FAILED (never aborted
+  and continued with the same producer), and a commit that succeeded only on a retry
+  after a time-out has the producer swapped before the next `begin`.
 
 Blocking broker calls run on a daemon thread with a hard deadline
 (`router.backends.kafka.callthread`).
@@ -45,6 +49,7 @@ from router.backends.kafka.callthread import Abandoned, CallThread, Done
 from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.commit.leases import appended_by
+from router.unit.commit.timeouts import timed_out
 from router.unit.steps.emit.records import Record
 from router.utils.faults import Faults
 
@@ -112,6 +117,7 @@ class TransactionalSession:
         self._calls = CallThread()
         self._committing: Done | None = None
         self._abort_failures = 0
+        self.suspect: str | None = None  # a timed-out call this producer survived
 
     def _to(self, state: TxnState) -> None:
         if state not in TRANSITIONS[self.state]:
@@ -140,7 +146,8 @@ class TransactionalSession:
         self.failure = str(err)
         # Fatal: e.g. fenced after the coordinator aborted a transaction that outlived
         # transaction_timeout_ms (a long broker outage), or a call that never returned.
-        self._to(S.BROKEN if err.fatal() else S.FAILED)
+        # Timed out: a request of this epoch may still land in the next transaction.
+        self._to(S.BROKEN if err.fatal() or timed_out(err) else S.FAILED)
         return TxnFailed(f"Kafka transaction failed: {err}")
 
     # ------------------------------------------------------------------ transitions
@@ -161,6 +168,11 @@ class TransactionalSession:
         """READY -> OPEN for a batch decided in `generation`. False, and no change, if the
         batch is stale (a transaction failed since it was decided)."""
         if generation != self.generation:
+            return False
+        if self.suspect is not None and not self._swap(f"a call timed out: {self.suspect}"):
+            self.generation += 1
+            self.failure = f"could not replace the producer after a time-out: {self.suspect}"
+            self._to(S.BROKEN)
             return False
         try:
             self.producer.begin_transaction()
@@ -271,6 +283,8 @@ class TransactionalSession:
                 err = exc.args[0]
                 if err.retriable() and not err.txn_requires_abort() and attempt < 4:
                     log.warning("commit failed (retriable), retrying: %s", err)
+                    if timed_out(err):
+                        self.suspect = str(err)
                     continue
                 raise
         if after is not None:
@@ -308,7 +322,8 @@ class TransactionalSession:
         except KafkaException as exc:
             self._abort_failures += 1
             log.warning("abort failed (%d in a row): %s", self._abort_failures, exc)
-            if exc.args[0].fatal() or self._abort_failures >= 2:
+            err = exc.args[0]
+            if err.fatal() or timed_out(err) or self._abort_failures >= 2:
                 self._to(S.BROKEN)
             return False
         self._abort_failures = 0
@@ -319,16 +334,26 @@ class TransactionalSession:
     def replace(self) -> bool:
         """BROKEN -> READY with a new producer under the same transactional ID. False if
         the broker is not back yet. The caller resumes from the committed offsets."""
+        if not self._swap(self.failure or "broken"):
+            return False
+        self._to(S.READY)
+        return True
+
+    def _swap(self, why: str) -> bool:
+        """A new producer under the same transactional ID in place of this one (its
+        init_transactions bumps the epoch: whatever the old one has in flight is fenced).
+        False if it could not start (the broker away)."""
         producer = self._new_producer()
         try:
             self._call(producer.init_transactions, TXN_TIMEOUT_S, holds_batch=False)
         except KafkaException as exc:
             log.warning("a new producer could not start yet: %s", exc)
             return False
+        log.info("transactional producer replaced (%s)", why)
         self.producer = producer
         self._abort_failures = 0
+        self.suspect = None
         self.metrics.inc("producer_restarts")
-        self._to(S.READY)
         return True
 
     def poll(self) -> None:

@@ -181,3 +181,58 @@ def test_a_producer_that_keeps_failing_is_retired_and_replaced(
     session.commit([TopicPartition(source, 0, 1)], consumer.consumer_group_metadata())
     session.wait_committed()
     assert read_committed(kafka.bootstrap_servers, dest) == [b"after"]
+
+
+class FirstCommitTimesOut(Producer):  # type: ignore[misc]
+    """A real producer whose first commit_transaction gets no time at all: librdkafka
+    answers `_TIMED_OUT` (retriable, "retry call to resume") while its EndTxn is on the
+    way, the timed-out request that transactions v2 would fence and librdkafka cannot."""
+
+    commits = 0
+
+    def commit_transaction(self, *args: float) -> None:
+        type(self).commits += 1
+        super().commit_transaction(0.0 if type(self).commits == 1 else args[0])
+
+
+def test_a_commit_that_timed_out_has_its_producer_replaced_before_the_next_transaction(
+    parts: tuple[KafkaSettings, str, Consumer], new_topic: TopicFactory
+) -> None:
+    """librdkafka has no KIP-890: a request that timed out may land in the next transaction
+    of the same epoch. A commit that succeeded only on its retry leaves the producer
+    suspect; the next `begin` swaps it for a new one (epoch bumped, the old one fenced)."""
+    kafka, txn_id, consumer = parts
+    source, dest = new_topic("src"), new_topic("dst")
+    config = clients.transactional_producer_config(kafka, txn_id, "test")
+    metrics = Metrics()
+    made: list[Producer] = []
+
+    def new_producer() -> Producer:
+        made.append(FirstCommitTimesOut(config) if not made else Producer(config))
+        return made[-1]
+
+    session = TransactionalSession(new_producer, threading.Event(), metrics)
+    assert session.start()
+    assert session.begin(session.generation)
+    session.produce([rec(dest, b"one")])
+    session.commit([TopicPartition(source, 0, 1)], consumer.consumer_group_metadata())
+    session.wait_committed()  # the retry committed it
+    assert FirstCommitTimesOut.commits == 2, "the first commit did not time out"
+    assert session.state is TxnState.READY and session.suspect is not None
+    assert "_TIMED_OUT" in session.suspect
+
+    assert session.begin(session.generation)  # on a new producer
+    assert len(made) == 2 and session.producer is made[1] and session.suspect is None
+    assert metrics.get("producer_restarts") == 1
+    session.produce([rec(dest, b"two")])
+    session.commit([TopicPartition(source, 0, 2)], consumer.consumer_group_metadata())
+    session.wait_committed()
+
+    old = made[0]  # fenced: whatever it still sends cannot land in a transaction
+    with pytest.raises(Exception, match=r"(?i)fenc|epoch|state"):
+        old.begin_transaction()
+        old.produce(dest, b"from the old epoch", partition=0)
+        old.commit_transaction(10)
+    assert read_committed(kafka.bootstrap_servers, dest) == [b"one", b"two"]
+    (offset,) = consumer.committed([TopicPartition(source, 0)], timeout=10)
+    assert offset.offset == 2

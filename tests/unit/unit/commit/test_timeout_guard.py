@@ -1,0 +1,134 @@
+"""The KIP-890 guard's decisions (`router.unit.commit.timeouts`): which failures leave the
+session BROKEN, to be replaced, rather than FAILED, to be aborted and continued. A scripted
+stand-in for the producer says what each call raises; the real-broker path is in
+tests/integration/unit/test_session.py."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from router.metrics.registry import Metrics
+from router.unit.commit.session import TransactionalSession, TxnFailed, TxnState
+from router.unit.commit.timeouts import timed_out
+
+
+class Scripted:
+    """Raises the next scripted error of a call, if any; otherwise succeeds."""
+
+    def __init__(self, **errors: list[KafkaError]) -> None:
+        self.errors = errors
+        self.calls: list[str] = []
+
+    def _run(self, name: str) -> None:
+        self.calls.append(name)
+        queue = self.errors.get(name)
+        if queue:
+            raise KafkaException(queue.pop(0))
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self._run(name)
+
+
+def session_of(*producers: Scripted) -> TransactionalSession:
+    pool = list(producers)
+    session = TransactionalSession(lambda: pool.pop(0), threading.Event(), Metrics())
+    assert session.start()
+    return session
+
+
+def commit_one(session: TransactionalSession) -> None:
+    assert session.begin(session.generation)
+    session.produce([])
+    session.commit([], None)
+    session.wait_committed()
+
+
+def timeout(**flags: bool) -> KafkaError:
+    return KafkaError(KafkaError._TIMED_OUT, "timed out", **flags)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError._TIMED_OUT,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT_QUEUE,
+    ],
+)
+def test_a_time_out_is_told_from_other_failures(code: int) -> None:
+    assert timed_out(KafkaError(code))
+    assert not timed_out(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    assert not timed_out(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS))
+
+
+def test_a_transaction_that_failed_of_a_time_out_is_broken_not_aborted() -> None:
+    first = Scripted(commit_transaction=[timeout(txn_requires_abort=True)])
+    session = session_of(first, Scripted())
+    with pytest.raises(TxnFailed):
+        commit_one(session)
+    assert session.state is TxnState.BROKEN
+    assert not session.abort() and "abort_transaction" not in first.calls
+    assert session.replace() and session.state is TxnState.READY
+
+
+def test_a_failure_that_is_no_time_out_is_still_aborted_with_the_same_producer() -> None:
+    refused = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large", txn_requires_abort=True)
+    first = Scripted(commit_transaction=[refused])
+    session = session_of(first)
+    with pytest.raises(TxnFailed):
+        commit_one(session)
+    assert session.state is TxnState.FAILED
+    assert session.abort() and session.state is TxnState.READY
+    commit_one(session)
+    assert session.producer is first
+
+
+def test_a_commit_retried_after_a_time_out_swaps_the_producer_at_the_next_begin() -> None:
+    first = Scripted(commit_transaction=[timeout(retriable=True)])
+    second = Scripted()
+    session = session_of(first, second)
+    commit_one(session)  # committed on the retry
+    assert first.calls.count("commit_transaction") == 2
+    assert session.state is TxnState.READY and session.suspect is not None
+    commit_one(session)
+    assert session.producer is second and session.suspect is None
+    assert "begin_transaction" not in first.calls[first.calls.index("commit_transaction") :]
+    assert second.calls[:2] == ["init_transactions", "begin_transaction"]
+    assert session.metrics.get("producer_restarts") == 1
+
+
+def test_a_retry_after_another_retriable_error_keeps_the_producer() -> None:
+    busy = KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "loading", retriable=True)
+    first = Scripted(commit_transaction=[busy])
+    session = session_of(first)
+    commit_one(session)
+    commit_one(session)
+    assert session.suspect is None and session.producer is first
+
+
+def test_a_suspect_producer_that_cannot_be_swapped_makes_the_batch_stale_and_broken() -> None:
+    first = Scripted(commit_transaction=[timeout(retriable=True)])
+    away = Scripted(init_transactions=[timeout(retriable=True)])
+    session = session_of(first, away, Scripted())
+    commit_one(session)
+    generation = session.generation
+    assert not session.begin(generation)  # the broker away: no new producer yet
+    assert session.state is TxnState.BROKEN and session.generation == generation + 1
+    assert "begin_transaction" not in away.calls
+    assert session.replace() and session.state is TxnState.READY
+    assert session.suspect is None
+
+
+def test_an_abort_that_timed_out_is_broken_at_once() -> None:
+    refused = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large", txn_requires_abort=True)
+    first = Scripted(commit_transaction=[refused], abort_transaction=[timeout()])
+    session = session_of(first)
+    with pytest.raises(TxnFailed):
+        commit_one(session)
+    assert not session.abort()
+    assert session.state is TxnState.BROKEN
