@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +57,7 @@ horizon_log.addFilter(clients.RepeatFilter(60.0))
 # How long one round waits for the broker (offsets, event deliveries) before giving up
 # until the next round; short enough that SIGTERM is honoured well inside a minute.
 BROKER_TIMEOUT_S = 10.0
+WRITERS_EVERY_S = 600.0  # how often idle callers leave the tables' writers hashes
 
 SIDES: tuple[Side, ...] = ("send", "receive")
 
@@ -67,6 +69,7 @@ class SweepReport:
     resolved: int = 0
     wait_timeouts: int = 0
     leases_ended: int = 0
+    writers_forgotten: int = 0
 
 
 class Sweeper:
@@ -96,6 +99,7 @@ class Sweeper:
         self._committed = CommittedOffsets(settings.kafka, self.instance)
         self.horizons = horizons or HorizonReader(settings, self.instance, timeout=BROKER_TIMEOUT_S)
         self._stop = threading.Event()
+        self._writers_at: float | None = None  # time.monotonic() of the last pruning
         self.exporter = Exporter(
             settings,
             "sweeper",
@@ -142,10 +146,26 @@ class Sweeper:
             report.resolved += self._resolve_closing(side, table)
             report.leases_ended += self._end_leases(side, table)
             report.wait_timeouts += self._end_waits(side, table)
+        report.writers_forgotten = self._forget_idle_writers()
         self.metrics.inc("swept", report.swept)
         self.metrics.inc("abandoned_events", report.published)
         self.metrics.inc("closing_resolved", report.resolved)
         return report
+
+    def _forget_idle_writers(self) -> int:
+        """Every WRITERS_EVERY_S (and on the first round): callers of the route script
+        idle for a day leave the writers hash (`router.table.store.writers`)."""
+        now = time.monotonic()
+        if self._writers_at is not None and now - self._writers_at < WRITERS_EVERY_S:
+            return 0
+        self._writers_at = now
+        total = 0
+        for side, table in self.tables.items():
+            gone, kept = table.forget_idle_writers()
+            if gone:
+                log.info("%s table: forgot %d idle unit processes, %d remain", side, gone, kept)
+            total += gone
+        return total
 
     def _end_leases(self, side: Side, table: ManagementTable) -> int:
         ended, admitted = table.expire_leases()

@@ -9,6 +9,7 @@ All keys of a table share one Redis Cluster hash slot: `<prefix>:{<topology>:<si
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from router.table.store.codec import Side, TableKeys, decode_entry, encode, outb
 from router.table.store.codec import text as _text
 from router.table.store.placement import SteerTable
 from router.table.store.room import RoomTable
+from router.table.store.writers import WritersTable
 
 __all__ = ["CALL_REQUESTS", "CALL_WORK", "ManagementTable", "Side", "TableKeys"]
 
@@ -29,7 +31,7 @@ CALL_REQUESTS = 2_000
 CALL_WORK = 20_000  # requests x destinations
 
 
-class ManagementTable(RoomTable, SteerTable):
+class ManagementTable(RoomTable, SteerTable, WritersTable):
     """The Redis-backed table of one side. Every method is one round trip."""
 
     def __init__(
@@ -65,6 +67,7 @@ class ManagementTable(RoomTable, SteerTable):
         self.epoch = ""
         self.writes: int | None = None
         self.writer = secrets.token_hex(6)  # this caller, in the table's writers hash
+        self._routed_at: float | None = None
         self.resets = 0
         self._settle_keys = keys.named(
             "entries deadlines load closing stats inflight cursor room parks admitted done"
@@ -148,6 +151,7 @@ class ManagementTable(RoomTable, SteerTable):
             self.resets += 1
         self.epoch = _text(out[5])
         self.writes = int(out[7])  # this caller's own last write: what it checks next
+        self._routed_at = time.monotonic()
         return RouteResult(
             [_text(d) for d in out[8:]],
             int(out[0]),
@@ -175,7 +179,7 @@ class ManagementTable(RoomTable, SteerTable):
             batch,
             self.lease_ms,
             self.epoch,
-            f"{'' if self.writes is None else self.writes}:{self.writer}",
+            f"{self.seen_writes()}:{self.writer}",
             *self._dests,
             *tail,
         ]

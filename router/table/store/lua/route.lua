@@ -8,7 +8,8 @@
 --       9 writes (counter): +1 per call; lower than a caller saw means writes were lost
 --       10 room (zset gid -> wait start)  11 parks (zset "batch|gid" -> park lease expiry)
 --       12 admitted (hash gid -> reserved destination): the waiting room, router/table/room.py
---       13 writers (hash caller -> the write count of its last call)
+--       13 writers (hash caller -> '<the write count of its last call>|<server time, s>',
+--          router/table/store/writers.py)
 --       14 done (hash gid -> 'next|deadline ms': logical order, a finished group; the
 --          sweeper forgets it)
 --       15 draining (set of destinations nothing new is placed on, router/table/placement.py)
@@ -136,8 +137,8 @@ elseif seen_epoch ~= '' and seen_epoch ~= epoch then
   reset = 1
 end
 local writes = redis.call('INCR', K_WRITES)
-local mine = tonumber(redis.call('HGET', K_WRITERS, writer) or '')
-redis.call('HSET', K_WRITERS, writer, writes)
+local mine = tonumber(string.match(redis.call('HGET', K_WRITERS, writer) or '', '^(%d*)'))
+redis.call('HSET', K_WRITERS, writer, num(writes) .. '|' .. redis.call('TIME')[1])
 if seen_writes and (writes <= seen_writes or mine == nil or mine < seen_writes) then
   -- The caller's own last write is gone (its count is older than what the caller saw,
   -- whatever other callers wrote since): the table lost its latest writes (a crash under
