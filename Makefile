@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: segments-100mb test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
+.PHONY: dist segments-100mb test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -119,6 +119,12 @@ secure-up: venv jars ## Start the secured stack beside the plain one: Redis TLS+
 
 secure-down: ## Stop the secured stack
 	ops/stack.sh secure-down
+
+# Where `make dist` writes (tests/integration/ops/test_wheel_install.py sets a temporary one).
+DIST ?= dist
+
+dist: venv ## Build the wheel and the sdist into dist/ (python -m build, the hatchling backend)
+	$(BIN)/python -m build --outdir $(DIST) .
 
 test-fast: venv ## Unit tests only (no servers)
 	$(BIN)/pytest tests/unit

@@ -22,14 +22,26 @@ SCHEMA_HEADER = "schema"
 
 
 def schema_dir() -> Path:
-    package = Path(__file__).resolve().parents[1]  # router/
+    """Where the schemas are read from: the installed package's copy (`_schemas`, which the
+    wheel build copies from `schemas/`, their one source: pyproject.toml's force-include),
+    else, in a checkout (an editable install), the repository's `schemas/`."""
+    return find_schemas(Path(__file__).resolve().parents[1])
+
+
+def find_schemas(package: Path) -> Path:
+    """The schemas folder for the `router` package folder `package` (see `schema_dir`)."""
     packaged = package / "_schemas"
     if packaged.is_dir():
         return packaged
+    # Only beside pyproject.toml: an installed package never takes a `schemas` folder that
+    # happens to lie next to it (another distribution's, in site-packages) for its own.
     source = package.parent / "schemas"
-    if source.is_dir():
+    if source.is_dir() and (package.parent / "pyproject.toml").is_file():
         return source
-    raise FileNotFoundError("Avro schemas not found (expected router/_schemas or ./schemas)")
+    raise FileNotFoundError(
+        f"Avro schemas not found: neither {packaged} (an installed wheel) nor {source} "
+        "beside pyproject.toml (a checkout)"
+    )
 
 
 @cache

@@ -1,7 +1,10 @@
 """Router roles as separate OS processes: start, stop gracefully (SIGTERM), kill (SIGKILL).
 
 Each process runs `python -m router --config <file> <role>` with its own log file, so a
-driver can run many copies of each role as an operator would. With `metrics=True` each
+driver can run many copies of each role as an operator would. A fleet can run another
+`router` instead (`command`, e.g. the console script of a virtual environment the wheel was
+installed into), from a folder of its choice (`cwd`) and with only the environment it is
+given (`base_env` instead of this process's). With `metrics=True` each
 process serves Prometheus metrics on a free port of its own (`Proc.metrics_port`).
 """
 
@@ -12,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -88,11 +91,17 @@ class Fleet:
         log_dir: Path,
         env: Mapping[str, str] | None = None,
         metrics: bool = False,
+        *,
+        command: Sequence[str] | None = None,
+        cwd: Path | None = None,
+        base_env: Mapping[str, str] | None = None,
     ) -> None:
         self.metrics = metrics
         self.config_file = config_file
         self.log_dir = log_dir
-        self.env = {**os.environ, **(env or {})}
+        self.command = tuple(command or (sys.executable, "-m", "router"))
+        self.cwd = cwd
+        self.env = {**(os.environ if base_env is None else base_env), **(env or {})}
         self.procs: list[Proc] = []
         self._counter: dict[str, int] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +117,8 @@ class Fleet:
             log_file = log_path.open("ab")
             port = free_port() if self.metrics else None
             popen = subprocess.Popen(
-                [sys.executable, "-m", "router", "--config", str(self.config_file), *ROLES[role]],
+                [*self.command, "--config", str(self.config_file), *ROLES[role]],
+                cwd=self.cwd,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

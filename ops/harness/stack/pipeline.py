@@ -24,7 +24,7 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -91,7 +91,12 @@ class Pipeline:
         config_file: Path | None = None,
         name: str | None = None,
         keep: bool = False,
+        command: Sequence[str] | None = None,
+        cwd: Path | None = None,
+        base_env: Mapping[str, str] | None = None,
     ) -> None:
+        """`command`, `cwd` and `base_env` choose the `router` the processes run, where, and
+        the environment beneath the run's ROUTER_* variables (see `Fleet`)."""
         self.spec = spec
         self.name = name or f"run-{secrets.token_hex(3)}"
         self.run_dir = run_dir
@@ -117,7 +122,15 @@ class Pipeline:
             self.env.setdefault("ROUTER_REDIS__KEY_PREFIX", base.redis.key_prefix)
             self.env.update({k: v for k, v in sentinel_env(base).items() if k not in self.env})
         self.settings = self._settings(config_file)
-        self.fleet = Fleet(config_file, run_dir / "logs", self.env, metrics=spec.metrics)
+        self.fleet = Fleet(
+            config_file,
+            run_dir / "logs",
+            self.env,
+            metrics=spec.metrics,
+            command=command,
+            cwd=cwd,
+            base_env=base_env,
+        )
         self.exit_codes: dict[str, int] = {}
         self.stopped_at: float | None = None  # time.monotonic() when the last one was gone
         self._admin = AdminClient(clients.admin_config(self.settings.kafka))

@@ -1,5 +1,5 @@
-"""README.md, docs/ and spark_jobs/README.md name only what exists. Pure: reads files, and
-the click CLI and the settings models; no servers.
+"""README.md, CHANGELOG.md, docs/ and spark_jobs/README.md name only what exists. Pure: reads
+files, and the click CLI and the settings models; no servers.
 
 What counts, precisely (code blocks are fenced blocks; "shell" blocks are those tagged
 sh, bash, shell, console or untagged):
@@ -66,6 +66,7 @@ PY_ROOTS = ("router", "ops", "spark_jobs")
 def doc_files() -> list[Path]:
     return [
         ROOT / "README.md",
+        ROOT / "CHANGELOG.md",
         *sorted((ROOT / "docs").rglob("*.md")),
         ROOT / "spark_jobs" / "README.md",
     ]
