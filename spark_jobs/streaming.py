@@ -155,9 +155,11 @@ class _StopInterruptFilter(logging.Filter):
         return not isinstance(exc, StopRequested)
 
 
-_PY4J_CALLBACK_LOG = logging.getLogger("py4j.clientserver")
-if not any(isinstance(f, _StopInterruptFilter) for f in _PY4J_CALLBACK_LOG.filters):
-    _PY4J_CALLBACK_LOG.addFilter(_StopInterruptFilter())
+def _hide_stop_tracebacks() -> None:
+    """Keep py4j's log of a parked batch's `StopRequested` out (once per process)."""
+    callbacks = logging.getLogger("py4j.clientserver")
+    if not any(isinstance(f, _StopInterruptFilter) for f in callbacks.filters):
+        callbacks.addFilter(_StopInterruptFilter())
 
 
 # Who reports a file sink's batch interrupted by the stop as an error, with its stack
@@ -247,6 +249,7 @@ class StreamJob:
         return self.progress.observed[name]
 
     def start(self) -> StreamJob:
+        _hide_stop_tracebacks()
         self.spark.streams.addListener(self.progress)
         writer = self._df.writeStream.queryName(self.name)
         if self.file_sink is not None:
