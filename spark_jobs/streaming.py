@@ -68,19 +68,19 @@ class StopRequested(RuntimeError):
 
 
 class StopInterrupted(StopRequested):
-    """Raised by a parked batch once `query.stop()` interrupted its wait. Its message holds
-    the words by which Spark recognises a py4j call interrupted by the stop
-    (`StreamExecution.PROXY_ERROR`, SPARK-39218), and is short on purpose: Spark matches
-    that pattern against the whole traceback text with a backtracking regex, which
-    overflows the query thread's stack on a traceback of a few kilobytes (a Java stack
-    trace, or a chained exception)."""
+    """Raised by the sink once `query.stop()` interrupted its JVM call (a parked batch's
+    wait, or the check for the stop marker). Its message holds the words by which Spark
+    recognises a py4j call interrupted by the stop (`StreamExecution.PROXY_ERROR`,
+    SPARK-39218), and is short on purpose: Spark matches that pattern against the whole
+    traceback text with a backtracking regex, which overflows the query thread's stack on
+    a traceback of a few kilobytes (a Java stack trace, or a chained exception)."""
 
     def __init__(self, batch_id: int) -> None:
         RuntimeError.__init__(
             self,
             f"{self.MARKER}: batch {batch_id} not started, it runs after a restart "
-            "(py4j.protocol.Py4JJavaError: An error occurred while calling "
-            "java.lang.Thread.sleep: java.lang.InterruptedException, the query's stop)",
+            "(py4j.protocol.Py4JJavaError: An error occurred while calling the JVM: "
+            "java.lang.InterruptedException, the query's stop)",
         )
 
 
@@ -119,7 +119,13 @@ class BatchSink:
         self.parked: int | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        if exists(df.sparkSession, self.stop_marker):
+        try:
+            stopping = exists(df.sparkSession, self.stop_marker)
+        except Py4JJavaError as exc:  # the stop met the check itself
+            if not _interrupted(exc):
+                raise
+            raise StopInterrupted(batch_id) from None
+        if stopping:
             if is_connect(df.sparkSession):
                 log.info("batch %d refused: stopping; it runs after a restart", batch_id)
                 raise StopRequested(batch_id)
@@ -140,10 +146,23 @@ class BatchSink:
             while time.monotonic() < deadline:
                 thread.sleep(200)  # interrupted by query.stop(); not a poll of ours
         except Py4JJavaError as exc:
-            if "java.lang.InterruptedException" not in str(exc):
+            if not _interrupted(exc):
                 raise
             raise StopInterrupted(batch_id) from None  # no chained traceback: see the class
         raise StopRequested(batch_id)
+
+
+def _interrupted(exc: Py4JJavaError) -> bool:
+    """Whether a JVM call failed because the query's thread was interrupted (the stop)."""
+    text = str(exc)
+    return any(
+        f"java.{name}" in text
+        for name in (
+            "lang.InterruptedException",
+            "io.InterruptedIOException",
+            "nio.channels.ClosedByInterruptException",
+        )
+    )
 
 
 class _StopInterruptFilter(logging.Filter):
