@@ -148,11 +148,14 @@ def build_session(options: SparkOptions) -> Any:
     # Noise, silenced: to_avro warns on every task that a nullable column meets a non-null
     # Avro field (the sender only encodes records it validated); transformWithState's
     # state server warns on every `get` of a key with no state yet, that is on every new
-    # group (39,000 lines in one make spark-bench run).
+    # group (39,000 lines in one make spark-bench run); the trigger warns on every
+    # micro-batch slower than its interval (175 lines in one run): counted instead, and
+    # summarised in one line when the job stops (`progress.Progress`).
     jvm = spark.sparkContext._jvm
     for quiet in (
         "org.apache.spark.sql.avro.AvroSerializer",
         "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer",
+        "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
     ):
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             quiet, jvm.org.apache.logging.log4j.Level.ERROR

@@ -12,15 +12,26 @@ sink's log once. The sender writes each micro-batch through `foreachBatch`
 
 With `foreachBatch`, `StreamJob.stop()` always stops between micro-batches: it writes a
 stop marker under the checkpoint (`<checkpoint>/stop/<run>`, through Spark, so on any
-file system the query's own process can read), and the sink refuses to start writing a
-batch once its run's marker exists (the batch fails before it wrote anything and is
-repeated, whole, by the next run); `stop()` waits until no trigger is active, so the
-batch being written has finished and is committed, and then stops the query (unless that
-batch outlasts `stop`'s timeout, 120 s by default: then it stops inside it, with a
-warning, and the batch is repeated after a restart). Nothing of
-this lives in a driver-side Python object, so it works the same when the `foreachBatch`
-function runs in a Spark Connect server's Python worker. A job killed with SIGKILL, or a
-driver that dies, can still stop inside a batch: see README ("Spark jobs").
+file system the query's own process can read), and the sink writes nothing once its run's
+marker exists. `stop()` waits until the batch being written has finished and is committed,
+and then stops the query (unless that batch outlasts `stop`'s timeout, 120 s by default:
+then it stops inside it, with a warning, and the batch is repeated after a restart). A
+batch that starts after the marker is parked, not failed: in a classic session the sink
+waits in an interruptible JVM call on the query's own thread until `stop()` interrupts
+it, which Spark takes for the stop it is (SPARK-39218: no error, no stack trace, the
+query ends without an exception); the batch's offsets are logged, its commit is not, so
+the next run repeats it whole with the same input. Under Spark Connect the sink runs in
+the server's Python worker, which has no JVM of ours to wait in: it refuses the batch by
+raising `StopRequested` (the server logs it; `StreamJob.failure()` does not count it).
+Nothing of this lives in a driver-side Python object the sink needs, so it works the same
+when the `foreachBatch` function runs in a Spark Connect server's Python worker. A job
+killed with SIGKILL, or a driver that dies, can still stop inside a batch: see README
+("Spark jobs").
+
+A requested stop ends with one INFO line naming the batches this run finished and the
+one it left for the restart, if any; batches slower than the trigger interval are
+counted (`Progress`) and summarised in one line at the stop instead of Spark's warning
+per batch (`session.build_session` raises `ProcessingTimeExecutor` to ERROR).
 """
 
 from __future__ import annotations
@@ -31,19 +42,18 @@ import secrets
 import signal
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
-from pyspark.sql.streaming import StreamingQueryListener
 
+from spark_jobs.progress import Progress
 from spark_jobs.session import is_connect
 
 log = logging.getLogger("spark_jobs.streaming")
-_progress_log = logging.getLogger("spark_jobs.progress")
 
 Writer = Callable[[Any, int], None]
 
@@ -55,6 +65,23 @@ class StopRequested(RuntimeError):
 
     def __init__(self, batch_id: int) -> None:
         super().__init__(f"{self.MARKER}: batch {batch_id} not started, it runs after a restart")
+
+
+class StopInterrupted(StopRequested):
+    """Raised by the sink once `query.stop()` interrupted its JVM call (a parked batch's
+    wait, or the check for the stop marker). Its message holds the words by which Spark
+    recognises a py4j call interrupted by the stop (`StreamExecution.PROXY_ERROR`,
+    SPARK-39218), and is short on purpose: Spark matches that pattern against the whole
+    traceback text with a backtracking regex, which overflows the query thread's stack on
+    a traceback of a few kilobytes (a Java stack trace, or a chained exception)."""
+
+    def __init__(self, batch_id: int) -> None:
+        RuntimeError.__init__(
+            self,
+            f"{self.MARKER}: batch {batch_id} not started, it runs after a restart "
+            "(py4j.protocol.Py4JJavaError: An error occurred while calling the JVM: "
+            "java.lang.InterruptedException, the query's stop)",
+        )
 
 
 def exists(spark: Any, path: str) -> bool:
@@ -78,30 +105,86 @@ def exists(spark: Any, path: str) -> bool:
 
 
 class BatchSink:
-    """The `foreachBatch` function: writes one micro-batch at a time, and refuses to start
-    one once `stop_marker` exists (checked through the batch's own session: no state of
-    the driver, so it runs where Spark Connect runs it). `last_written` is the last batch
-    it wrote, seen by a classic session's driver only."""
+    """The `foreachBatch` function: writes one micro-batch at a time, and writes none once
+    `stop_marker` exists (checked through the batch's own session: no state of the driver,
+    so it runs where Spark Connect runs it): such a batch is parked until the query stops
+    (`park`), or refused under Spark Connect. `last_written` is the last batch it wrote,
+    `parked` the batch it parked, both seen by a classic session's driver only."""
 
-    def __init__(self, write: Writer, stop_marker: str) -> None:
+    def __init__(self, write: Writer, stop_marker: str, park_seconds: float = 600.0) -> None:
         self._write = write
         self.stop_marker = stop_marker
+        self.park_seconds = park_seconds
         self.last_written = -1
+        self.parked: int | None = None
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        if exists(df.sparkSession, self.stop_marker):
-            log.info("batch %d refused: stopping; it runs after a restart", batch_id)
-            raise StopRequested(batch_id)
+        try:
+            stopping = exists(df.sparkSession, self.stop_marker)
+        except Py4JJavaError as exc:  # the stop met the check itself
+            if not _interrupted(exc):
+                raise
+            raise StopInterrupted(batch_id) from None
+        if stopping:
+            if is_connect(df.sparkSession):
+                log.info("batch %d refused: stopping; it runs after a restart", batch_id)
+                raise StopRequested(batch_id)
+            self.park(df, batch_id)
         self._write(df, batch_id)
         self.last_written = batch_id
 
+    def park(self, df: Any, batch_id: int) -> None:
+        """Write nothing and wait, on the query's own thread (py4j's pinned threads run a
+        callback's calls there), in an interruptible JVM sleep until `StreamJob.stop()`
+        stops the query: Spark takes the interrupted call for the stop it is
+        (`StopInterrupted`). After `park_seconds` with no stop it refuses the batch as
+        under Spark Connect (`StopRequested`: the query ends with it as its exception)."""
+        self.parked = batch_id
+        thread = df.sparkSession.sparkContext._jvm.java.lang.Thread
+        deadline = time.monotonic() + self.park_seconds
+        try:
+            while time.monotonic() < deadline:
+                thread.sleep(200)  # interrupted by query.stop(); not a poll of ours
+        except Py4JJavaError as exc:
+            if not _interrupted(exc):
+                raise
+            raise StopInterrupted(batch_id) from None  # no chained traceback: see the class
+        raise StopRequested(batch_id)
 
-# Who reports a refused or interrupted batch as an error, with its stack trace: Spark's
-# micro-batch loop (the query "terminated with error"), the scheduler and broadcasts of a
-# batch being planned when the query stops, and py4j (an exception in a Python callback).
-_REFUSAL_LOGGERS = (
-    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
-    # A file sink's batch interrupted by the stop (repeated, and committed once, later).
+
+def _interrupted(exc: Py4JJavaError) -> bool:
+    """Whether a JVM call failed because the query's thread was interrupted (the stop)."""
+    text = str(exc)
+    return any(
+        f"java.{name}" in text
+        for name in (
+            "lang.InterruptedException",
+            "io.InterruptedIOException",
+            "nio.channels.ClosedByInterruptException",
+        )
+    )
+
+
+class _StopInterruptFilter(logging.Filter):
+    """py4j logs every exception a Python callback raises, with its traceback; a parked
+    batch's `StopRequested` is the stop, not an error (Spark ends the query as stopped)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, StopRequested)
+
+
+def _hide_stop_tracebacks() -> None:
+    """Keep py4j's log of a parked batch's `StopRequested` out (once per process)."""
+    callbacks = logging.getLogger("py4j.clientserver")
+    if not any(isinstance(f, _StopInterruptFilter) for f in callbacks.filters):
+        callbacks.addFilter(_StopInterruptFilter())
+
+
+# Who reports a file sink's batch interrupted by the stop as an error, with its stack
+# trace (the batch is repeated, and committed once, by the next run): the writer, and the
+# scheduler and broadcasts of a batch being planned when the query stops.
+_INTERRUPT_LOGGERS = (
     "org.apache.spark.sql.execution.datasources.FileFormatWriter",
     "org.apache.spark.scheduler.DAGScheduler",
     "org.apache.spark.broadcast.TorrentBroadcast",
@@ -109,86 +192,24 @@ _REFUSAL_LOGGERS = (
 
 
 @contextmanager
-def _quiet_refusals(spark: Any) -> Iterator[None]:
-    """While stopping, a refused batch is expected: keep its stack traces out of the log.
-    (A real failure still ends the job with exit 1 and is logged by `run_until_signalled`.)"""
+def _quiet_interrupts(spark: Any) -> Iterator[None]:
+    """While stopping, an interrupted batch is expected: keep its stack traces out of the
+    log. (A real failure still ends the job with exit 1 and is logged by Spark's
+    MicroBatchExecution and by `run_until_signalled`.)"""
     if is_connect(spark):  # the server's log: not ours to set
         yield
         return
     jvm = spark.sparkContext._jvm
     log4j = jvm.org.apache.logging.log4j
     configurator = log4j.core.config.Configurator
-    previous = {name: log4j.LogManager.getLogger(name).getLevel() for name in _REFUSAL_LOGGERS}
-    py4j_log = logging.getLogger("py4j.clientserver")
-    py4j_level = py4j_log.level
-    for name in _REFUSAL_LOGGERS:
+    previous = {name: log4j.LogManager.getLogger(name).getLevel() for name in _INTERRUPT_LOGGERS}
+    for name in _INTERRUPT_LOGGERS:
         configurator.setLevel(name, log4j.Level.OFF)
-    py4j_log.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
         for name, level in previous.items():
             configurator.setLevel(name, level)
-        py4j_log.setLevel(py4j_level)
-
-
-class Progress(StreamingQueryListener):  # type: ignore[misc]
-    """Follows one query's progress (Spark's listener bus): logs each micro-batch's
-    progress as JSON (logger `spark_jobs.progress`, DEBUG), and counts the input rows,
-    the rows its watermark dropped (`numRowsDroppedByWatermark` of its stateful
-    operators) and the copies its deduplication dropped (`numDroppedDuplicateRows`),
-    each drop logged as a warning: nothing is dropped silently."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.query_id: str | None = None
-        self.input_rows = 0
-        self.dropped_by_watermark = 0
-        self.duplicates_dropped = 0
-        self.terminated = threading.Event()
-        self.observed: Counter[str] = Counter()  # sums of the query's observe() metrics
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        p = event.progress
-        if str(p.id) != self.query_id:
-            return
-        self.input_rows += p.numInputRows
-        dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
-        if dropped:
-            self.dropped_by_watermark += dropped
-            log.warning(
-                "%s: batch %d: %d rows older than the watermark dropped (%d so far)",
-                self.name,
-                p.batchId,
-                dropped,
-                self.dropped_by_watermark,
-            )
-        copies = sum(
-            int((op.customMetrics or {}).get("numDroppedDuplicateRows", 0))
-            for op in p.stateOperators
-        )
-        if copies:
-            self.duplicates_dropped += copies
-            log.warning(
-                "%s: batch %d: %d copies of ordinary records already received dropped (%d so far)",
-                self.name,
-                p.batchId,
-                copies,
-                self.duplicates_dropped,
-            )
-        for row in (p.observedMetrics or {}).values():
-            self.observed.update({k: v for k, v in row.asDict().items() if v})
-        _progress_log.debug("%s", p.json)
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        if str(event.id) == self.query_id:
-            self.terminated.set()
 
 
 @dataclass(frozen=True)
@@ -223,7 +244,7 @@ class StreamJob:
         self._df = df
         self._trigger = f"{trigger_seconds} seconds"
         self.query: Any = None
-        self.progress = Progress(name)
+        self.progress = Progress(name, trigger_seconds * 1000)
 
     @property
     def dropped_by_watermark(self) -> int:
@@ -247,6 +268,7 @@ class StreamJob:
         return self.progress.observed[name]
 
     def start(self) -> StreamJob:
+        _hide_stop_tracebacks()
         self.spark.streams.addListener(self.progress)
         writer = self._df.writeStream.queryName(self.name)
         if self.file_sink is not None:
@@ -272,7 +294,8 @@ class StreamJob:
         return bool(self.query is not None and self.query.isActive)
 
     def failure(self) -> str | None:
-        """Why the query ended, if it failed (a refused batch during stop is no failure)."""
+        """Why the query ended, if it failed (a batch refused or parked during the stop is
+        no failure)."""
         if self.query is None:
             return None
         exc = self.query.exception()
@@ -287,13 +310,17 @@ class StreamJob:
         a warning: Spark's stop interrupts it (and may itself wait for its tasks)."""
         if self.query is None:
             return
-        with _quiet_refusals(self.spark):
+        with _quiet_interrupts(self.spark):
             if self.sink is not None and self.active:
                 self.spark.createDataFrame([(self.name,)], "stopping STRING").write.mode(
                     "overwrite"
                 ).text(self.stop_marker)
                 deadline = time.monotonic() + timeout
-                while self.active and self.query.status["isTriggerActive"]:
+                while (
+                    self.active
+                    and self.sink.parked is None
+                    and self.query.status["isTriggerActive"]
+                ):
                     if time.monotonic() > deadline:
                         log.warning(
                             "%s: a batch still runs after %.0f s: stopping inside it; it is "
@@ -315,7 +342,31 @@ class StreamJob:
                 self.name,
                 self.progress.dropped_by_watermark,
             )
-        log.info("%s stopped", self.name)
+        behind = self.progress.behind_summary()
+        if behind:
+            log.info("%s", behind)
+        if self.failure():
+            log.info("%s stopped after a failure: %s", self.name, self.progress.finished())
+            return
+        log.info("%s stopped on request: %s; %s", self.name, self.progress.finished(), self.left())
+
+    def left(self) -> str:
+        """What the stopped query left for the next run, in words: the batch whose offsets
+        the checkpoint logged but whose commit it did not (repeated whole, with the same
+        input), or nothing."""
+        parked = self.sink.parked if self.sink is not None else None
+        last = self.progress.last_batch
+        batch = parked if parked is not None else (last + 1 if last is not None else None)
+        if batch is not None and (
+            exists(self.spark, f"{self.checkpoint}/offsets/{batch}")
+            and not exists(self.spark, f"{self.checkpoint}/commits/{batch}")
+        ):
+            done = "was not started" if parked is not None else "was interrupted"
+            return (
+                f"batch {batch} {done} and runs again, with the same input, after a restart "
+                f"from {self.checkpoint}"
+            )
+        return f"no batch left half-done: a restart from {self.checkpoint} reads new input"
 
     def run_until_signalled(self, stop_file: str | None = None) -> int:
         """Run until SIGTERM/SIGINT or until `stop_file` exists (then stop cleanly, exit 0),

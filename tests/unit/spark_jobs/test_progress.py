@@ -1,0 +1,48 @@
+"""What `Progress` makes of a query's progress events (pure: events built by hand): the
+batches it finished, and one summary of the batches slower than the trigger interval
+instead of Spark's warning per batch."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from spark_jobs.progress import Progress
+
+
+def _event(batch_id: int, took_ms: int, rows: int = 10, query: str = "q") -> Any:
+    return SimpleNamespace(
+        progress=SimpleNamespace(
+            id=query,
+            batchId=batch_id,
+            numInputRows=rows,
+            durationMs={"triggerExecution": took_ms},
+            stateOperators=[],
+            observedMetrics={},
+            json="{}",
+        )
+    )
+
+
+def test_slow_batches_are_counted_and_the_slowest_named() -> None:
+    progress = Progress("sender", trigger_ms=1000)
+    progress.query_id = "q"
+    for batch_id, took in ((4, 900), (5, 2500), (6, 4100), (7, 1000), (8, 1300)):
+        progress.onQueryProgress(_event(batch_id, took))
+    progress.onQueryProgress(_event(9, 9000, query="another query"))
+    assert progress.behind == 3
+    assert progress.worst == (6, 4100)
+    assert progress.finished() == "finished batches 4-8 (5 batches, 50 input rows)"
+    assert progress.behind_summary() == (
+        "sender: 3 of 5 batches took longer than the 1 s trigger interval (slowest: batch 6, "
+        "4.1 s); Spark's per-batch 'falling behind' warnings are not logged"
+    )
+
+
+def test_a_run_that_kept_up_has_no_summary() -> None:
+    progress = Progress("receiver", trigger_ms=500)
+    assert progress.finished() == "finished no batch"
+    progress.query_id = "q"
+    progress.onQueryProgress(_event(0, 120, rows=3))
+    assert progress.behind_summary() is None
+    assert progress.finished() == "finished batch 0 (3 input rows)"
