@@ -7,6 +7,7 @@
     .venv/bin/python -m ops.chaos --whole            # every group whole (policy wait)
     .venv/bin/python -m ops.chaos --multicast 0 --expiring 0 --priority 0   # no QoS shares
     .venv/bin/python -m ops.chaos --bands 1          # no priority bands
+    .venv/bin/python -m ops.chaos --pauses 3         # also freeze units (SIGSTOP) and resume them
 
 By default 5 % of the ordinary messages are multicast, 5 % of the messages have a
 lifetime, and the topology has 3 priority bands with 10 % of the ordinary messages and of
@@ -45,6 +46,14 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=d.senders)
     parser.add_argument("--rate", type=float, default=d.rate, help="per sender, messages/s")
     parser.add_argument("--kills", type=int, default=d.kills, help="kill events (at least)")
+    parser.add_argument(
+        "--pauses",
+        type=int,
+        default=0,
+        help="unit processes frozen (SIGSTOP) for --pause-s, past their consumer session "
+        "and leases, then resumed (SIGCONT): zombies (default 0; docs/explanation/guarantees.md)",
+    )
+    parser.add_argument("--pause-s", type=float, default=d.pause_s)
     parser.add_argument("--no-broker-restart", action="store_true")
     parser.add_argument("--no-redis-restart", action="store_true")
     parser.add_argument("--send-units", type=int, default=d.send_units)
@@ -106,6 +115,8 @@ def main() -> int:
         senders=args.senders,
         rate=args.rate,
         kills=args.kills,
+        pauses=args.pauses,
+        pause_s=args.pause_s,
         restart_broker=not args.no_broker_restart,
         restart_redis=not args.no_redis_restart,
         send_units=args.send_units,

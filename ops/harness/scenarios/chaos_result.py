@@ -22,6 +22,7 @@ class ChaosResult:
     crashes: list[str] = field(default_factory=list)  # exits that were not kills
     shared: dict[str, int] = field(default_factory=dict)  # router counters: explanation
     policy: str = "share"
+    pauses: int = 0  # unit processes SIGSTOPped, then SIGCONTed (zombies)
 
     @property
     def kills(self) -> int:
@@ -76,6 +77,7 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
             f"{result.kills}",
             ", ".join(f"{k}: {v}" for k, v in sorted(result.deaths.items())),
         ),
+        Row("unit pauses", f"{result.pauses}", "SIGSTOP past the session and leases, SIGCONT"),
         Row(
             "server restarts",
             f"broker {result.restarts.get('kafka', 0)}, Redis {result.restarts.get('redis', 0)}",

@@ -36,6 +36,7 @@ from pathlib import Path
 from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import ChaosResult
 from ops.harness.scenarios.supervisor import UNIT_ROLES, Supervisor, server_away
+from ops.harness.stack.fleet import Proc
 from ops.harness.stack.localstack import LocalStack
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from ops.harness.traffic.collect import read_accounts, read_sides, verdict
@@ -54,6 +55,10 @@ class ChaosSpec:
     senders: int = 4
     rate: float = 300.0  # per sender, messages/s
     kills: int = 20  # chaos events; each kills a unit process (some then kill themselves)
+    # Pauses: a unit process SIGSTOPped for `pause_s` (longer than its consumer session
+    # and its leases), then SIGCONTed: a zombie that must neither write nor corrupt tables.
+    pauses: int = 0
+    pause_s: float = 20.0
     restart_broker: bool = True
     restart_redis: bool = True
     send_units: int = 2
@@ -115,7 +120,8 @@ def run_chaos(
         f"each; {spec.send_units} send units, {spec.receive_units} receive units, "
         f"{t.receive_units} transfer partitions, {len(t.receive_queues)} receive queues, "
         f"{spec.bands} priority bands; "
-        f"{spec.kills} kill events, broker restart: {spec.restart_broker}, "
+        f"{spec.kills} kill events, {spec.pauses} pauses of {spec.pause_s:.0f} s, "
+        f"broker restart: {spec.restart_broker}, "
         f"Redis restart: {spec.restart_redis}"
     )
     pipeline.start()
@@ -144,23 +150,45 @@ def run_chaos(
     senders.start()
     duration = spec.messages / (spec.senders * spec.rate)
     # Chaos events spread over the sending time; server restarts at 35% and 65% of it.
-    events: list[tuple[float, str]] = [
-        (duration * (0.05 + 0.9 * (i + rng.random()) / spec.kills), "kill")
+    events: list[tuple[float, str, Proc | None]] = [
+        (duration * (0.05 + 0.9 * (i + rng.random()) / spec.kills), "kill", None)
         for i in range(spec.kills)
     ]
+    events += [
+        (duration * (0.1 + 0.7 * (i + rng.random()) / spec.pauses), "pause", None)
+        for i in range(spec.pauses)
+    ]
     if spec.restart_broker:
-        events.append((duration * 0.35, "broker"))
+        events.append((duration * 0.35, "broker", None))
     if spec.restart_redis:
-        events.append((duration * 0.65, "redis"))
-    events.sort()
+        events.append((duration * 0.65, "redis", None))
+    events.sort(key=lambda e: e[0])
     try:
         with console.progress("sent", spec.messages) as bar:
             while events or not senders.join(timeout=0):
                 now = time.monotonic() - t0
                 supervisor.check()
                 if events and now >= events[0][0]:
-                    _, what = events.pop(0)
-                    if what == "kill":
+                    _, what, target = events.pop(0)
+                    if what == "pause":
+                        victim = rng.choice(
+                            [
+                                p
+                                for p in pipeline.fleet.procs
+                                if p.role in UNIT_ROLES
+                                and p.alive
+                                and p.popen.pid not in supervisor.paused
+                            ]
+                        )
+                        say(f"   [{now:6.1f}s] SIGSTOP {victim.name} for {spec.pause_s:.0f} s")
+                        supervisor.pause(victim)
+                        events.append((now + spec.pause_s, "resume", victim))
+                        events.sort(key=lambda e: e[0])
+                    elif what == "resume":
+                        assert target is not None
+                        if supervisor.resume(target):
+                            say(f"   [{now:6.1f}s] SIGCONT {target.name}")
+                    elif what == "kill":
                         victims = [
                             p for p in pipeline.fleet.procs if p.role in UNIT_ROLES and p.alive
                         ]
@@ -230,6 +258,7 @@ def run_chaos(
             supervisor.crashes,
             pipeline.shared(),
             spec.busy_policy,
+            supervisor.pauses,
         )
         # At the final stop every process must exit 0; -9 only from an armed fault point
         # firing in its last batch (Proc.stop's own SIGKILL after its timeout is a crash).

@@ -5,6 +5,8 @@ server restarted) as a `Disturbance` for the capacity rule."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -34,6 +36,8 @@ class Supervisor:
         sweeper = pipeline.settings.sweeper
         self.kill_recover_ms = sweeper.closing_grace_ms + 2 * sweeper.interval_ms + 1_000
         self.disturbances: list[Disturbance] = []
+        self.paused: dict[int, int] = {}  # pid -> when it was stopped (epoch ms)
+        self.pauses = 0  # pauses that ended with the process resumed
         self._checked_ms = epoch_ms()
         self._lock = threading.Lock()
 
@@ -45,6 +49,31 @@ class Supervisor:
             self._died(proc, at, epoch_ms(), "SIGKILL")
             self.deaths["SIGKILL from outside"] += 1
             self._start(proc.role, arm)
+
+    def pause(self, proc: Proc) -> None:
+        """SIGSTOP: the process is frozen (a long GC pause, a frozen VM) until `resume`.
+        Its consumer session and its leases run out meanwhile; when it resumes it is a
+        zombie that still believes it owns its partitions and its batch."""
+        with self._lock:
+            if proc.alive:
+                self.paused[proc.popen.pid] = epoch_ms()
+                os.kill(proc.popen.pid, signal.SIGSTOP)
+
+    def resume(self, proc: Proc) -> bool:
+        """SIGCONT. The whole pause, and the recovery after it, is a disturbance of the
+        process's side. False if it died while paused (a kill event chose it)."""
+        with self._lock:
+            start = self.paused.pop(proc.popen.pid, None)
+            if start is None or not proc.alive:
+                return False
+            os.kill(proc.popen.pid, signal.SIGCONT)
+            self.pauses += 1
+            side = proc.role.removesuffix("-unit")
+            what = f"SIGSTOP..SIGCONT {proc.name}"
+            self.disturbances.append(
+                Disturbance(start, epoch_ms(), self.kill_recover_ms, side, what)
+            )
+            return True
 
     def _died(self, proc: Proc, start_ms: int, end_ms: int, what: str) -> None:
         side = proc.role.removesuffix("-unit")
