@@ -7,9 +7,10 @@ no interleaving under the default policy, every process exits 0 at the end, and 
 entry is left behind once every group ended.
 
 Open (issue 32), found by this test in 4 of 8 runs on 2026-11-28 (and in 1 of 4 at the
-commit before that day's changes: an entry left behind): an entry left in a table after every group ended (a group's,
-or a lane's `~` entry admitted from the room with parks), one record never delivered
-within 180 s (a stall), and two records interleaved on a transfer partition under `wait`.
+commit before that day's changes: an entry left behind): an entry left in a table after
+every group ended (a group's, or a lane's `~` entry admitted from the room with parks),
+one record never delivered within 180 s (a stall), and two records interleaved on a
+transfer partition under `wait`.
 Until they are fixed it runs with `make test-faults`, not `make test`."""
 
 from __future__ import annotations
