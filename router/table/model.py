@@ -7,10 +7,11 @@ table; `tests/integration/table/test_table_properties.py` runs both on random hi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from router.table import multicast, placement, room
+from router.table import choice, multicast, placement, room
+from router.table.lifecycle import Lifecycle
 from router.table.routing import (
     DUPLICATE,
     HELD,
@@ -25,30 +26,17 @@ from router.table.routing import (
     Entry,
     RouteRequest,
     RouteResult,
-    Swept,
     TraceStep,
 )
-from router.table.state import TableState
 
 
 @dataclass
-class TableModel(TableState):
+class TableModel(Lifecycle):
     """One management table (send side or receive side), and its rules."""
 
     def excluded(self) -> set[str]:
         """Draining destinations nothing new is placed on (`router.table.placement.excluded`)."""
         return placement.excluded(self.destinations, self.draining)
-
-    def _choose(self, cost: list[tuple[int, bool]]) -> tuple[int, bool]:
-        """(index of the cheapest destination at or after the cursor, whether it is busy),
-        draining destinations skipped."""
-        n, skip = len(self.destinations), self.excluded()
-        best = min(c for d, c in zip(self.destinations, cost, strict=True) if d not in skip)
-        for k in range(n):
-            i = (self.cursor + k) % n
-            if cost[i] == best and self.destinations[i] not in skip:
-                return i, best != (0, False)
-        raise AssertionError("unreachable: some destination has the minimum cost")
 
     def route(
         self,
@@ -87,11 +75,17 @@ class TableModel(TableState):
                 freed[dest] -= 1
                 freed_lane[(dest, lane)] -= 1
 
+        carried_lane: Counter[tuple[str, str]] = Counter()
         for done, token in carried:
             e = self.entries.get(done)
             if e is not None and e.state == room.OPEN and e.closing == token and e.dest != NO_DEST:
                 lane, _, offset = token.rpartition("/")
-                close(done, e.dest, lane if offset.isdigit() else "")  # the final's own lane
+                lane = lane if offset.isdigit() else ""  # the final's own lane
+                close(done, e.dest, lane)
+                carried_lane[(e.dest, lane)] += 1
+        last_final = {
+            r.guarantee_id: i for i, r in enumerate(requests) if r.final and not r.targets
+        }
 
         def record(r: RouteRequest, known: bool) -> None:
             if trace is not None:
@@ -112,7 +106,7 @@ class TableModel(TableState):
         held_lanes: set[str] = set()
         shared = created = stopped = orphans = 0
         batch_dest: str | None = None
-        for r in requests:
+        for at, r in enumerate(requests):
             if r.lane in held_lanes:
                 decisions.append(SKIPPED)
                 continue
@@ -275,8 +269,21 @@ class TableModel(TableState):
                     (self.load.get(d, 0) - freed_lane[(d, r.lane)], d in fenced)
                     for d in self.destinations
                 ]
-            index, busy = self._choose(cost)
-            waits = busy or (room.queued(self) and not ordinary)  # first come, first served
+            index, busy = choice.choose(
+                self.destinations,
+                self.cursor,
+                skip,
+                cost,
+                None
+                if ordinary
+                else Counter({d: n for (d, lane), n in freed_lane.items() if lane == r.lane}),
+            )
+            queued = not ordinary and room.queued(self)  # first come, first served ...
+            if queued and not busy and r.seq is None and last_final.get(gid, -1) >= at:
+                follows = choice.follow(self, r.lane, freed_lane, carried_lane, fenced | skip)
+                if follows is not None:  # ... but one complete here may follow its lane
+                    index, queued = follows, False
+            waits = busy or queued
             if waits and self.policy == "wait":  # a timed-out hold waits too: never shared
                 if ordinary:
                     pg = room.ordinary_group(r.lane)
@@ -318,84 +325,3 @@ class TableModel(TableState):
                     close(gid, dest, r.lane)
         held = decisions.count(HELD)
         return RouteResult(decisions, shared, held, created, stopped, orphans)
-
-    def settle(
-        self,
-        batch: str,
-        dests: Iterable[str],
-        finals: Iterable[tuple[str, str]],
-        drains: Iterable[tuple[str, int] | tuple[str, int, int]] = (),
-    ) -> int:
-        """After a batch's commit: end its in-flight and park leases, release its finals,
-        free the destinations of the groups it stopped (token STOPPED), open (or release)
-        the admitted groups it drained ((gid, parks seen), `router.table.room.drained`), and
-        admit waiting groups to the destinations that became clean."""
-        for d in dests:
-            self.inflight.pop((d, batch), None)
-        for key in [k for k in self.park_leases if k[1] == batch]:
-            del self.park_leases[key]
-        drains = list(drains)
-        reached = {gid: n[0] for gid, _, *n in drains if n}
-        released = self.release(finals, reached)
-        for gid, parks_seen, *next_seq in drains:
-            room.drained(self, gid, parks_seen, *next_seq)
-        room.admit(self)
-        return released
-
-    def release(
-        self, finals: Iterable[tuple[str, str]], reached: dict[str, int] | None = None
-    ) -> int:
-        """Remove entries whose routed final (gid, token) is now committed in Kafka; a
-        group in logical order is remembered as finished (`done`) with its next number, or
-        the one its drain `reached`, until its deadline.
-
-        The token "*" (an operator's manual release) matches any entry, "@<destination>"
-        (an operator's eviction) any entry on that destination. The token STOPPED
-        frees a stopped group's destination and keeps its entry (not counted)."""
-        released = 0
-        for gid, token in finals:
-            entry = self.entries.get(gid)
-            if entry is None:
-                continue
-            if token == STOPPED:
-                if entry.closing == STOPPED:
-                    self.unload(entry.dest)
-                    entry.dest = NO_DEST
-            elif token in (entry.closing, "*", "@" + entry.dest):
-                self.unload(self.entries.pop(gid).dest)
-                room.forget(self, gid)
-                released += 1
-                if entry.next >= 0:  # an earlier group of the ID: the larger of each
-                    n, x = self.done.get(gid, (-1, 0))
-                    n = max(n, entry.next, (reached or {}).get(gid, -1))
-                    self.done[gid] = (n, max(x, entry.deadline_ms))
-        room.admit(self)
-        return released
-
-    def sweep(
-        self, now_ms: int, limit: int | None = None, horizon_ms: int | None = None
-    ) -> list[Swept]:
-        """Remove entries idle past their TTL, oldest deadline first (ties by ID): those
-        whose deadline is before `now_ms` and before `horizon_ms`, the time before which
-        every record of the side's sources has been consumed (`router.sweeper.horizon`; None: no
-        horizon). The others stay and are looked at again by the next sweep."""
-        bound = now_ms if horizon_ms is None else min(now_ms, horizon_ms)
-        expired = sorted(
-            (e.deadline_ms, gid) for gid, e in self.entries.items() if e.deadline_ms < bound
-        )
-        if limit is not None:
-            expired = expired[:limit]
-        out = []
-        for _, gid in expired:
-            entry = self.entries.pop(gid)
-            self.unload(entry.dest)
-            room.forget(self, gid)
-            out.append(Swept(gid, entry, now_ms))
-        gone = sorted((x, g) for g, (_, x) in self.done.items() if x < bound)  # finished
-        for _, gid in gone if limit is None else gone[:limit]:  # groups: the same bound
-            del self.done[gid]
-        room.admit(self)
-        return out
-
-    def open_groups(self, dest: str) -> int:
-        return self.load.get(dest, 0)

@@ -6,7 +6,9 @@ property test runs side by side; the room topic's half is the drain step
 (`router.unit.steps.drain`).
 
 A group that finds no clean destination, or arrives while others wait (first come, first
-served), is parked (WAIT) and *waits*; its later messages are parked too, each parking
+served, but for a group complete within its batch that follows its lane's final:
+`router.table.choice.follow`),
+is parked (WAIT) and *waits*; its later messages are parked too, each parking
 batch holding a park lease on the group. When a destination becomes clean (its groups
 released, no ordinary message in flight), the oldest waiting group is *admitted* to it:
 the destination is reserved for the group, whose parked messages the drain step forwards.

@@ -52,6 +52,13 @@ Rules, for each message of a batch, in order:
   in flight. The cheapest are the
   candidates; the first candidate at or after a rotating cursor wins and the cursor moves
   past it. Deterministic, and it spreads batches and groups over the free destinations.
+  A new group prefers, among the candidates, one that a final of its own lane freed in
+  this batch (or in the batch still committing): a lane's groups that follow each other
+  stay on few destinations, and the clean ones stay clean for the other lanes and the
+  waiting room (`router.table.choice.choose`). Under "wait", a new group complete within
+  its batch may take such a destination even while others wait, as long as the final
+  that freed it was routed in the same call (`router.table.choice.follow`): both are
+  released at the settle that would admit the oldest waiting group.
 * No destination free (new group: none clean; ordinary: every one in charge of a group):
   policy "share" takes the cheapest candidate anyway (counted as shared); policy "hold"
   answers HELD and every later message from the same lane (source partition) in this

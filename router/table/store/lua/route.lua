@@ -159,9 +159,11 @@ local nmsg = (#ARGV - base) / 5
 -- Fetch every known entry of the batch in one pass.
 local cache = {}
 local want = {}
+local last_final = {}  -- gid -> index of its last final in this call (choice.py `follow`)
 for m = 0, nmsg - 1 do
   local gid = ARGV[base + m * 5 + 1]
   local flags = ARGV[base + m * 5 + 2]
+  if gid ~= '' and has(flags, 'f') and not has(flags, 'm') then last_final[gid] = m end
   if has(flags, 'm') then  -- multicast: the copies pseudo-groups of its destinations
     for d in string.gmatch(ARGV[base + m * 5 + 4], '[^,]+') do
       if cache['~*' .. d] == nil then
@@ -199,6 +201,7 @@ end
 -- its entry survives an abort, and a replay keeps only each lane's own order.
 local freed = {}
 local freed_lane = {}  -- lane -> dest -> finals of that lane routed in this batch
+local carried_lane = {}  -- lane -> dest -> of those, the finals carried from before this call
 local closed_here = {}
 local taken = {}  -- destinations a new group took after a final of this batch freed them
 local function eff(d) return load[d] - (freed[d] or 0) end
@@ -225,7 +228,11 @@ end
 for _, c in ipairs(carried) do
   local e = cache[c[1]]
   if e and e.state == 'open' and e.closing == c[2] and e.dest ~= '!' then
-    close(c[1], e.dest, string.match(c[2], '^(.*)/%d+$') or '')  -- the final's own lane
+    local lane = string.match(c[2], '^(.*)/%d+$') or ''  -- the final's own lane
+    close(c[1], e.dest, lane)
+    local cl = carried_lane[lane]
+    if not cl then cl = {}; carried_lane[lane] = cl end
+    cl[e.dest] = (cl[e.dest] or 0) + 1
   end
 end
 
@@ -251,10 +258,38 @@ local function choose(lane)
     cost[i] = c
     if c and (best == nil or c < best) then best = c end
   end
+  -- among the cheapest, a new group prefers a destination a final of its lane freed in
+  -- this batch: a lane's groups that follow each other stay on few destinations, and the
+  -- clean ones stay clean for the other lanes and the waiting room
+  local first = nil
   for k = 0, ndest - 1 do
     local i = (cursor + k) % ndest
-    if cost[i + 1] == best then return i, best ~= 0 end
+    if cost[i + 1] == best then
+      if not fl or (fl[dests[i + 1]] or 0) > 0 then return i, best ~= 0 end
+      if first == nil then first = i end
+    end
   end
+  return first, best ~= 0
+end
+
+-- While others wait, a new group complete within this call may follow a final of its own
+-- lane routed in this call (router/table/choice.py `follow`): the first destination at or
+-- after the cursor freed by such a final, with nothing else open there and not fenced;
+-- nil if none. Its old group and the new one are released at this batch's settle, the
+-- first moment the room's oldest group could have had it: nobody waits longer.
+local function follow(lane)
+  local fl = freed_lane[lane]
+  if not fl then return nil end
+  local cl = carried_lane[lane] or none
+  for k = 0, ndest - 1 do
+    local i = (cursor + k) % ndest
+    local d = dests[i + 1]
+    if not draining[d] and not fenced[d] and (fl[d] or 0) > (cl[d] or 0)
+        and load[d] == fl[d] then
+      return i
+    end
+  end
+  return nil
 end
 
 local out = { 0, 0, 0, 0, 0, epoch, reset, writes }
@@ -493,7 +528,12 @@ for m = 0, nmsg - 1 do
     else
       local i, busy
       if gid ~= '' then i, busy = choose(lane) else i, busy = choose(nil) end
-      if wait and (busy or (room_n > 0 and gid ~= '')) then  -- never shared, even forced
+      local queued = room_n > 0 and gid ~= ''  -- first come, first served ...
+      if wait and queued and not busy and not seq and (last_final[gid] or -1) >= m then
+        local j = follow(lane)  -- ... but one complete here may follow its lane's final
+        if j then i, queued = j, false end
+      end
+      if wait and (busy or queued) then  -- never shared, even forced
         if gid ~= '' then
           decision = join(gid, flags, ttl, token, lane)
           if seq then cache[gid].next, cache[gid].origin = 0, token end

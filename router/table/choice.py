@@ -1,0 +1,64 @@
+"""Which destination a new group or an ordinary message takes (`router.table.routing`'s
+"Choosing among candidates"), on the pure table model: no I/O. `route.lua` (`choose`,
+`follow`) takes the same decisions; the property test runs both side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+
+from router.table.state import TableState
+
+
+def choose(
+    destinations: Sequence[str],
+    cursor: int,
+    skip: Set[str],
+    cost: Sequence[tuple[int, bool]],
+    reuse: Mapping[str, int] | None = None,
+) -> tuple[int, bool]:
+    """(index of the cheapest destination at or after the cursor, whether it is busy),
+    `skip` (draining destinations) left out. Among the cheapest, a new group prefers one
+    that a final of its own lane freed in this batch (`reuse`: destination -> such finals):
+    a lane's groups that follow each other then stay on few destinations, and the clean
+    ones stay clean for the other lanes and for the waiting room. Spreading them instead
+    left every destination holding one lane's closed groups until its batch settled, so
+    the next batch's other lanes found none clean and waited (policy `wait`) or shared."""
+    n = len(destinations)
+    best = min(c for d, c in zip(destinations, cost, strict=True) if d not in skip)
+    first = None
+    for k in range(n):
+        i = (cursor + k) % n
+        d = destinations[i]
+        if cost[i] == best and d not in skip:
+            if reuse is None or reuse.get(d, 0) > 0:
+                return i, best != (0, False)
+            if first is None:
+                first = i
+    assert first is not None, "unreachable: some destination has the minimum cost"
+    return first, best != (0, False)
+
+
+def follow(
+    t: TableState,
+    lane: str,
+    freed_lane: Mapping[tuple[str, str], int],
+    carried_lane: Mapping[tuple[str, str], int],
+    closed: Set[str],
+) -> int | None:
+    """While others wait, a new group whose final comes later in the same route call (it
+    is complete within its batch, and not in logical order) may still go straight to a
+    destination freed by a final of its own lane routed in this call, not carried from an
+    earlier batch: the first at or after the cursor with nothing else open there and not
+    `closed` (fenced by another batch, or draining). Both groups are released at this
+    batch's settle, the first moment the oldest waiting group could have had that
+    destination, so nobody waits longer for it; without this, one waiting group makes
+    every later one wait behind it (a cascade that never ends under steady load).
+    Returns the destination's index, or None."""
+    n = len(t.destinations)
+    for k in range(n):
+        i = (t.cursor + k) % n
+        d = t.destinations[i]
+        mine = freed_lane.get((d, lane), 0)
+        if d not in closed and mine > carried_lane.get((d, lane), 0) and t.load.get(d, 0) == mine:
+            return i
+    return None
