@@ -57,17 +57,12 @@ class Console:
 
     def snapshot(self, side: str) -> SideSnapshot:
         t = table_for(self.settings, side, self.client)  # type: ignore[arg-type]
-        views = tableview.entries(t, side)
+        now, room = t.now_ms(), t.room()  # the room read once: it may hold 10,000 groups
+        views = [tableview.view(side, g, e, now, room) for g, e in t.entries().items()]
         return SideSnapshot(
-            side,
-            tuple(t.destinations),
-            views,
-            sorted(t.draining()),
-            t.stats(),
-            t.room(),
-            t.admitted(),
-            t.now_ms(),
-        )
+            side, tuple(t.destinations), views, sorted(t.draining()), t.stats(), room,
+            t.admitted(), now,
+        )  # fmt: skip
 
     def sample(self) -> tuple[Sample, Sample | None]:
         """A new counter sample and the one to measure throughput against: the newest
