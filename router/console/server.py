@@ -1,9 +1,11 @@
 """`router console`: the live status page, served by the standard library's HTTP server.
 
 `/` is one HTML page (`console.html`, a package resource: inline CSS and a little vanilla
-JavaScript that fetches `/api/status` every 2 s and redraws); `/api/status` is the JSON
-document `router.console.view.status` builds from both sides' tables and the processes'
-published counters. Reads only: the page changes nothing.
+JavaScript that fetches `/api/status` every 2 s and redraws, its plots inline SVG);
+`/api/status?q=<guarantee ID>&limit=N&offset=N` is the JSON document
+`router.console.view.status` builds from both sides' tables, the processes' published
+counters and the console's own history of them (`router.console.history`: a point per
+refresh, the last 10 minutes). Reads only: the page changes nothing.
 """
 
 from __future__ import annotations
@@ -17,12 +19,17 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 import redis
 
 from router.backends.redis.client import redis_client
 from router.config.settings import RouterSettings
-from router.console.view import Sample, SideSnapshot, status
+from router.console import figures
+from router.console.history import History
+from router.console.paging import FIRST_PAGE, Query
+from router.console.snapshot import Sample, SideSnapshot, rates
+from router.console.view import status
 from router.metrics.registry import read_all
 from router.table import view as tableview
 from router.topology.side import table_for
@@ -31,7 +38,7 @@ log = logging.getLogger("router.console")
 
 SIDES = ("send", "receive")
 RATE_WINDOW_S = 1.0  # throughput is measured over at least this long, when it can be
-KEEP_S = 30.0  # samples older than this are forgotten
+KEEP_S = 30.0  # counter samples older than this are forgotten (the history keeps figures)
 
 
 def page() -> bytes:
@@ -45,19 +52,17 @@ class Console:
         self.settings = settings
         self.client = client or redis_client(settings.redis)
         self._samples: deque[Sample] = deque()
+        self.history = History()
         self._lock = threading.Lock()
 
     def snapshot(self, side: str) -> SideSnapshot:
         t = table_for(self.settings, side, self.client)  # type: ignore[arg-type]
+        now, room = t.now_ms(), t.room()  # the room read once: it may hold 10,000 groups
+        views = [tableview.view(side, g, e, now, room) for g, e in t.entries().items()]
         return SideSnapshot(
-            side,
-            tuple(t.destinations),
-            tableview.entries(t, side),
-            sorted(t.draining()),
-            t.stats(),
-            list(t.room()),
-            t.admitted(),
-        )
+            side, tuple(t.destinations), views, sorted(t.draining()), t.stats(), room,
+            t.admitted(), now,
+        )  # fmt: skip
 
     def sample(self) -> tuple[Sample, Sample | None]:
         """A new counter sample and the one to measure throughput against: the newest
@@ -72,10 +77,15 @@ class Console:
             self._samples.append(cur)
         return cur, prev
 
-    def status(self) -> dict[str, Any]:
+    def status(self, q: Query = FIRST_PAGE) -> dict[str, Any]:
         cur, prev = self.sample()
         sides = [self.snapshot(side) for side in SIDES]
-        return status(self.settings.topology.name, sides, cur, prev)
+        throughput = rates(prev, cur)
+        with self._lock:
+            self.history.add(cur.at, figures.point(sides, cur, throughput))
+            return status(
+                self.settings.topology.name, sides, cur, throughput, self.history, cur.at, q
+            )
 
 
 def handler(console: Console) -> type[BaseHTTPRequestHandler]:
@@ -93,12 +103,12 @@ def handler(console: Console) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
+            path, _, params = self.path.partition("?")
             if path in ("/", "/index.html"):
                 self._send(200, "text/html; charset=utf-8", body)
             elif path == "/api/status":
                 try:
-                    code, data = 200, console.status()
+                    code, data = 200, console.status(Query.of(parse_qs(params)))
                 except redis.RedisError as exc:  # Redis away: say so, the page retries
                     log.warning("could not read the tables: %s", exc)
                     code, data = 503, {"errors": [f"Redis: {exc}"]}

@@ -90,6 +90,8 @@ GaugeName = Literal[
     "source_lag",  # records between a source partition's position and its high watermark
     "inflight_batches",  # 0 or 1: a batch's transaction committing (the commit overlap)
     "assigned_partitions",  # source partitions this unit holds
+    "room_waiting",  # groups (and lanes' ordinary messages) waiting in each side's room
+    "room_oldest_wait_seconds",  # how long the oldest of them has waited (0: none waits)
 ]
 
 Observer = Callable[[HistogramName, float], None]
@@ -155,6 +157,9 @@ class MetricsPublisher:
         self.beat: float | None = None  # time.monotonic() the loop last came by (liveness)
         # Called after each publication with its outcome (Redis reachable): `router.metrics.prom`.
         self.hooks: list[Callable[[bool], None]] = []
+        # Levels published beside the counters (`source_lag`: the console plots it), read
+        # on the loop's thread at each publication.
+        self.levels: dict[str, Callable[[], int]] = {}
 
     def maybe_publish(self, force: bool = False) -> None:
         """Called once per loop iteration: publishes once per interval."""
@@ -163,6 +168,8 @@ class MetricsPublisher:
             return
         snapshot = self.metrics.snapshot()
         snapshot["uptime_ms"] = int((now - self.metrics.started) * 1000)
+        for name, level in self.levels.items():
+            snapshot[name] = level()
         ok = True
         try:
             pipe = self.client.pipeline(transaction=False)

@@ -1,5 +1,5 @@
 """A transfer unit's metrics endpoint (`router.metrics.exporter`): its source lag, its side's open
-groups and its readiness, read from the unit's own objects."""
+groups and room, and its readiness, read from the unit's own objects."""
 
 from __future__ import annotations
 
@@ -55,8 +55,13 @@ def source_lag(consumer: Any, assigned: Iterable[TP]) -> dict[tuple[str, ...], f
 
 
 def unit_exporter(unit: ExportedUnit) -> Exporter:
-    """The exporter of a transfer unit (or relay): its own side's table, its sources."""
+    """The exporter of a transfer unit (or relay): its own side's table, its sources. Its
+    total source lag is also published with its counters (`source_lag`, for the console),
+    whether or not it serves metrics."""
     session, source, backoff = unit.session, unit.source, unit.backoff
+    unit.publisher.levels["source_lag"] = lambda: int(
+        sum(source_lag(source.consumer, source.assigned).values())
+    )
     table: ManagementTable | None = getattr(unit.steps, "table", None)
     tables = open_groups({unit.spec.side: table}, unit.metrics) if table is not None else None
 

@@ -105,6 +105,17 @@ class RoomTable:
         """Waiting groups -> wait start (ms), oldest first (`router.table.room`)."""
         return {_text(g): int(t) for g, t in self._r.zrange(self.keys.room, 0, -1, withscores=True)}
 
+    def room_size(self) -> tuple[int, int | None, int]:
+        """(groups waiting, the oldest one's wait start or None, now), both on the Redis
+        clock, in one round trip: the room's gauges."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.zcard(self.keys.room)
+        pipe.zrange(self.keys.room, 0, 0, withscores=True)
+        pipe.time()
+        count, oldest, (sec, usec) = pipe.execute()
+        now = int(sec) * 1000 + int(usec) // 1000
+        return int(count), (int(oldest[0][1]) if oldest else None), now
+
     def park_leases(self) -> dict[tuple[str, str], int]:
         """(group, batch) -> expiry of park leases of batches not yet settled."""
         out = {}

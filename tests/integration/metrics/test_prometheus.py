@@ -213,6 +213,11 @@ def test_prometheus_sees_every_role_moving(prometheus: tuple[Prom, Pipeline]) ->
     lag = prom.query('count by (role) (router_source_lag{topic=~".+"})')
     assert lag.get("send-unit", 0) >= 2 and lag.get("receive-unit", 0) >= 2, lag
     assert set(prom.query("router_inflight_batches")) == {"send-unit", "receive-unit"}
+    # The waiting room's gauges: the sweeper's for both sides, each unit's for its own.
+    rooms = prom.query('count by (role) (router_room_waiting{side=~"send|receive"})')
+    assert rooms == {"sweeper": 2, "send-unit": 1, "receive-unit": 1}, rooms
+    oldest = prom.query("max by (role) (router_room_oldest_wait_seconds)")
+    assert oldest == {"sweeper": 0, "send-unit": 0, "receive-unit": 0}, oldest
 
     # The dashboard's queries run, and those of the traffic just sent have data.
     results = {}

@@ -18,6 +18,7 @@ from router.config import RouterSettings
 from router.metrics import prom
 from router.metrics.exporter import Exporter
 from router.metrics.registry import GaugeName, HistogramName, MetricName, Metrics, MetricsPublisher
+from router.table.gauges import room_levels
 from tests.fixtures.helpers import http_get as get
 
 
@@ -168,3 +169,11 @@ def test_the_exporter_serves_on_its_port_and_is_inert_on_port_0() -> None:
         assert get(f"http://127.0.0.1:{port}/readyz") == (200, b'{"ready": true, "reasons": []}')
     finally:
         exporter.stop()
+
+
+def test_the_rooms_gauges_are_its_size_and_its_oldest_wait_in_seconds() -> None:
+    assert room_levels(0, None, 5_000) == (0.0, 0.0)  # nobody waits: 0, not unknown
+    assert room_levels(3, 1_500, 5_000) == (3.0, 3.5)
+    assert room_levels(1, 5_200, 5_000) == (1.0, 0.0)  # clocks a hair apart: never negative
+    assert "room_waiting" in typing.get_args(GaugeName)
+    assert prom.GAUGE_LABELS["room_oldest_wait_seconds"] == ("side",)
