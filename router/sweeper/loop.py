@@ -37,15 +37,14 @@ from router.backends.kafka import clients
 from router.backends.kafka.offsets import CommittedOffsets
 from router.backends.redis import client as redisclient
 from router.config.settings import RouterSettings
-from router.contract import events, schemas
 from router.metrics.exporter import Exporter
 from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
 from router.security import kafka as kafkaauth
 from router.security.redis import check_access
+from router.sweeper import publish
 from router.sweeper.horizon import NEVER, HorizonReader, Horizons, HorizonUnknown
-from router.table import room
+from router.sweeper.publish import BROKER_TIMEOUT_S
 from router.table.gauges import open_groups
-from router.table.routing import STOPPED, Swept
 from router.table.store.management import ManagementTable, Side
 from router.topology.side import side_spec, table_for
 
@@ -54,9 +53,6 @@ log = logging.getLogger("router.sweeper")
 horizon_log = logging.getLogger("router.sweeper.horizon")
 horizon_log.addFilter(clients.RepeatFilter(60.0))
 
-# How long one round waits for the broker (offsets, event deliveries) before giving up
-# until the next round; short enough that SIGTERM is honoured well inside a minute.
-BROKER_TIMEOUT_S = 10.0
 WRITERS_EVERY_S = 600.0  # how often idle callers leave the tables' writers hashes
 
 SIDES: tuple[Side, ...] = ("send", "receive")
@@ -142,10 +138,12 @@ class Sweeper:
         report = SweepReport()
         report.swept = self._sweep_expired()
         for side, table in self.tables.items():
-            report.published += self._publish_outbox(side, table)
+            report.published += publish.outbox(self._producer, self.settings, side, table)
             report.resolved += self._resolve_closing(side, table)
             report.leases_ended += self._end_leases(side, table)
-            report.wait_timeouts += self._end_waits(side, table)
+            report.wait_timeouts += publish.end_waits(
+                self._producer, self.settings, self.metrics, side, table
+            )
         report.writers_forgotten = self._forget_idle_writers()
         self.metrics.inc("swept", report.swept)
         self.metrics.inc("abandoned_events", report.published)
@@ -172,46 +170,6 @@ class Sweeper:
         if ended:
             log.info("%s table: %d expired leases ended, %d groups admitted", side, ended, admitted)
         return ended
-
-    def _end_waits(self, side: Side, table: ManagementTable) -> int:
-        """Groups in the waiting room past routing.max_wait_ms: reported once and still
-        waiting, shared or dead-lettered (routing.wait_timeout_policy), each with a
-        GroupWaitTimedOut event."""
-        r = self.settings.routing
-        if not r.max_wait_ms:
-            return 0
-        now, ended = table.room_timeout(r.max_wait_ms, r.wait_timeout_policy)
-        topic, topology = self.settings.topology.events_topic, self.settings.topology.name
-        for gid, outcome in ended:
-            log.warning(
-                "%s table: group %r waited more than %d ms in the room: %s",
-                side,
-                gid,
-                r.max_wait_ms,
-                "dead-lettered"
-                if outcome == STOPPED
-                else "still waiting"
-                if outcome == room.WAIT
-                else f"shared on {outcome}",
-            )
-            self._producer.produce(
-                topic,
-                events.group_wait_timed_out(
-                    gid,
-                    None if outcome in (STOPPED, room.WAIT) else outcome,
-                    waiting=outcome == room.WAIT,
-                    side=side,
-                    topology=topology,
-                    max_wait_ms=r.max_wait_ms,
-                    now_ms=now,
-                ),
-                gid.encode(),
-                headers=[(schemas.SCHEMA_HEADER, events.GROUP_WAIT_TIMED_OUT.encode())],
-            )
-        if ended:
-            self._producer.flush(BROKER_TIMEOUT_S)
-            self.metrics.inc("wait_timeouts", len(ended))
-        return len(ended)
 
     def _sweep_expired(self) -> int:
         """Sweep, on each side, the entries whose deadline is before now and the side's
@@ -282,39 +240,6 @@ class Sweeper:
             if len(swept) < limit:
                 return count
 
-    def _publish_outbox(self, side: Side, table: ManagementTable) -> int:
-        published = 0
-        topic = self.settings.topology.events_topic
-        while True:
-            items = table.outbox(500)
-            if not items:
-                return published
-            failures: list[str] = []
-
-            def delivered(err: object, _msg: object, failures: list[str] = failures) -> None:
-                if err is not None:
-                    failures.append(str(err))
-
-            for s in items:
-                self._producer.produce(
-                    topic,
-                    abandoned(s, side, self.settings.topology.name),
-                    s.guarantee_id.encode(),
-                    headers=[(schemas.SCHEMA_HEADER, events.ABANDONED_GROUP.encode())],
-                    on_delivery=delivered,
-                )
-            remaining = self._producer.flush(BROKER_TIMEOUT_S)
-            if remaining or failures:
-                log.warning(
-                    "abandoned-group events not acknowledged (%d pending, errors: %s); "
-                    "kept in the outbox for the next round",
-                    remaining,
-                    failures[:3],
-                )
-                return published
-            table.ack_outbox(len(items))
-            published += len(items)
-
     def _resolve_closing(self, side: Side, table: ManagementTable) -> int:
         cutoff = table.now_ms() - self.settings.sweeper.closing_grace_ms
         pending = table.closing_since(cutoff)
@@ -346,20 +271,3 @@ def _ms(ms: float) -> str:
     if ms == float("inf"):
         return "forever"
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
-
-
-def abandoned(swept: Swept, side: str, topology: str) -> bytes:
-    """The AbandonedGroup event of an entry the sweep removed."""
-    e = swept.entry
-    return events.abandoned_group(
-        swept.guarantee_id,
-        side=side,
-        topology=topology,
-        destination=e.dest,
-        opened_ms=e.opened_ms,
-        updated_ms=e.updated_ms,
-        ttl_ms=e.ttl_ms,
-        swept_ms=swept.swept_ms,
-        final_routed=bool(e.closing) and e.closing != STOPPED,
-        stopped=e.closing == STOPPED,
-    )
