@@ -21,7 +21,7 @@ class RoomTable:
     def room_timeout(
         self, max_wait_ms: int, policy: str, now_ms: int | None = None
     ) -> tuple[int, list[tuple[str, str]]]:
-        """End the wait of groups waiting `max_wait_ms` or longer (`router.table.room.time_out`):
+        """End the wait of groups waiting `max_wait_ms` or longer (`router.table.waits.time_out`):
         (now on the Redis clock, [(gid, destination, '!stop' or '!w': reported, still
         waiting)])."""
         timeout = self.__dict__.get("_room_timeout")

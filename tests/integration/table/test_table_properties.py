@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from router.table import chain as chain_rule
-from router.table import multicast, placement, room
+from router.table import multicast, placement, room, waits
 from router.table.model import TableModel
 from router.table.routing import (
     DUPLICATE,
@@ -479,7 +479,7 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
         def wait_timeout(self, max_wait: int, policy: str) -> None:
             """The sweeper ends the wait of groups waiting max_wait or longer."""
             assert self.table is not None and self.model is not None
-            expected = room.time_out(self.model, self.now, max_wait, policy)
+            expected = waits.time_out(self.model, self.now, max_wait, policy)
             now, actual = self.table.room_timeout(max_wait, policy, now_ms=self.now)
             assert now == self.now and actual == expected
             if policy == "report":  # reported, still waiting: nothing else changes

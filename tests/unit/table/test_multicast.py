@@ -19,7 +19,7 @@ from router.config import RouterSettings
 from router.contract import BadInput, Routing, multicast
 from router.contract.request import request
 from router.table import multicast as table_multicast
-from router.table import room
+from router.table import room, waits
 from router.table.model import TableModel
 from router.table.routing import HELD, RouteRequest
 from router.topology.side import side_spec
@@ -170,7 +170,7 @@ def test_waiting_copies_do_not_make_new_groups_queue_and_never_time_out() -> Non
     assert t.room == {"~*a": 1}
     # b is clean: a new group goes there at once instead of queueing behind the copy
     assert t.route([req("h")], 2, batch="b3").decisions == ["b"]
-    assert room.time_out(t, 100_000, 10, "share") == []  # copies wait for their queue
+    assert waits.time_out(t, 100_000, 10, "share") == []  # copies wait for their queue
     assert t.room == {"~*a": 1}
 
 

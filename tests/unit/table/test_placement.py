@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from router.table import placement, room
+from router.table import placement, room, waits
 from router.table.model import TableModel
 from router.table.routing import RouteRequest, TraceStep
 
@@ -111,7 +111,7 @@ def test_admission_and_a_shared_wait_timeout_skip_draining_destinations() -> Non
     t.draining = {"a"}
     t.release([("A", "*")])  # a is clean, but draining: W still waits
     assert set(t.room) == {"W"} and t.entries["W"].state == room.WAITING
-    assert room.time_out(t, NOW + 10, 0, "share") == [("W", "b")]  # shared, not on a
+    assert waits.time_out(t, NOW + 10, 0, "share") == [("W", "b")]  # shared, not on a
     t.draining = set()
     t2 = TableModel(["a", "b"], "wait", draining={"a"})
     t2.route([req("B")], NOW)

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.metrics.registry import wait_bucket
-from router.table import room
+from router.table import room, waits
 from router.table.model import TableModel
 from router.table.routing import NO_DEST, STOPPING, RouteRequest, TraceStep
 
@@ -282,10 +282,10 @@ def test_a_wait_time_out_under_report_is_said_once_and_the_group_keeps_its_place
     t.route([req("g1")], 0, batch="b1")  # g1 holds the only destination
     t.route([req("g2")], 10, batch="b2")
     t.route([req(None, lane="q/1")], 20, batch="b3")  # ordinary: its lane's pseudo-group
-    assert room.time_out(t, 1_000, 1_000, "report") == []
-    assert room.time_out(t, 1_015, 1_000, "report") == [("g2", room.WAIT)]
-    assert room.time_out(t, 1_030, 1_000, "report") == [("~q/1", room.WAIT)]  # only the new
-    assert room.time_out(t, 9_000, 1_000, "report") == []  # said once
+    assert waits.time_out(t, 1_000, 1_000, "report") == []
+    assert waits.time_out(t, 1_015, 1_000, "report") == [("g2", room.WAIT)]
+    assert waits.time_out(t, 1_030, 1_000, "report") == [("~q/1", room.WAIT)]  # only the new
+    assert waits.time_out(t, 9_000, 1_000, "report") == []  # said once
     assert t.room == {"g2": 10, "~q/1": 20} and t.load == {"a": 1}
     t.route([req("g3")], 9_000, batch="b4")  # a later group queues behind them
     for b in ("b1", "b2", "b3", "b4"):
@@ -294,4 +294,4 @@ def test_a_wait_time_out_under_report_is_said_once_and_the_group_keeps_its_place
     t.settle("b5", [], [("g1", "q/0/g1/True")])
     assert t.entries["g2"].state == room.ADMITTED and t.entries["g2"].dest == "a"
     assert list(t.room) == ["~q/1", "g3"] and t.load == {"a": 1}
-    assert room.time_out(t, 20_000, 1_000, "report") == [("g3", room.WAIT)]
+    assert waits.time_out(t, 20_000, 1_000, "report") == [("g3", room.WAIT)]

@@ -1,4 +1,4 @@
--- End the wait of groups in the waiting room past max_wait_ms (router/table/room.py `time_out`).
+-- End the wait of groups in the waiting room past max_wait_ms (router/table/waits.py `time_out`).
 --
 -- KEYS: 1 entries  2 load  3 cursor  4 room  5 parks  6 admitted  7 stats  8 deadlines
 --       9 draining (skipped when sharing, router/table/placement.py)  10 waited (string: the

@@ -11,7 +11,7 @@ from typing import Any
 
 from router import contract
 from router.config import RouterSettings
-from router.table import room
+from router.table import room, waits
 from router.table.model import TableModel
 from router.table.routing import NO_DEST, STOPPING, RouteRequest
 from tests.fixtures.fakes import msg
@@ -173,7 +173,7 @@ def test_a_staged_group_is_swept_at_its_ttl_and_never_in_the_fifo() -> None:
     dead-lettered (`group-entry-missing`)."""
     s = Side(["0"])
     s.route(0, whole(0, "W", 0))
-    assert room.time_out(s.model, 10**9, 0, "share") == []
+    assert waits.time_out(s.model, 10**9, 0, "share") == []
     assert [w.guarantee_id for w in s.model.sweep(60_000 * 10)] == ["W"]
     s.run_drain(60_000 * 10)
     assert [r for _, r in s.dead] == [b"group-entry-missing"]
