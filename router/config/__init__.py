@@ -1,6 +1,6 @@
 """Configuration: one frozen, typed settings object built once at the entry point
-(`settings`), the servers' settings with their security (`servers`), and the client
-libraries' librdkafka dicts (`client`).
+(`settings`), the servers' settings with their security (`servers`), the tracing settings
+(`tracing`), and the client libraries' librdkafka dicts (`client`).
 
 `RouterSettings` and the section models are re-exported here: `router.config.RouterSettings`.
 """
@@ -15,6 +15,7 @@ from router.config.settings import (
     RoutingSettings,
     SweeperSettings,
     TopologySettings,
+    TracingSettings,
     UnitSettings,
     load_settings,
     read_secret,
@@ -30,6 +31,7 @@ __all__ = [
     "RoutingSettings",
     "SweeperSettings",
     "TopologySettings",
+    "TracingSettings",
     "UnitSettings",
     "load_settings",
     "read_secret",

@@ -30,6 +30,7 @@ from router.config.servers import (
     _Section,
     read_secret,
 )
+from router.config.tracing import TracingSettings
 from router.errors import ConfigError, ConfigNotFound
 
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -44,6 +45,7 @@ __all__ = [
     "RoutingSettings",
     "SweeperSettings",
     "TopologySettings",
+    "TracingSettings",
     "UnitSettings",
     "load_settings",
     "read_secret",
@@ -304,6 +306,7 @@ class RouterSettings(BaseSettings):
     sweeper: SweeperSettings = Field(default_factory=SweeperSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     priority: PrioritySettings = Field(default_factory=PrioritySettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @classmethod
     def settings_customise_sources(
