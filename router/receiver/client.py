@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Any
 
@@ -27,7 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from router.backends.kafka import clients
 from router.backends.redis.client import redis_client
 from router.config import client as clientconfig
-from router.config.settings import RouterSettings
+from router.config.settings import RouterSettings, TracingSettings
 from router.errors import ConfigError, InvalidRequest, NotReady, TimedOut
 from router.receiver import bandrestore
 from router.receiver.bands import ReceiverBands
@@ -43,8 +44,10 @@ from router.receiver.received import (
 )
 from router.receiver.redelivery import Redeliveries, offsets_of, token_of
 from router.receiver.redelivery_rules import MAX_DELIVERIES, RedeliveryOptions
+from router.receiver.traced import ReceiveSpans
 from router.state.groups import GroupStatus
 from router.state.store import State, StatusStore
+from router.tracing import setup as tracing_setup
 
 __all__ = [
     "ExpiryOptions",
@@ -100,6 +103,8 @@ class Receiver:
         segment_timeout_s: float = 120.0,
         max_message_bytes: int = 1 << 30,
         expiry: ExpiryOptions | None = ExpiryOptions(),  # noqa: B008 (frozen)
+        tracing: TracingSettings | None = None,
+        tracer: Any = None,
     ) -> None:
         """`config`: librdkafka properties, as for `confluent_kafka.Consumer`, with the
         `group.id` whose committed offsets record what was processed (see
@@ -121,12 +126,20 @@ class Receiver:
 
         A segmented message is handed out whole, its checksum verified; a broken one
         raises SegmentError (`router.receiver.reassembly`): a set with no new segment for
-        `segment_timeout_s`, or larger than `max_message_bytes`, is broken."""
+        `segment_timeout_s`, or larger than `max_message_bytes`, is broken.
+
+        `tracing` (the router's `tracing` settings) or `tracer` (an application's own
+        OpenTelemetry tracer): a span per traced message handed out, and `traced(message)`
+        for its handling (`router.receiver.traced`, docs/how-to/tracing.md)."""
         if queues is None and topology is None:
             raise ConfigError("give the topology's name, or its queues")
         cid = str(config.get("client.id") or f"receiver-{clients.instance_id()}")
         group_id = str(config.get("group.id") or "")
         self._status = None if state is None else StatusStore(state, group_id, state_prefix)
+        spans = tracing_setup.wrap(tracer) if tracer is not None else None
+        if spans is None and tracing is not None:
+            spans = tracing_setup.spans_for(tracing, "receiver", cid)
+        self._tracing = ReceiveSpans(spans, group_id) if spans is not None else None
         self._redo = Redeliveries(
             config, cid, topology, queues, self._status, state_prefix, max_deliveries,
             redelivery, expiry,
@@ -194,6 +207,7 @@ class Receiver:
             max_deliveries=max_deliveries,
             redelivery=RedeliveryOptions.of(settings),
             expiry=ExpiryOptions.of(settings) if check_lifetimes else None,
+            tracing=settings.tracing,
         )
         if receiver._bands is not None:  # a group without a TTL header: the router's default
             receiver._bands.hold_idle_s = settings.routing.default_ttl_ms / 1000
@@ -282,7 +296,7 @@ class Receiver:
         while True:
             ready = self._segments.pop(live=self._live)
             if ready is not None:
-                return ready
+                return ready if self._tracing is None else self._tracing.handed(ready)
             self._redo.resume_due()
             if self._bands is not None:
                 self._bands.before_poll(self._redo.held())
@@ -325,7 +339,7 @@ class Receiver:
                 ready = self._segments.pop(errors=False, live=live)  # an error: next call
                 if ready is None:
                     break
-                batch.append(ready)
+                batch.append(ready if self._tracing is None else self._tracing.handed(ready))
         return batch
 
     def receive(self, timeout: float) -> Received:
@@ -442,7 +456,8 @@ class Receiver:
                 continue
             last = time.monotonic()
             try:
-                handler(message)
+                with self.traced(message):
+                    handler(message)
             except Exception:
                 log.warning("handler failed on %s@%d", message.topic, message.offset, exc_info=True)
                 self.abandon(message)
@@ -450,6 +465,18 @@ class Receiver:
             self.done(message)
             handled += 1
         return handled
+
+    def traced(self, message: Received) -> AbstractContextManager[Any]:
+        """A `process` span, current while the block handles `message`, continuing its
+        trace (its `traceparent`); with tracing off, a block that does nothing::
+
+            for message in receiver.consume(100, timeout=1.0):
+                with receiver.traced(message):
+                    handle(message.value)
+                receiver.done(message)"""
+        if self._tracing is None:
+            return nullcontext()
+        return self._tracing.processing(message)
 
     def close(self) -> None:
         """Commit what was done and leave the group (once; later calls do nothing)."""
@@ -460,3 +487,5 @@ class Receiver:
             self.commit()
         finally:
             self._consumer.close()
+            if self._tracing is not None:
+                self._tracing.spans.shutdown()  # exports what is left (a provider of its own)

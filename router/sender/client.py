@@ -30,7 +30,7 @@ from router.backends.kafka.endoffsets import EndOffsets
 from router.backends.kafka.offsets import CommittedOffsets
 from router.backends.redis.client import redis_client
 from router.config import client as clientconfig
-from router.config.settings import RouterSettings, RoutingSettings
+from router.config.settings import RouterSettings, RoutingSettings, TracingSettings
 from router.contract import priority as prio
 from router.contract import request as sendrequest
 from router.contract import segments
@@ -40,7 +40,9 @@ from router.sender.backlog import REQUEST_TIMEOUT_S, Backlog
 from router.sender.delivery import TP, Deliveries, OnDelivery, Track
 from router.sender.groups import DeliveryFailed, SendReceipt
 from router.sender.journal import Journal, OpenGroupInfo, info
+from router.sender.traced import SendSpans
 from router.state.store import SenderFenced, SenderStore, State
+from router.tracing import setup as tracing_setup
 from router.utils.clock import Every
 
 __all__ = ["DeliveryFailed", "OpenGroupInfo", "SendReceipt", "Sender", "SenderFenced"]
@@ -80,6 +82,8 @@ class Sender:
         state_prefix: str = "router",
         segment_bytes: int = segments.DEFAULT_SEGMENT_BYTES,
         segment_window: int = 8,
+        tracing: TracingSettings | None = None,
+        tracer: Any = None,
     ) -> None:
         """`config`: librdkafka properties, as for `confluent_kafka.Producer`
         (`bootstrap.servers`, security, `linger.ms`, ...; idempotence and `acks=all` are
@@ -102,7 +106,11 @@ class Sender:
 
         A payload larger than `segment_bytes` (default 512 KiB, under the topics' 1 MiB
         records) is sent as segments (docs/explanation/segments.md), with at most
-        `segment_window` of them unacknowledged at a time."""
+        `segment_window` of them unacknowledged at a time.
+
+        `tracing` (the router's `tracing` settings) or `tracer` (an application's own
+        OpenTelemetry tracer): a producer span per send, its context in the message's
+        `traceparent` header (`router.sender.traced`, docs/how-to/tracing.md)."""
         if send_queues is None and topology is None:
             raise ConfigError("give the topology's name, or its send_queues")
         segments.check_size(segment_bytes, int(config.get("message.max.bytes", 1_000_000)))
@@ -139,6 +147,10 @@ class Sender:
         self._groups = sendgroups.OpenGroups(group_idle_s)
         self._default_order = default_order
         self._closed = False
+        spans = tracing_setup.wrap(tracer) if tracer is not None else None
+        if spans is None and tracing is not None:
+            spans = tracing_setup.spans_for(tracing, "sender", cid)
+        self._tracing = SendSpans(spans) if spans is not None else None
         self._journal: Journal | None = None
         self._sync = Every(1.0)
         if sender_id is not None:
@@ -178,6 +190,7 @@ class Sender:
             state=redis_client(settings.redis) if sender_id else None,
             state_prefix=settings.redis.key_prefix,
             segment_bytes=segments.segment_bytes_for(settings.kafka.max_message_bytes),
+            tracing=settings.tracing,
         )
 
     @property
@@ -259,31 +272,64 @@ class Sender:
         topology with priority bands, the message goes to its band's send queue
         `<queue>.p<band>` and overtakes lower bands' backlog (docs/explanation/priority.md). A group
         keeps its first message's band: later members' priorities are ignored."""
-        r = sendrequest.request(
-            headers,
-            guarantee_id=guarantee_id,
-            final=final,
-            message_type=message_type,
-            ttl_ms=ttl_ms,
-            delivery=delivery,
-            default_order=self._default_order,
-        )
-        if isinstance(value, str):  # as confluent-kafka takes it
-            value = value.encode("utf-8")
-        elif value is not None and not isinstance(value, bytes):
-            value = memoryview(value).cast("B")
-        band, ranked = prio.sender_band(priority, headers, self._bands)
-        if value is not None and len(value) > self._segment_bytes:
-            view = memoryview(value).cast("B")
-            return self._send_segments(view, r, key, on_delivery, band, ranked)
-        if isinstance(value, memoryview):
-            value = value.tobytes()  # produce() takes bytes
-        tp, seq, track = self._place(r, band)
+        span = None
+        if self._tracing is not None:  # a producer span; its context goes in `headers`
+            span, headers = self._tracing.start(headers)
+        try:
+            r = sendrequest.request(
+                headers,
+                guarantee_id=guarantee_id,
+                final=final,
+                message_type=message_type,
+                ttl_ms=ttl_ms,
+                delivery=delivery,
+                default_order=self._default_order,
+            )
+            if isinstance(value, str):  # as confluent-kafka takes it
+                value = value.encode("utf-8")
+            elif value is not None and not isinstance(value, bytes):
+                value = memoryview(value).cast("B")
+            band, ranked = prio.sender_band(priority, headers, self._bands)
+            if value is not None and len(value) > self._segment_bytes:
+                view = memoryview(value).cast("B")
+                receipt = self._send_segments(view, r, key, on_delivery, band, ranked)
+                if span is not None:  # ends once every segment is produced
+                    self._traced(span, receipt, r, len(view), None, segmented=True)
+                return receipt
+            if isinstance(value, memoryview):
+                value = value.tobytes()  # produce() takes bytes
+            tp, seq, track = self._place(r, band)
+        except BaseException as exc:
+            if span is not None:
+                assert self._tracing is not None
+                self._tracing.failed(span, exc)
+            raise
+        if span is not None:  # ends when Kafka acknowledges it
+            receipt = SendReceipt(tp[0], tp[1], seq)
+            on_delivery = self._traced(span, receipt, r, len(value or b""), on_delivery)
         routing = sendrequest.routing_headers(r, seq)
         self._out.produce(tp, key, value, [*routing, *r.others, *ranked], on_delivery, track)
         self._backlog.sent(tp)
         self._sync_journal()
         return SendReceipt(tp[0], tp[1], seq)
+
+    def _traced(
+        self,
+        span: Any,
+        at: SendReceipt,
+        r: sendrequest.Request,
+        size: int,
+        on: OnDelivery | None,
+        segmented: bool = False,
+    ) -> OnDelivery | None:
+        """Name the span after where the message went; end it now (`segmented`: every
+        segment produced), or return the delivery callback that ends it."""
+        assert self._tracing is not None
+        SendSpans.placed(span, at.topic, at.partition, r.guarantee_id, at.seq, r.final, size)
+        if segmented:
+            self._tracing.spans.end(span)
+            return None
+        return self._tracing.acknowledged(span, on)
 
     def _place(
         self, r: sendrequest.Request, band: int = 0, record: bool = True
@@ -376,6 +422,8 @@ class Sender:
             self._closed = True
             self._committed.close()
             self._ends.close()
+            if self._tracing is not None:
+                self._tracing.spans.shutdown()  # exports what is left (a provider of its own)
 
     def __del__(self) -> None:
         if "_ends" in self.__dict__:

@@ -32,6 +32,7 @@ from router.unit.commit.replicawait import ReplicaAcks
 from router.unit.commit.session import TransactionalSession, TxnFailed, TxnState
 from router.unit.exporting import unit_exporter
 from router.unit.source import FatalUnitError, Source
+from router.unit.spans import UnitSpans
 from router.unit.steps.batch import TP, Batch
 from router.unit.steps.drain.step import IDLE_S
 from router.unit.steps.emit.records import Output
@@ -117,6 +118,10 @@ class TransferUnit:
         self._failed_in_a_row = 0  # transactions failed since the last commit
         self._batches = 0
         self.exporter = unit_exporter(self)  # Prometheus metrics, /healthz, /readyz
+        # A span per traced message of each committed batch (router.unit.spans); None: off.
+        self.tracing = (
+            UnitSpans.of(settings, spec, self.role, self.instance) if kind == "unit" else None
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -160,6 +165,8 @@ class TransferUnit:
             self.publisher.maybe_publish(force=True)
             self.exporter.stop()
             self.source.close()
+            if self.tracing is not None:
+                self.tracing.shutdown()  # exports what is left
         return 0
 
     def step(self) -> None:
@@ -200,6 +207,8 @@ class TransferUnit:
         if messages or (room is not None and room.due() and self.backoff.until is None):
             self._batches += 1
             batch = Batch(f"{self.instance}:{self._batches}", generation)
+            if self.tracing is not None:
+                batch.polled_ns = time.time_ns()
             if self._inflight is not None:  # it commits before this one is produced
                 before, before_out = self._inflight
                 batch.earlier, batch.carried = [before.id], list(before_out.finals)
@@ -262,6 +271,8 @@ class TransferUnit:
             forget_committed(self.rejected, batch)
         self.steps.settle(batch, out)
         self._apply_holds(batch)
+        if self.tracing is not None:
+            self.tracing.committed(batch, out)
         return True
 
     def _after_commit(self, batch: Batch, out: Output) -> None:

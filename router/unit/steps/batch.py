@@ -63,6 +63,8 @@ class Batch:
     carried: list[tuple[str, str]] = field(default_factory=list)
     # Set by the drain step: the low marks of the room partitions this unit owns.
     room_offsets: list[TopicPartition] = field(default_factory=list)
+    # Set by the unit when tracing is on: when it was polled (time.time_ns(); its spans' start).
+    polled_ns: int = 0
 
     def track(self, m: Message) -> TP:
         """Note the message's position (first and last offset per partition)."""

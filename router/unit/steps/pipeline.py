@@ -90,6 +90,7 @@ class RoutingSteps:
     def emit(self, batch: Batch, now_ms: int) -> Output:
         out = self.emitter.emit(batch, now_ms)
         if self.room is not None and batch.failure is None:
+            out.drain_from = len(out.records)
             try:
                 self.room.emit(batch, out, now_ms)
             except redis.RedisError as exc:

@@ -91,6 +91,9 @@ class Output:
     # partitions, and one transaction's records on two partitions are appended in no
     # particular order.
     barriers: list[int] = field(default_factory=list)
+    # Where the drain step's records begin in `records` (-1: no drain): a unit's spans
+    # (`router.unit.spans`) tell messages forwarded out of the waiting room by it.
+    drain_from: int = -1
 
     @property
     def consumed(self) -> int:
