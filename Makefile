@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
+.PHONY: jaeger dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -72,8 +72,11 @@ fmt: venv ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv $(JARS) lint ## Everything from a fresh clone: venv, jars, lint, stack, the whole suite
+test: venv $(JARS) jaeger lint ## Everything from a fresh clone: venv, jars, Jaeger, lint, stack, the whole suite
 	$(BIN)/pytest
+
+jaeger: ## Build Jaeger (the tracing test's backend) with Go from the Go module proxy, once (cached in .cache/); never fails: without it the tracing test skips, saying why
+	@ops/jaeger.sh ensure >/dev/null || echo "jaeger: not built (above); the tracing test will skip"
 
 demo: venv $(JARS) stack-up ## Run the whole system end to end and check every guarantee
 	$(BIN)/python -m ops.demo $(ARGS)
@@ -81,7 +84,7 @@ demo: venv $(JARS) stack-up ## Run the whole system end to end and check every g
 chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a lifetime, 10% with a priority over 3 bands), 20+ SIGKILLs, a broker and a Redis restart
 	$(BIN)/python -m ops.chaos $(ARGS)
 
-bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Java relays, Redis cost, 3-broker row; .results/bench
+bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Java relays, Redis cost, 3-broker row, tracing off vs on; .results/bench
 	$(BIN)/python -m ops.bench $(ARGS)
 
 test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Redis ACL + TLS (own servers, ~1 min)

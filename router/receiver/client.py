@@ -86,6 +86,7 @@ class Receiver:
     `Receiver.from_settings` builds one from the router's settings instead."""
 
     _bands: ReceiverBands | None = None  # priority bands, if the queues have them
+    _tracing: ReceiveSpans | None = None  # spans, if tracing is on (router.receiver.traced)
 
     def __init__(
         self,
