@@ -1,7 +1,7 @@
-"""What the benchmark's parts (`ops.harness.benchmark.plan`, `latency`, `trace`, `ha`) read
-of the run that calls them (`ops.harness.benchmark.runner.Bench`): its settings, spec,
-results and admin client, its stages, and its progress. A protocol, so that the parts
-import neither the runner nor each other's caller."""
+"""What the benchmark's parts (`ops.harness.benchmark.plan`, `latency`, `trace`, `ha`,
+`tracing`) read of the run that calls them (`ops.harness.benchmark.runner.Bench`): its
+settings, spec, results and admin client, its stages, and its progress. A protocol, so that
+the parts import neither the runner nor each other's caller."""
 
 from __future__ import annotations
 
@@ -50,7 +50,9 @@ class Benching(Protocol):
         ...
 
     def fill_all(self, workloads: list[Workload] | None = None) -> None: ...
-    def run_stage(self, stage: str, w: Workload, processes: int = 1) -> Throughput: ...
+    def run_stage(
+        self, stage: str, w: Workload, processes: int = 1, env: dict[str, str] | None = None
+    ) -> Throughput: ...
     def run_latency(self, path: str, w: Workload, rate: float) -> Latency: ...
     def cleanup(self) -> None:
         """Delete the run's topics."""

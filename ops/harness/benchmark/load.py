@@ -15,6 +15,7 @@ from ops.harness.benchmark.model import MEAN_GROUP_LENGTH, SOURCE_PARTITIONS, Wo
 from router import contract
 from router.backends.kafka import clients
 from router.config import RouterSettings
+from router.tracing.context import SAMPLED, TRACEPARENT, format_traceparent
 
 
 class GroupModel:
@@ -79,9 +80,13 @@ def fill(
     )
     pool = payloads(w.size, seed)
     model = GroupModel(w, seed, topic)
+    ids = random.Random(seed)
     for i in range(count):
         gid, final, seq = model.next()
         headers = contract.headers_for(gid, final=final, seq=seq if gid else None)
+        if w.traced:  # as a Sender with tracing on sends it: a sampled trace per message
+            trace, span = ids.getrandbits(128) or 1, ids.getrandbits(64) or 1
+            headers.append((TRACEPARENT, format_traceparent(trace, span, SAMPLED)))
         payload = pool[i % len(pool)]
         while True:
             try:

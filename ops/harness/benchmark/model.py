@@ -24,6 +24,9 @@ PATH = "whole path"
 PY_CHAINED = "raw relays chained"
 JAVA_CHAINED = "Java relays chained"
 HA_SUFFIX = ", 3 brokers"  # the same stage on the replicated cluster (acks=all, min ISR 2)
+# The same unit stage with tracing off and on (tracing.enabled, spans to a Jaeger of the
+# run's own), side by side on a workload whose every message carries a sampled traceparent.
+TRACING_OFF, TRACING_ON = ", tracing off", ", tracing on"
 BASELINES = {
     SEND: PY_RELAY,
     RECEIVE: "raw relay (receive side)",
@@ -38,15 +41,18 @@ class Workload:
     size: int  # payload bytes
     grouped: float  # share of messages that belong to a group
     open_groups: int  # groups open at once
+    traced: bool = False  # every message with a sampled W3C traceparent (a trace of its own)
 
     @property
     def label(self) -> str:
         size = f"{self.size // 1000} KB" if self.size >= 1000 else f"{self.size} B"
-        return f"{size}, {self.grouped:.0%} grouped, {self.open_groups:,} open groups"
+        traced = ", all traced" if self.traced else ""
+        return f"{size}, {self.grouped:.0%} grouped, {self.open_groups:,} open groups{traced}"
 
     @property
     def slug(self) -> str:
-        return f"{self.size}b-{int(self.grouped * 100)}pct-{self.open_groups}g"
+        traced = "-traced" if self.traced else ""
+        return f"{self.size}b-{int(self.grouped * 100)}pct-{self.open_groups}g{traced}"
 
 
 KEY = Workload(1_000, 0.5, 10_000)  # saturated: every destination always busy
@@ -55,6 +61,8 @@ KEY = Workload(1_000, 0.5, 10_000)  # saturated: every destination always busy
 # The ratio line's workload.
 UNSATURATED = Workload(1_000, 0.5, 3)
 HEADLINES = {"unsaturated": UNSATURATED, "saturated": KEY}
+# Tracing's cost: the unsaturated headline, every message traced (the most spans a unit makes).
+TRACED = Workload(1_000, 0.5, 3, traced=True)
 # Redis capacity: the send and receive units' Redis cost on these (1 KB, 10,000 open).
 ORDINARY = Workload(1_000, 0.0, 10_000)
 GROUPED_ONLY = Workload(1_000, 1.0, 10_000)
@@ -236,6 +244,11 @@ class Results:
     def java_baseline(self, t: Throughput) -> float:
         """The same against Kafka's own Java client doing the same hop(s)."""
         return self._against(JAVA_BASELINES.get(t.stage), t.workload, t.processes)
+
+    def tracing_cost(self, stage: str) -> tuple[Throughput, Throughput] | None:
+        """A unit stage's runs with tracing off and on, side by side (None if not run)."""
+        off, on = self.find(stage + TRACING_OFF, TRACED), self.find(stage + TRACING_ON, TRACED)
+        return (off, on) if off and on and off.msg_s and off.cpu_s_per_million else None
 
     def find(self, stage: str, w: Workload, processes: int = 1) -> Throughput | None:
         for t in self.throughput:

@@ -11,6 +11,8 @@ the parts a run can be limited to (`python -m ops.bench --only java`):
     java      the Java stages alone: relay and chained relays, at the key workload
     redis     Redis's cost alone: send and receive unit on 1 KB ordinary and grouped traffic
     ha        send unit against raw relay on a three-broker cluster (ops/harness/benchmark/ha.py)
+    tracing   send and receive unit with tracing off and on, every message traced, spans to a
+              Jaeger of the run's own (ops/harness/benchmark/tracing.py)
     trace     where the latency goes: whole path and chained Java relays traced at the
               latency runs' loads (ops/harness/benchmark/trace.py; not in the full run)
 """
@@ -35,9 +37,11 @@ from ops.harness.benchmark.model import (
     Workload,
 )
 from ops.harness.benchmark.trace import run_trace
+from ops.harness.benchmark.tracing import TRACING_STEPS, run_tracing
 
 PARTS = (
     "relays", "units", "headline", "chained", "scaling", "latency", "java", "redis", "ha", "trace",
+    "tracing",
 )  # fmt: skip
 Step = tuple[int, Callable[[], object]]  # (progress steps it makes, action)
 
@@ -153,5 +157,7 @@ def plan(bench: Benching, only: Collection[str] = ()) -> list[Step]:
             steps.append((count * (len(paths) + 1), partial(trace, [*paths, PATH])))
     if "ha" in parts:
         steps.append((HA_STEPS, lambda: run_ha(bench)))
+    if "tracing" in parts:
+        steps.append((TRACING_STEPS, lambda: run_tracing(bench)))
 
     return steps

@@ -211,6 +211,16 @@ def summary(results: Results) -> list[str]:
                 f"1-process runs; target >= 1.7 where the cores allow; this machine has "
                 f"{os.cpu_count()} cores, shared with the broker and Redis)"
             )
+    for stage in (SEND, RECEIVE):
+        pair = results.tracing_cost(stage)
+        if pair:
+            off, on = pair
+            out.append(
+                f"{stage} tracing on / off ({on.workload.label}, spans by OTLP to Jaeger): "
+                f"throughput {on.msg_s / off.msg_s:.2f} ({on.msg_s:,.0f} vs {off.msg_s:,.0f} "
+                f"msg/s), CPU per message {on.cpu_s_per_million / off.cpu_s_per_million:.2f} "
+                f"({on.cpu_s_per_million:.1f} vs {off.cpu_s_per_million:.1f} CPU s/M)"
+            )
     ha_raw = [t for t in results.throughput if t.stage == PY_RELAY + HA_SUFFIX]
     ha_send = [t for t in results.throughput if t.stage == SEND + HA_SUFFIX]
     if ha_raw and ha_send:

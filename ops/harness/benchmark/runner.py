@@ -56,6 +56,8 @@ from ops.harness.benchmark.model import (
     RECEIVE_QUEUES,
     SEND,
     SOURCE_PARTITIONS,
+    TRACING_OFF,
+    TRACING_ON,
     TRANSFER_PARTITIONS,
     BenchSpec,
     Latency,
@@ -200,18 +202,21 @@ class Bench:
         else:
             p.fleet.start(f"{side}-{kind}", processes)
 
-    def run_stage(self, stage: str, w: Workload, processes: int = 1) -> Throughput:
-        """One stage draining the workload's filled topic."""
+    def run_stage(
+        self, stage: str, w: Workload, processes: int = 1, env: dict[str, str] | None = None
+    ) -> Throughput:
+        """One stage draining the workload's filled topic (`env`: more settings of its
+        processes, e.g. tracing on)."""
         topic, count = self.filled[w]
-        kind, side_or_path = STAGES[stage.removesuffix(HA_SUFFIX)]
+        base = stage.removesuffix(HA_SUFFIX).removesuffix(TRACING_OFF).removesuffix(TRACING_ON)
+        kind, side_or_path = STAGES[base]
         stage += self.suffix
+        env = dict(env or {})
         if side_or_path == "receive":
-            env = {
-                "ROUTER_TOPOLOGY__TRANSFER_TOPIC": topic,
-                "ROUTER_TOPOLOGY__RECEIVE_UNITS": str(SOURCE_PARTITIONS),
-            }
+            env["ROUTER_TOPOLOGY__TRANSFER_TOPIC"] = topic
+            env["ROUTER_TOPOLOGY__RECEIVE_UNITS"] = str(SOURCE_PARTITIONS)
         else:
-            env = {"ROUTER_TOPOLOGY__SEND_QUEUES": json.dumps([topic])}
+            env["ROUTER_TOPOLOGY__SEND_QUEUES"] = json.dumps([topic])
         p = self.pipeline(f"{kind}-{side_or_path}", env, w=w)
         sides: list[Side] = (
             ["send", "receive"] if side_or_path == "path" else [side_or_path]  # type: ignore[list-item]

@@ -19,6 +19,9 @@ from ops.harness.benchmark.model import (
     PY_RELAY,
     RECEIVE,
     SEND,
+    TRACED,
+    TRACING_OFF,
+    TRACING_ON,
     UNSATURATED,
     BenchSpec,
     Latency,
@@ -228,3 +231,17 @@ def test_the_trace_reads_the_units_own_timings_from_their_metrics() -> None:
     }  # no redis_rtt: nothing observed
     assert counter(text, "messages_in") / counter(text, "txn_commits") == 250
     assert counter(text, "nothing") == 0.0
+
+
+def test_tracing_off_and_on_side_by_side_give_the_cost_of_tracing() -> None:
+    results = Results(BenchSpec())
+    assert TRACED.traced and TRACED.label.endswith("all traced") and TRACED != UNSATURATED
+    results.throughput += [
+        Throughput(SEND + TRACING_OFF, TRACED, 1, 10_000, 1.0, 2.0),
+        Throughput(SEND + TRACING_ON, TRACED, 1, 8_000, 1.0, 2.4),
+    ]
+    off, on = results.tracing_cost(SEND) or (None, None)
+    assert off is not None and on is not None and results.tracing_cost(RECEIVE) is None
+    line = next(x for x in summary(results) if "tracing on / off" in x)
+    assert "throughput 0.80 (8,000 vs 10,000 msg/s)" in line
+    assert "CPU per message 1.50 (300.0 vs 200.0 CPU s/M)" in line
