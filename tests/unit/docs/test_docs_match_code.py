@@ -15,6 +15,7 @@ from router.config import (
     RedisSettings,
     RoutingSettings,
     SweeperSettings,
+    TracingSettings,
     UnitSettings,
 )
 from router.metrics import prom
@@ -73,6 +74,7 @@ def test_every_setting_is_documented_in_configuration() -> None:
         "redis": RedisSettings,
         "metrics": MetricsSettings,
         "priority": PrioritySettings,
+        "tracing": TracingSettings,
     }
     missing = [
         f"{section}.{key}"
