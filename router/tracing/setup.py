@@ -5,6 +5,7 @@ while tracing is off."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from router.config.tracing import TracingSettings
@@ -26,12 +27,18 @@ def _module() -> Any:
     return spans
 
 
-def spans_for(settings: TracingSettings, role: str, instance: str = "") -> Spans | None:
-    """The spans of a process of `role` (`sender`, `send-unit`, ...): None if tracing is
-    off; ConfigError if it is on and OpenTelemetry is not installed."""
+def spans_for(
+    settings: TracingSettings,
+    role: str,
+    instance: str = "",
+    resource: Mapping[str, str] | None = None,
+) -> Spans | None:
+    """The spans of a process of `role` (`sender`, `send-unit`, ...), with `resource`:
+    attributes shared by all of them; None if tracing is off; ConfigError if it is on and
+    OpenTelemetry is not installed."""
     if not settings.enabled:
         return None
-    spans: Spans = _module().build(settings, role, instance)
+    spans: Spans = _module().build(settings, role, instance, resource)
     return spans
 
 

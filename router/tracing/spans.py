@@ -106,12 +106,17 @@ class Spans:
             self.provider.shutdown()
 
 
-def build(settings: TracingSettings, role: str, instance: str = "") -> Spans:
+def build(
+    settings: TracingSettings,
+    role: str,
+    instance: str = "",
+    resource: Mapping[str, str] | None = None,
+) -> Spans:
     """Spans exported by OTLP/HTTP in batches, from a background thread. The exporter,
     the batching and the resource follow the standard OTEL_* variables where the settings
     leave them open (the endpoint, OTEL_EXPORTER_OTLP_HEADERS, OTEL_BSP_*,
     OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME)."""
-    attributes: dict[str, Any] = {"router.role": role}
+    attributes: dict[str, Any] = {**(resource or {}), "router.role": role}
     if settings.service_name or not os.environ.get("OTEL_SERVICE_NAME"):
         attributes["service.name"] = settings.service_name or f"router-{role}"
     if instance:

@@ -64,44 +64,46 @@ def outcome(item: Item) -> tuple[str, str | None, str | None] | None:
     return FORWARDED, dest, None
 
 
-def item_attributes(item: Item, batch: Batch, side: str, rules: Any) -> dict[str, Any] | None:
-    """The span attributes of a committed batch's message (None: no span)."""
+def item_attributes(item: Item, batch: Batch, rules: Any) -> dict[str, Any] | None:
+    """The span attributes of a committed batch's message (None: no span). Only what
+    varies by message: each attribute costs its encoding in every span exported, so what a
+    unit shares (its side, `routing.busy_policy`) is in the resource (`UnitSpans.of`),
+    and a default (not final, streamed, lane order) is left out."""
     found = outcome(item)
     if found is None:
         return None
     what, dest, reason = found
     m = item.m
     attrs: dict[str, Any] = {
-        "messaging.system": "kafka",
-        "messaging.operation.type": "process",
         "messaging.destination.name": m.topic(),
         "messaging.destination.partition.id": str(m.partition()),
         "messaging.kafka.offset": m.offset(),
-        "messaging.batch.message_count": len(batch.items),
-        "router.side": side,
         "router.batch.id": batch.id,
         "router.outcome": what,
-        "router.policy.busy": rules.busy_policy,
     }
     if dest is not None:
         attrs["router.destination"] = dest
+    r, bad = item.routing, item.bad
+    gid = r.guarantee_id if r is not None else bad.guarantee_id if bad else None
     if reason is not None:
         attrs["router.dead_letter.reason"] = reason
-    r = item.routing
-    gid = r.guarantee_id if r is not None else item.bad.guarantee_id if item.bad else None
+        if gid is not None:  # what the bad message does to its group
+            kind = (r.message_type if r else bad.message_type if bad else None) or ""
+            policy = (r.on_poison if r else bad.on_poison if bad else None) or (
+                rules.poison_policy_by_type.get(kind, rules.poison_policy)
+            )
+            attrs["router.policy.on_poison"] = policy
     if gid is not None:
         attrs["router.guarantee_id"] = gid
-        seq = r.seq if r is not None else item.bad.seq if item.bad else None
+        seq = r.seq if r is not None else bad.seq if bad else None
         if seq is not None:
             attrs["router.seq"] = seq
-        if r is not None:
-            attrs["router.final"] = r.final
-            attrs["router.delivery"] = "complete" if r.complete else "stream"
-            attrs["router.order"] = "logical" if r.logical else "lane"
-            kind = r.message_type or ""
-            attrs["router.policy.on_poison"] = r.on_poison or rules.poison_policy_by_type.get(
-                kind, rules.poison_policy
-            )
+        if r is not None and r.final:
+            attrs["router.final"] = True
+        if r is not None and r.complete:
+            attrs["router.delivery"] = "complete"
+        if r is not None and r.logical:
+            attrs["router.order"] = "logical"
     return attrs
 
 
@@ -122,20 +124,26 @@ class UnitSpans:
     def of(
         cls, settings: RouterSettings, spec: SideSpec, role: str, instance: str
     ) -> UnitSpans | None:
-        spans = spans_for(settings.tracing, role, instance)
+        shared = {
+            "messaging.system": "kafka",
+            "router.topology": settings.topology.name,
+            "router.side": spec.side,
+            "router.policy.busy": settings.routing.busy_policy,
+        }
+        spans = spans_for(settings.tracing, role, instance, shared)
         return None if spans is None else cls(spans, settings, spec)
 
     def committed(self, batch: Batch, out: Output) -> int:
         """Record the spans of a batch whose transaction committed; how many."""
         end = time.time_ns()
         start = batch.polled_ns or end
-        side, recorded = self.spec.side, 0
+        recorded, rules = 0, self.rules
         forwards = batch.forwards
         for item in batch.items:
             parent = traced(item.headers)
             if parent is None or not forwards(item):
                 continue  # not traced; or held: replayed, its span comes with its commit
-            attrs = item_attributes(item, batch, side, self.rules)
+            attrs = item_attributes(item, batch, rules)
             if attrs is not None:
                 self.spans.finished(f"route {item.m.topic()}", parent, start, end, attrs)
                 recorded += 1
@@ -153,14 +161,10 @@ class UnitSpans:
         """A message forwarded out of the waiting room (it was parked by an earlier batch:
         the span of that batch says `waiting-room`)."""
         attrs: dict[str, Any] = {
-            "messaging.system": "kafka",
-            "messaging.operation.type": "process",
             "messaging.destination.name": self.room_topic,
-            "router.side": self.spec.side,
             "router.batch.id": batch.id,
             "router.outcome": DRAINED,
             "router.destination": dest,
-            "router.policy.busy": self.rules.busy_policy,
         }
         if timestamp_ms:
             attrs["router.message.age_ms"] = max(end // 1_000_000 - timestamp_ms, 0)

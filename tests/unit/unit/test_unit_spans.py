@@ -3,7 +3,9 @@ committed batch, in the message's trace, naming what became of it."""
 
 from __future__ import annotations
 
-from router.config import RouterSettings
+import pytest
+
+from router.config import RouterSettings, TracingSettings
 from router.contract.headers import BadInput, parse
 from router.table.multicast import FANOUT
 from router.table.room import WAIT
@@ -77,11 +79,38 @@ def test_a_committed_batch_makes_a_span_per_traced_message_in_its_trace() -> Non
     assert span.start_time == 1_000 and span.end_time is not None and span.end_time > 1_000
     attrs = dict(span.attributes or {})
     assert attrs["router.outcome"] == "forwarded" and attrs["router.destination"] == "3"
-    assert attrs["router.batch.id"] == "unit-1:7" and attrs["router.side"] == "send"
+    assert attrs["router.batch.id"] == "unit-1:7"
     assert attrs["router.guarantee_id"] == "g" and attrs["router.seq"] == 0
-    assert attrs["router.policy.busy"] == "wait"
-    assert attrs["router.policy.on_poison"] == "dead-letter"
     assert attrs["messaging.kafka.offset"] == 0
+    assert "router.final" not in attrs and "router.delivery" not in attrs  # the defaults
+
+
+def test_a_dead_letter_names_its_reason_and_its_groups_poison_policy() -> None:
+    memory = MemorySpans()
+    spans = UnitSpans(memory.spans, SETTINGS, side_spec(SETTINGS, "send"))
+    batch = Batch("b", 0, polled_ns=1)
+    lettered = item(0, "3")
+    lettered.bad = bad("undecodable-payload")
+    batch.items = [lettered]
+    assert spans.committed(batch, Output()) == 1
+    (span,) = memory.finished()
+    attrs = dict(span.attributes or {})
+    assert attrs["router.outcome"] == "dead-lettered"
+    assert attrs["router.dead_letter.reason"] == "undecodable-payload"
+    assert attrs["router.policy.on_poison"] == "dead-letter"
+
+
+def test_what_a_unit_shares_is_in_its_resource(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    on = SETTINGS.model_copy(
+        update={"tracing": TracingSettings(enabled=True, otlp_endpoint="http://127.0.0.1:1")}
+    )
+    spans = UnitSpans.of(on, side_spec(on, "receive"), "receive-unit", "host-1")
+    assert spans is not None and spans.spans.provider is not None
+    resource = spans.spans.provider.resource.attributes
+    assert resource["router.side"] == "receive" and resource["router.policy.busy"] == "wait"
+    assert resource["service.name"] == "router-receive-unit"
+    spans.shutdown()
 
 
 def test_a_message_drained_out_of_the_room_gets_a_drain_span() -> None:
