@@ -84,9 +84,10 @@ def fill(
     for i in range(count):
         gid, final, seq = model.next()
         headers = contract.headers_for(gid, final=final, seq=seq if gid else None)
-        if w.traced:  # as a Sender with tracing on sends it: a sampled trace per message
+        if w.traced:  # as a Sender with tracing on sends it: a trace per message
             trace, span = ids.getrandbits(128) or 1, ids.getrandbits(64) or 1
-            headers.append((TRACEPARENT, format_traceparent(trace, span, SAMPLED)))
+            flags = SAMPLED if ids.random() < w.traced else 0
+            headers.append((TRACEPARENT, format_traceparent(trace, span, flags)))
         payload = pool[i % len(pool)]
         while True:
             try:

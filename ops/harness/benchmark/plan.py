@@ -11,8 +11,9 @@ the parts a run can be limited to (`python -m ops.bench --only java`):
     java      the Java stages alone: relay and chained relays, at the key workload
     redis     Redis's cost alone: send and receive unit on 1 KB ordinary and grouped traffic
     ha        send unit against raw relay on a three-broker cluster (ops/harness/benchmark/ha.py)
-    tracing   send and receive unit with tracing off and on, every message traced, spans to a
-              Jaeger of the run's own (ops/harness/benchmark/tracing.py)
+    tracing   send and receive unit with tracing off and on, every message traced, and the send
+              unit with one in ten; spans to a Jaeger of the run's own
+              (ops/harness/benchmark/tracing.py)
     trace     where the latency goes: whole path and chained Java relays traced at the
               latency runs' loads (ops/harness/benchmark/trace.py; not in the full run)
 """

@@ -22,6 +22,8 @@ from ops.harness.benchmark.model import (
     PY_RELAY,
     RECEIVE,
     SEND,
+    TRACED,
+    TRACED_10,
     Results,
     Workload,
 )
@@ -211,8 +213,8 @@ def summary(results: Results) -> list[str]:
                 f"1-process runs; target >= 1.7 where the cores allow; this machine has "
                 f"{os.cpu_count()} cores, shared with the broker and Redis)"
             )
-    for stage in (SEND, RECEIVE):
-        pair = results.tracing_cost(stage)
+    for stage, w in ((SEND, TRACED), (RECEIVE, TRACED), (SEND, TRACED_10)):
+        pair = results.tracing_cost(stage, w)
         if pair:
             off, on = pair
             out.append(

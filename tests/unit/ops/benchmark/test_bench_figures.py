@@ -20,6 +20,7 @@ from ops.harness.benchmark.model import (
     RECEIVE,
     SEND,
     TRACED,
+    TRACED_10,
     TRACING_OFF,
     TRACING_ON,
     UNSATURATED,
@@ -240,8 +241,9 @@ def test_tracing_off_and_on_side_by_side_give_the_cost_of_tracing() -> None:
         Throughput(SEND + TRACING_OFF, TRACED, 1, 10_000, 1.0, 2.0),
         Throughput(SEND + TRACING_ON, TRACED, 1, 8_000, 1.0, 2.4),
     ]
-    off, on = results.tracing_cost(SEND) or (None, None)
-    assert off is not None and on is not None and results.tracing_cost(RECEIVE) is None
+    off, on = results.tracing_cost(SEND, TRACED) or (None, None)
+    assert off is not None and on is not None and results.tracing_cost(RECEIVE, TRACED) is None
+    assert TRACED_10.label.endswith("10% traced") and TRACED_10.slug.endswith("-traced10")
     line = next(x for x in summary(results) if "tracing on / off" in x)
     assert "throughput 0.80 (8,000 vs 10,000 msg/s)" in line
     assert "CPU per message 1.50 (300.0 vs 200.0 CPU s/M)" in line
