@@ -28,13 +28,13 @@ say() { printf '[jaeger] %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 
 build() {
-  command -v go >/dev/null 2>&1 || die "no Go toolchain (go) to build jaeger with"
+  command -v go >/dev/null 2>&1 || { echo "no Go toolchain (go) to build jaeger with"; return 1; }
   # The module as the main module, so that its go.mod's replace directives apply (a
   # `go install module/cmd@version` refuses a module that has them).
   local dir
   dir="$(GOFLAGS=-mod=mod go mod download -json "$MODULE@$JAEGER_VERSION" |
     sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')" || return 1
-  [ -n "$dir" ] && [ -d "$dir/cmd/jaeger" ] || return 1
+  [ -n "$dir" ] && [ -d "$dir/cmd/jaeger" ] || { echo "$MODULE@$JAEGER_VERSION: no cmd/jaeger"; return 1; }
   say "building $MODULE/cmd/jaeger@$JAEGER_VERSION (once; cached in $DEST; minutes)"
   (cd "$dir" && go build -o "$BIN.tmp" ./cmd/jaeger) && mv "$BIN.tmp" "$BIN"
 }
