@@ -78,9 +78,7 @@ start() {
   REGISTRY_DATASOURCE_URL="jdbc:h2:file:$STATE/db/registry;DB_CLOSE_ON_EXIT=FALSE" \
     setsid java "-Xmx$HEAP" -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
     -Dquarkus.http.host="$HOST" -Dquarkus.http.port="$PORT" \
-    -Dquarkus.datasource.jdbc.min-size=1 -Dquarkus.datasource.jdbc.initial-size=1 \
-    -Dquarkus.datasource.jdbc.max-size=8 \
-    -jar "$DIST/registry-runner.jar" >"$LOG" 2>&1 </dev/null &
+    -jar "$DIST/registry-runner.jar" >>"$LOG" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
   local deadline=$((SECONDS + START_TIMEOUT))
   until answers; do
