@@ -13,6 +13,7 @@ from router.config import (
     MetricsSettings,
     PrioritySettings,
     RedisSettings,
+    RegistrySettings,
     RoutingSettings,
     SweeperSettings,
     UnitSettings,
@@ -73,6 +74,7 @@ def test_every_setting_is_documented_in_configuration() -> None:
         "redis": RedisSettings,
         "metrics": MetricsSettings,
         "priority": PrioritySettings,
+        "registry": RegistrySettings,
     }
     missing = [
         f"{section}.{key}"
