@@ -4,7 +4,7 @@ takes registry-framed payloads; the send unit routes a good one and dead-letters
 reason, one whose ID is unknown, whose ID belongs to another subject, whose body does not
 decode or that is not framed; the registry away, a payload waits (the unit backs off) and
 is delivered once the registry is back, never dead-lettered. The router's events are
-written registry-framed and decode by their IDs; the Sender and the reader use the serde.
+written registry-framed and decode by their IDs; the Sender and the Receiver use the serde.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from router.backends.registry.client import RegistryClient, RegistryError, Regis
 from router.backends.registry.serde import Serde
 from router.config.registry import RegistrySettings
 from router.contract import events, schemas
+from router.receiver import Receiver
+from router.receiver.received import Received
 from router.sender import Sender
 from tests.fixtures.factories import PipelineFactory
 from tests.fixtures.helpers import unique, wait_until
@@ -191,7 +193,19 @@ def test_framed_payloads_are_checked_against_their_subject_and_wait_out_a_regist
     assert all(code == 0 for code in p.exit_codes.values()), p.exit_codes
     held = read_to_end(s.kafka, {queue: TopicPartition(queue, 0), dlq: TopicPartition(dlq, 0)})
 
-    delivered = {m.key(): serde.decode(m.value(), subject) for m in held[queue]}
+    got: list[Received] = []
+    conf = {"bootstrap.servers": s.kafka.bootstrap_servers, "group.id": unique("app")}
+    with Receiver(conf, s.topology.name) as receiver:
+
+        def both() -> bool:
+            for m in receiver.consume(10, timeout=0.5):
+                receiver.done(m)
+                got.append(m)
+            return len(got) >= 2
+
+        wait_until(both, 30, "the Receiver handing out both payloads")
+    assert [m.key for m in got] == [m.key() for m in held[queue]]  # nothing else, in order
+    delivered = {m.key: serde.decode(m.value or b"", subject) for m in got}
     assert delivered == {
         b"good": {"id": "o-1", "qty": 3},
         b"late": {"id": "o-2", "qty": 1, "note": "late"},
