@@ -1,4 +1,4 @@
-"""The classify step (pure): consumed messages -> a batch of items with bad input marked.
+"""The classify step: consumed messages -> a batch of items with bad input marked.
 
 Reads each message's routing headers once (`router.contract`), checks the limits a
 destination enforces and, on the send side, that payloads of typed messages decode with
@@ -6,8 +6,9 @@ their Avro schema, or, for types that name a registry subject, that the framed p
 schema ID is a version of that subject and its body decodes. A bad message keeps what is
 known of its group, so that the route step can keep the group whole and its poison policy
 can apply. Nothing here talks to a server but the Schema Registry, for an ID not yet in its
-client's cache; the registry away fails the batch (`batch.failure`: rewound, retried after
-the unit's back-off), so a payload is never dead-lettered for a reason that is not its own.
+client's cache; the registry away, or refusing the unit (say, its credentials), fails the
+batch (`batch.failure`: rewound, retried after the unit's back-off), so a payload is never
+dead-lettered for a reason that is not its own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from confluent_kafka import Message
 
 from router import contract
 from router.backends.registry import framing
-from router.backends.registry.client import RegistryClient, RegistryUnavailable, SchemaNotFound
+from router.backends.registry.client import (
+    RegistryClient,
+    RegistryError,
+    RegistryUnavailable,
+    SchemaNotFound,
+)
 from router.config.settings import RouterSettings
 from router.contract import lifetime, multicast, priority, schemas, segments
 from router.contract.headers import CONTROL, BadInput
@@ -155,7 +161,7 @@ class Classifier:
                 if check is not None:
                     try:
                         check(value or b"")
-                    except RegistryUnavailable as exc:
+                    except (RegistryUnavailable, RegistryError) as exc:  # not the payload's fault
                         batch.failure = f"Schema Registry unavailable, nothing forwarded: {exc}"
                         for rest in messages[i + 1 :]:
                             batch.track(rest)  # rewound with the batch
