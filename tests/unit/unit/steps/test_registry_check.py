@@ -11,7 +11,10 @@ import pytest
 
 from router.backends.registry import framing
 from router.backends.registry.client import RegistryUnavailable, SchemaNotFound
-from router.unit.steps.classify import registry_check
+from router.config import load_settings
+from router.unit.steps.batch import Batch
+from router.unit.steps.classify import Classifier, registry_check
+from tests.fixtures.fakes import FakeMessage
 
 ORDER = json.dumps(
     {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}
@@ -65,3 +68,40 @@ def test_each_fault_of_the_payload_has_its_reason(value: bytes, reason: str) -> 
 def test_a_registry_away_is_not_the_payloads_fault() -> None:
     with pytest.raises(RegistryUnavailable):
         check(GOOD, Answers({}, away=True))
+
+
+def classify_with(registry: Answers, messages: list[FakeMessage]) -> Batch:
+    settings = load_settings(
+        registry={"url": "http://registry.invalid"},
+        routing={"ttl_by_type": {"order": 60_000}, "subject_by_type": {"order": "orders-value"}},
+    )
+    batch = Batch("b", 0)
+    classifier = Classifier(settings, "send", {}, registry)  # type: ignore[arg-type]
+    classifier.classify(batch, messages)  # type: ignore[arg-type]
+    return batch
+
+
+def typed(partition: int, offset: int, value: bytes) -> FakeMessage:
+    return FakeMessage("q", partition, offset, value, None, [("message-type", b"order")])
+
+
+def test_the_send_unit_dead_letters_each_fault_with_its_reason_code() -> None:
+    values = [GOOD, GOOD[5:], framing.frame(9, GOOD[5:]), framing.frame(2, GOOD[5:])]
+    values.append(framing.frame(1, b"\x08o-"))
+    batch = classify_with(REGISTRY, [typed(0, i, v) for i, v in enumerate(values)])
+    assert batch.failure is None
+    assert [i.bad.code if i.bad else None for i in batch.items] == [
+        None,
+        "unframed-payload",
+        "unknown-schema-id",
+        "wrong-subject",
+        "undecodable-payload",
+    ]
+
+
+def test_the_registry_away_fails_the_batch_and_every_partition_rewinds_to_its_first() -> None:
+    messages = [typed(0, 5, GOOD), typed(1, 7, GOOD), typed(0, 6, GOOD), typed(2, 3, b"x")]
+    batch = classify_with(Answers({}, away=True), messages)
+    assert batch.failure is not None and "Schema Registry unavailable" in batch.failure
+    # the first message failed: the others were tracked all the same, so a rewind covers them
+    assert batch.first == {("q", 0): 5, ("q", 1): 7, ("q", 2): 3}
