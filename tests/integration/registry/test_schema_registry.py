@@ -130,7 +130,7 @@ def test_framed_payloads_are_checked_against_their_subject_and_wait_out_a_regist
         PipelineSpec(
             send_units=1,
             receive_units=1,
-            sweepers=0,
+            sweepers=1,  # it registers the event schemas at start too
             transfer_partitions=1,
             receive_queues=1,
             send_queues=1,
