@@ -23,6 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from router.config.registry import RegistrySettings
 from router.config.servers import (
     SECRET_CLIENT_KEYS,
     KafkaSettings,
@@ -41,6 +42,7 @@ __all__ = [
     "MetricsSettings",
     "PrioritySettings",
     "RedisSettings",
+    "RegistrySettings",
     "RouterSettings",
     "RoutingSettings",
     "SweeperSettings",
@@ -167,6 +169,10 @@ class RoutingSettings(_Section):
     # Message types whose payload must decode with an Avro schema from schemas/ (its full
     # name); checked by the send units, so undecodable payloads never enter the path.
     schema_by_type: dict[str, str] = Field(default_factory=dict)
+    # Message types whose payload is registry-framed (magic byte, schema ID, Avro body): the
+    # ID's schema must be a version of this registry subject (registry.url) and the body
+    # must decode with it; checked by the send units like schema_by_type.
+    subject_by_type: dict[str, str] = Field(default_factory=dict)
     # Whole-group delivery for groups that do not say (header "guarantee-delivery"), by
     # message type, else the default: "complete" stages a group in the waiting room until
     # its final and then writes it whole to one destination (needs busy_policy "wait");
@@ -204,6 +210,9 @@ class RoutingSettings(_Section):
         for kind, ttl in {"(default)": self.default_ttl_ms, **self.ttl_by_type}.items():
             if not self.min_ttl_ms <= ttl <= self.max_ttl_ms:
                 raise ConfigError(f"TTL of message type {kind} ({ttl} ms) is outside the bounds")
+        both = sorted(set(self.schema_by_type) & set(self.subject_by_type))
+        if both:
+            raise ConfigError(f"schema_by_type and subject_by_type both name {both}: one each")
         unknown = sorted(set(self.delivery_by_type) - set(self.ttl_by_type))
         if unknown:
             raise ConfigError(f"delivery_by_type names message types not in ttl_by_type: {unknown}")
@@ -307,6 +316,13 @@ class RouterSettings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     priority: PrioritySettings = Field(default_factory=PrioritySettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+    registry: RegistrySettings = Field(default_factory=RegistrySettings)
+
+    @model_validator(mode="after")
+    def _registry_for_subjects(self) -> RouterSettings:
+        if self.routing.subject_by_type and self.registry.url is None:
+            raise ConfigError("routing.subject_by_type needs registry.url (a Schema Registry)")
+        return self
 
     @classmethod
     def settings_customise_sources(

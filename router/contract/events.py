@@ -1,10 +1,13 @@
-"""The router's own events, as Avro records (schemas in `schemas/router/`)."""
+"""The router's own events, as Avro records (schemas in `schemas/router/`): schemaless, or,
+once `use_registry` registered their schemas (registry.frame_events), registry-framed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from router.backends.registry import framing
+from router.backends.registry.client import RegistryClient
 from router.contract import schemas
 from router.contract.headers import BadInput
 
@@ -19,6 +22,38 @@ EXPIRED_MESSAGE = "router.events.ExpiredMessage"
 HOPS = {"send": "SEND_UNIT", "receive": "RECEIVE_UNIT", "receiver": "RECEIVER"}
 
 SIDES = {"send": "SEND", "receive": "RECEIVE", "receiver": "RECEIVER"}  # receiver: the library
+EVENTS = (
+    ABANDONED_GROUP, DEAD_LETTER, GROUP_STOPPED, TABLE_RESET, GROUP_WAIT_TIMED_OUT,
+    GROUP_STAGING_ABORTED, SEQUENCE_GAP, EXPIRED_MESSAGE,
+)  # fmt: skip
+
+# Event schema name -> its registry ID: set once per process at start (`use_registry`).
+_registry_ids: dict[str, int] = {}
+
+
+def use_registry(client: RegistryClient) -> dict[str, int]:
+    """Register every event schema under its full name (record name strategy, subject to
+    the registry's compatibility rules) and write events framed with their IDs from now on,
+    in this process. RegistryUnavailable if the registry cannot be reached."""
+    ids = {}
+    for name in EVENTS:  # looked up first: writes are rare, and may collide with other units'
+        text = schemas.json_schema(name)
+        found = client.lookup(name, text)
+        ids[name] = found if found is not None else client.register(name, text)
+    frame_with(ids)
+    return ids
+
+
+def frame_with(ids: Mapping[str, int]) -> None:
+    """Frame the events named in `ids` with these registry IDs (empty: none framed)."""
+    _registry_ids.clear()
+    _registry_ids.update(ids)
+
+
+def _encode(name: str, record: dict[str, Any]) -> bytes:
+    body = schemas.encode(name, record)
+    schema_id = _registry_ids.get(name)
+    return body if schema_id is None else framing.frame(schema_id, body)
 
 
 def abandoned_group(
@@ -36,7 +71,7 @@ def abandoned_group(
 ) -> bytes:
     """A group the sweeper removed from a table (`router.sweeper.loop`): where it was, since when,
     and whether its final had been routed or the group had been stopped."""
-    return schemas.encode(
+    return _encode(
         ABANDONED_GROUP,
         {
             "guarantee_id": gid,
@@ -65,7 +100,7 @@ def group_stopped(
     offset: int,
     now_ms: int,
 ) -> bytes:
-    return schemas.encode(
+    return _encode(
         GROUP_STOPPED,
         {
             "guarantee_id": gid,
@@ -85,7 +120,7 @@ def group_stopped(
 def table_reset(
     *, side: str, topology: str, previous: str, epoch: str, unit: str, now_ms: int
 ) -> bytes:
-    return schemas.encode(
+    return _encode(
         TABLE_RESET,
         {
             "side": SIDES[side],
@@ -112,7 +147,7 @@ def group_wait_timed_out(
     still `waiting` (routing.wait_timeout_policy "report": reported once, it keeps its
     place in the room)."""
     outcome = "WAITING" if waiting else "DEAD_LETTERED" if destination is None else "SHARED"
-    return schemas.encode(
+    return _encode(
         GROUP_WAIT_TIMED_OUT,
         {
             "guarantee_id": gid,
@@ -139,7 +174,7 @@ def group_staging_aborted(
     offset: int,
     now_ms: int,
 ) -> bytes:
-    return schemas.encode(
+    return _encode(
         GROUP_STAGING_ABORTED,
         {
             "guarantee_id": gid,
@@ -169,7 +204,7 @@ def sequence_gap(
     outcome: str,
     now_ms: int,
 ) -> bytes:
-    return schemas.encode(
+    return _encode(
         SEQUENCE_GAP,
         {
             "guarantee_id": gid,
@@ -223,7 +258,7 @@ def dead_letter(
         "headers": [{"key": k, "value": v} for k, v in (headers or [])],
         "dead_lettered_at": now_ms,
     }
-    return schemas.encode(DEAD_LETTER, record)
+    return _encode(DEAD_LETTER, record)
 
 
 def expired_message(
@@ -264,4 +299,4 @@ def expired_message(
         "value_size": len(value) if value is not None else 0,
         "headers": [{"key": k, "value": v} for k, v in (headers or [])],
     }
-    return schemas.encode(EXPIRED_MESSAGE, record)
+    return _encode(EXPIRED_MESSAGE, record)

@@ -37,6 +37,7 @@ from router.backends.kafka import clients
 from router.backends.kafka.offsets import CommittedOffsets
 from router.backends.redis import client as redisclient
 from router.config.settings import RouterSettings
+from router.contract.registered import frame_events_at_start
 from router.metrics.exporter import Exporter
 from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
 from router.security import kafka as kafkaauth
@@ -114,6 +115,8 @@ class Sweeper:
         # RedisRefused, KafkaRefused: retrying cannot help
         check_access(self._redis, self.settings)
         kafkaauth.check_access(self.settings, "sweeper")
+        if not frame_events_at_start(self.settings.registry, self._stop, "sweeper"):
+            return 0
         # What senders held back before this process started is unknown: as after an outage.
         self.horizons.after_outage()
         self.exporter.start()

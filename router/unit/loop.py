@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from router.backends.kafka import clients
 from router.backends.redis import client as redisclient
 from router.config.settings import RouterSettings
+from router.contract.registered import frame_events_at_start
 from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
 from router.security import kafka as kafkaauth
 from router.security.redis import RedisRefused, check_access
@@ -144,6 +145,8 @@ class TransferUnit:
             kafkaauth.check_access(self.settings, self.role)
         except (RedisRefused, kafkaauth.KafkaRefused) as exc:
             raise FatalUnitError(str(exc)) from exc
+        if not frame_events_at_start(self.settings.registry, self._stop, self.role):
+            return 0
         while not self.session.start():
             if self._stop.is_set():
                 return 0

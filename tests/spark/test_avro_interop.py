@@ -1,5 +1,6 @@
 """Python (fastavro) and Spark (from_avro/to_avro) read each other's Avro records, and
-write byte-identical ones, for every payload schema of the Spark demo domain."""
+write byte-identical ones, for every payload schema of the Spark demo domain; registry-framed
+too."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
+from router.backends.registry import framing
 from router.contract import schemas
 from spark_jobs import domain
+from spark_jobs.registry import (
+    registry_body,
+    registry_frame,
+    registry_framed,
+    registry_schema_id,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -107,3 +115,27 @@ def test_python_and_spark_write_identical_bytes_and_read_each_other(spark: Any, 
         from_avro("v", avro, {"mode": "FAILFAST"}).alias("r")
     )
     assert [_normalise(row.r.asDict()) for row in read.collect()] == records
+
+
+def test_spark_frames_and_unframes_registry_payloads_as_the_python_side_does(spark: Any) -> None:
+    """Spark's registry framing (spark_jobs.registry) around to_avro/from_avro writes the
+    bytes `router.backends.registry.framing` writes (fastavro), and reads them back by ID."""
+    name, schema_id = domain.STOCK, 70_000  # an ID above 0xFFFF: all four bytes count
+    avro = domain.avro_json(name)
+    records = SAMPLES[name]
+    python_bytes = [framing.encode(framing.parse(avro), schema_id, r) for r in records]
+    columns = [f.split()[0] for f in SPARK_TYPES[name].split(", ")]
+    df = spark.createDataFrame([tuple(r[c] for c in columns) for r in records], SPARK_TYPES[name])
+    framed = df.select(registry_frame(to_avro(F.struct(*columns), avro), schema_id).alias("v"))
+    assert [bytes(row.v) for row in framed.collect()] == python_bytes
+
+    mixed = spark.createDataFrame(
+        [(b,) for b in python_bytes] + [(b"\x01not framed",), (b"\x00\x00",)], "v BINARY"
+    )
+    read = mixed.where(registry_framed("v")).select(
+        registry_schema_id("v").alias("id"),
+        from_avro(registry_body("v"), avro, {"mode": "FAILFAST"}).alias("r"),
+    )
+    rows = read.collect()
+    assert [row.id for row in rows] == [schema_id] * len(records)
+    assert [_normalise(row.r.asDict()) for row in rows] == records

@@ -1,9 +1,14 @@
-"""The classify step (pure): consumed messages -> a batch of items with bad input marked.
+"""The classify step: consumed messages -> a batch of items with bad input marked.
 
 Reads each message's routing headers once (`router.contract`), checks the limits a
 destination enforces and, on the send side, that payloads of typed messages decode with
-their Avro schema. A bad message keeps what is known of its group, so that the route step
-can keep the group whole and its poison policy can apply. Nothing here talks to a server.
+their Avro schema, or, for types that name a registry subject, that the framed payload's
+schema ID is a version of that subject and its body decodes. A bad message keeps what is
+known of its group, so that the route step can keep the group whole and its poison policy
+can apply. Nothing here talks to a server but the Schema Registry, for an ID not yet in its
+client's cache; the registry away, or refusing the unit (say, its credentials), fails the
+batch (`batch.failure`: rewound, retried after the unit's back-off), so a payload is never
+dead-lettered for a reason that is not its own.
 """
 
 from __future__ import annotations
@@ -15,6 +20,13 @@ from functools import partial
 from confluent_kafka import Message
 
 from router import contract
+from router.backends.registry import framing
+from router.backends.registry.client import (
+    RegistryClient,
+    RegistryError,
+    RegistryUnavailable,
+    SchemaNotFound,
+)
 from router.config.settings import RouterSettings
 from router.contract import lifetime, multicast, priority, schemas, segments
 from router.contract.headers import CONTROL, BadInput
@@ -22,13 +34,38 @@ from router.table.store.management import Side
 from router.unit.steps.batch import Batch, Item
 
 
-def payload_validators(settings: RouterSettings) -> dict[str, Callable[[bytes], None]]:
-    """Message type -> a check that the payload decodes with the type's Avro schema."""
+def payload_validators(
+    settings: RouterSettings, registry: RegistryClient | None = None
+) -> dict[str, Callable[[bytes], None]]:
+    """Message type -> a check that the payload decodes with the type's Avro schema, or is
+    registry-framed with a version of the type's subject (`registry_check`)."""
     out: dict[str, Callable[[bytes], None]] = {}
     for message_type, name in settings.routing.schema_by_type.items():
         schemas.load(name)  # fails at start-up if the schema is missing
         out[message_type] = partial(schemas.validate, name)
+    if settings.routing.subject_by_type:
+        client = registry or RegistryClient(settings.registry)
+        for message_type, subject in settings.routing.subject_by_type.items():
+            out[message_type] = partial(registry_check, client, subject)
     return out
+
+
+def registry_check(client: RegistryClient, subject: str, value: bytes) -> None:
+    """BadFrame (its `reason`: unframed, unknown-id, wrong-subject, undecodable) unless
+    `value` is framed with the ID of a version of `subject` and its body decodes with it.
+    RegistryUnavailable if the registry cannot say."""
+    schema_id, body = framing.unframe(value)
+    try:
+        schema = client.parsed(schema_id)
+    except SchemaNotFound:
+        raise framing.BadFrame(
+            "unknown-id", f"schema ID {schema_id} is not in the registry"
+        ) from None
+    if not client.in_subject(schema_id, subject):
+        raise framing.BadFrame(
+            "wrong-subject", f"schema ID {schema_id} is not a version of subject {subject!r}"
+        )
+    framing.decode_body(schema, body)
 
 
 class Classifier:
@@ -37,11 +74,12 @@ class Classifier:
         settings: RouterSettings,
         side: Side,
         rejected: dict[tuple[str, int, int], str] | None = None,
+        registry: RegistryClient | None = None,
     ) -> None:
         self.rules = settings.routing
         self.max_record = settings.kafka.max_message_bytes
         # Payloads are checked where they enter the path: on the send side.
-        self.validators = payload_validators(settings) if side == "send" else {}
+        self.validators = payload_validators(settings, registry) if side == "send" else {}
         self.side = side
         self.queues = tuple(settings.topology.receive_queues)  # multicast's targets
         self.hop = f"{side} unit"
@@ -56,7 +94,7 @@ class Classifier:
         rejected = self.rejected
         items = batch.items
         now_ms = self.clock_ms()
-        for m in messages:
+        for i, m in enumerate(messages):
             tp = batch.track(m)
             try:
                 headers = contract.read_headers(m)
@@ -123,6 +161,20 @@ class Classifier:
                 if check is not None:
                     try:
                         check(value or b"")
+                    except (RegistryUnavailable, RegistryError) as exc:  # not the payload's fault
+                        batch.failure = f"Schema Registry unavailable, nothing forwarded: {exc}"
+                        for rest in messages[i + 1 :]:
+                            batch.track(rest)  # rewound with the batch
+                        return
+                    except framing.BadFrame as exc:
+                        detail = exc.detail[:500]
+                        if exc.reason == "unknown-id":
+                            raise r.bad("unknown-schema-id", detail) from None
+                        if exc.reason == "wrong-subject":
+                            raise r.bad("wrong-subject", detail) from None
+                        if exc.reason == "unframed":
+                            raise r.bad("unframed-payload", detail) from None
+                        raise r.bad("undecodable-payload", detail) from None
                     except Exception as exc:
                         schema = rules.schema_by_type[r.message_type or ""]
                         detail = f"payload is not a {schema}: {exc}"

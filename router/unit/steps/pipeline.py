@@ -81,7 +81,7 @@ class RoutingSteps:
         if self.room is not None:
             messages = self.room.take(messages)  # room records are drained, not routed
         self.classifier.classify(batch, messages)
-        if self.bands is not None and self.bands.table is not None:  # the send side
+        if batch.failure is None and self.bands is not None and self.bands.table is not None:
             self.bands.assign(batch)
         if batch.items and batch.failure is None:
             self.route.route(batch)

@@ -13,6 +13,7 @@ from router.config import (
     MetricsSettings,
     PrioritySettings,
     RedisSettings,
+    RegistrySettings,
     RoutingSettings,
     SweeperSettings,
     TracingSettings,
@@ -75,6 +76,7 @@ def test_every_setting_is_documented_in_configuration() -> None:
         "metrics": MetricsSettings,
         "priority": PrioritySettings,
         "tracing": TracingSettings,
+        "registry": RegistrySettings,
     }
     missing = [
         f"{section}.{key}"
