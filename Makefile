@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: jaeger dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
+.PHONY: jaeger jaeger-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,8 +73,11 @@ fmt: venv ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv $(JARS) jaeger lint ## Everything from a fresh clone: venv, jars, Jaeger, lint, stack, the whole suite
+test: jaeger-background venv $(JARS) lint ## Everything from a fresh clone: venv, jars, Jaeger (built beside the rest), lint, stack, the whole suite
 	$(BIN)/pytest
+
+jaeger-background: ## Start building Jaeger in the background at low priority unless built (make test does, first: the build runs beside the set-up and the suite, and the tracing test waits for it)
+	@ops/jaeger.sh background
 
 jaeger: ## Build Jaeger (the tracing test's backend) with Go from the Go module proxy, once (cached in .cache/); never fails: without it the tracing test skips, saying why
 	@ops/jaeger.sh ensure >/dev/null || echo "jaeger: not built (above); the tracing test will skip"

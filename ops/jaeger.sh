@@ -9,6 +9,11 @@
 #                          takes minutes (Go's module and build caches make later ones quick);
 #                          its log is build.log beside the binary. A failed build is not
 #                          tried again for an hour (remove failed beside it to retry now).
+#   ops/jaeger.sh background
+#                          start `ensure` in the background at low priority (nice) unless the
+#                          binary is built or JAEGER_BIN is set, and return at once: `make test`
+#                          does this first, so that the build runs beside the set-up and the
+#                          suite; the tracing test's `ensure` waits for it (the build's lock).
 #   ops/jaeger.sh config OTLP_HTTP_PORT QUERY_HTTP_PORT QUERY_GRPC_PORT
 #                          print a configuration: OTLP/HTTP in, in-memory storage, the query
 #                          API (/api/traces/<id>), all on 127.0.0.1 at the given ports, nothing
@@ -108,9 +113,17 @@ exporters:
 EOF
 }
 
+background() {
+  [ -n "${JAEGER_BIN:-}" ] || [ -x "$BIN" ] && return 0
+  mkdir -p "$DEST"
+  say "building in the background (log $DEST/build.log); the tracing test waits for it"
+  nohup nice -n 15 "$0" ensure >"$DEST/background.log" 2>&1 </dev/null &
+}
+
 case "${1:-}" in
   ensure) ensure ;;
+  background) background ;;
   config) [ $# -eq 4 ] || die "usage: ops/jaeger.sh config OTLP_HTTP_PORT QUERY_HTTP_PORT QUERY_GRPC_PORT"
           config "$2" "$3" "$4" ;;
-  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac
