@@ -22,19 +22,23 @@ class Lifecycle(TableState):
         finals: Iterable[tuple[str, str]],
         drains: Iterable[tuple[str, int] | tuple[str, int, int]] = (),
     ) -> int:
-        """After a batch's commit: end its in-flight and park leases, release its finals,
-        free the destinations of the groups it stopped (token STOPPED), open (or release)
-        the admitted groups it drained ((gid, parks seen), `router.table.room.drained`), and
-        admit waiting groups to the destinations that became clean."""
+        """After a batch's commit: end its in-flight leases, release its finals, free the
+        destinations of the groups it stopped (token STOPPED), open (or release) the
+        admitted groups it drained ((gid, parks seen), `router.table.room.drained`) unless
+        it parked into them too, end its park leases, and admit waiting groups to the
+        destinations that became clean."""
         for d in dests:
             self.inflight.pop((d, batch), None)
-        for key in [k for k in self.park_leases if k[1] == batch]:
-            del self.park_leases[key]
         drains = list(drains)
         reached = {gid: n[0] for gid, _, *n in drains if n}
         released = self.release(finals, reached)
+        # The batch's own park leases still count for its drains: a replayed park (its
+        # first batch aborted) is not counted again, and only its lease shows that a record
+        # of the group came after the drain's check (tests/integration/table/test_replayed_parks.py).
         for gid, parks_seen, *next_seq in drains:
             room.drained(self, gid, parks_seen, *next_seq)
+        for key in [k for k in self.park_leases if k[1] == batch]:
+            del self.park_leases[key]
         room.admit(self)
         return released
 

@@ -247,7 +247,7 @@ def expire(t: TableState, now_ms: int) -> tuple[int, list[str]]:
 
 
 def drained(t: TableState, gid: str, parks_seen: int, next_seq: int = -1) -> str:
-    """After a drain batch of the group committed (and the batch's park leases ended):
+    """After a drain batch of the group committed (its own park leases still held):
     the group's state afterwards. It opens (a pseudo-group is released) only if no park
     of it is in flight and none was routed since the drainer read the room's end offsets
     (`parks_seen`); otherwise it stays admitted and the drain goes on. A group in logical

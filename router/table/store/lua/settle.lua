@@ -1,5 +1,7 @@
--- Settle after a Kafka commit: end a batch's in-flight and park leases, release finished
--- groups, open (or release) the admitted groups a drain forwarded, admit waiting groups.
+-- Settle after a Kafka commit: end a batch's in-flight leases, release finished groups,
+-- open (or release) the admitted groups a drain forwarded that nothing was parked into
+-- since (the batch's own park leases still count for that), end the batch's park leases,
+-- admit waiting groups.
 --
 -- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 stats  6 inflight  7 cursor  8 room
 --       9 parks  10 admitted  11 done  12 done_at (route.lua: finished groups in logical
@@ -33,11 +35,6 @@ end
 for _ = 1, count() do
   redis.call('ZREM', K_INFLIGHT, ARGV[i] .. '|' .. batch)
   i = i + 1
-end
-if batch ~= '' then
-  for _, m in ipairs(redis.call('ZRANGE', K_PARKS, 0, -1)) do
-    if string.match(m, '^([^|]*)|') == batch then redis.call('ZREM', K_PARKS, m) end
-  end
 end
 -- The drains' next numbers, read ahead: a group in logical order released by this batch
 -- is remembered as finished with the number its drain reached.
@@ -126,6 +123,14 @@ for _, drain in ipairs(drains) do
         end
       end
     end
+  end
+end
+-- The batch's own park leases end only now: a drain this batch settles does not open (or
+-- release) a group this same batch parked into. A replayed park (its first batch aborted)
+-- is not counted again, so only its lease shows that a record came after the drain's check.
+if batch ~= '' then
+  for _, m in ipairs(redis.call('ZRANGE', K_PARKS, 0, -1)) do
+    if string.match(m, '^([^|]*)|') == batch then redis.call('ZREM', K_PARKS, m) end
   end
 end
 if #dests > 0 then
