@@ -33,8 +33,8 @@ class Lifecycle(TableState):
         reached = {gid: n[0] for gid, _, *n in drains if n}
         released = self.release(finals, reached)
         # The batch's own park leases still count for its drains: a replayed park (its
-        # first batch aborted) is not counted again, and only its lease shows that a record
-        # of the group came after the drain's check (tests/integration/table/test_replayed_parks.py).
+        # first batch aborted) is not counted again, and only its lease shows that a
+        # record of the group came after the drain's check (test_replayed_parks).
         for gid, parks_seen, *next_seq in drains:
             room.drained(self, gid, parks_seen, *next_seq)
         for key in [k for k in self.park_leases if k[1] == batch]:
