@@ -14,8 +14,9 @@ Found so far (2026-11-28, 5 runs): the time-out guard held in every run (a unit'
 AddOffsetsToTxn or a produce timed out, the session went BROKEN, the producer was replaced
 and every partition resumed from its committed offsets; nothing duplicated or reordered,
 no late record of the old epoch). 3 runs passed; 2 failed on 2 and 8 dead letters
-(`group-entry-missing`, `room-late`) of the overlapped-drain defect that
-test_overlapped_room.py reproduces without any fault (once before the pause began)."""
+(`group-entry-missing`, `room-late`) of a drain defect that test_overlapped_room.py
+reproduces without any fault (once before the pause began), fixed since (the drain's end
+offsets are the high watermarks)."""
 
 from __future__ import annotations
 
