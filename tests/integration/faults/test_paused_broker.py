@@ -10,13 +10,14 @@ Judged from the transfer topic and the receive queues (read_committed): nothing 
 duplicated, reordered or split, no interleaving under the default policy `wait`, every
 process exits 0, no table entry left behind once every group ended.
 
-Found so far (2026-11-28, 5 runs): the time-out guard held in every run (a unit's
+Found so far (2026-11-28, 6 runs): the time-out guard held in every run (a unit's
 AddOffsetsToTxn or a produce timed out, the session went BROKEN, the producer was replaced
-and every partition resumed from its committed offsets; nothing duplicated or reordered,
-no late record of the old epoch). 3 runs passed; 2 failed on 2 and 8 dead letters
-(`group-entry-missing`, `room-late`) of a drain defect that test_overlapped_room.py
-reproduces without any fault (once before the pause began), fixed since (the drain's end
-offsets are the high watermarks)."""
+and every partition resumed from its committed offsets; in the sixth also a commit that
+succeeded on its retry (the producer swapped at the next begin) and a call abandoned at
+its deadline; nothing duplicated or reordered, no late record of the old epoch). 4 runs
+passed; 2 failed on 2 and 8 dead letters (`group-entry-missing`, `room-late`) of a drain
+defect that test_overlapped_room.py reproduces without any fault (once before the pause
+began), fixed since (the drain's end offsets are the high watermarks)."""
 
 from __future__ import annotations
 
