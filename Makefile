@@ -97,7 +97,7 @@ test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Red
 test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster (own servers, ~5 min)
 	ROUTER_TEST_HA=1 $(BIN)/pytest tests/integration/ha
 
-test-faults: venv $(JARS) ## Fault kinds with open defects (issue 32): unit processes frozen past their session, then resumed (~1 min a run)
+test-faults: venv $(JARS) ## Fault kinds with open defects (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min)
 	ROUTER_TEST_FAULTS=1 $(BIN)/pytest tests/integration/faults -s
 
 test-sentinel: venv $(JARS) ## Redis failover tests: a primary SIGKILLed under a few thousand messages, and the cost of waiting for replicas (own servers, ~8 min)

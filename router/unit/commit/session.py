@@ -146,8 +146,11 @@ class TransactionalSession:
         self.failure = str(err)
         # Fatal: e.g. fenced after the coordinator aborted a transaction that outlived
         # transaction_timeout_ms (a long broker outage), or a call that never returned.
-        # Timed out: a request of this epoch may still land in the next transaction.
-        self._to(S.BROKEN if err.fatal() or timed_out(err) else S.FAILED)
+        # Timed out: a request of this epoch may still land in the next transaction; so
+        # may one that timed out earlier in this transaction (`suspect`: a commit's first
+        # EndTxn, whose retry then failed otherwise).
+        broken = err.fatal() or timed_out(err) or self.suspect is not None
+        self._to(S.BROKEN if broken else S.FAILED)
         return TxnFailed(f"Kafka transaction failed: {err}")
 
     # ------------------------------------------------------------------ transitions

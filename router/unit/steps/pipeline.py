@@ -178,7 +178,10 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
         ctx.metrics,
         s.routing.gap_timeout_ms,
         s.routing.gap_policy,
-        EndOffsets(clients.admin_config(s.kafka)),
+        # The high watermarks, not the last stable offsets: a park committed just before
+        # (its lease ended by the settle) may still lie past the LSO until its commit
+        # marker lands; the drain must read past it before opening the group.
+        EndOffsets(clients.admin_config(s.kafka), committed=False),
     )
     bands = None
     if s.priority.bands > 1:

@@ -26,7 +26,14 @@ from router.unit.loop import TransferUnit
 from router.unit.steps.drain import chaining
 from tests.fixtures.factories import TopologyFactory
 from tests.fixtures.helpers import unique, wait_until
-from tests.fixtures.inprocess import committed, read_records, send, step_until, stop
+from tests.fixtures.inprocess import (
+    committed,
+    read_records,
+    room_unit,
+    send,
+    step_until,
+    stop,
+)
 
 
 def settings(topology: TopologyFactory) -> RouterSettings:
@@ -35,18 +42,6 @@ def settings(topology: TopologyFactory) -> RouterSettings:
         routing={"busy_policy": "wait", "room_partitions": 1},
         unit={"batch_size": 50},
     )
-
-
-def room_unit(s: RouterSettings, partitions: int = 2) -> TransferUnit:
-    """A send unit subscribed to its sources and its room, as `TransferUnit.run` does."""
-    unit = TransferUnit(s, side_spec(s, "send"))
-    assert unit.session.start()
-    drain = unit.steps.room
-    assert drain is not None
-    drain.consumer = unit.source.consumer
-    unit.source.subscribe([*unit.spec.sources, drain.topic], unit._on_assign, unit._on_revoke)
-    step_until(unit, lambda: len(unit.source.assigned) == partitions, 60, "assignment")
-    return unit
 
 
 def transfer(s: RouterSettings) -> list[tuple[bytes | None, dict[str, bytes]]]:

@@ -132,3 +132,19 @@ def test_an_abort_that_timed_out_is_broken_at_once() -> None:
         commit_one(session)
     assert not session.abort()
     assert session.state is TxnState.BROKEN
+
+
+def test_a_commit_whose_retry_after_a_time_out_fails_is_broken_not_aborted() -> None:
+    """The first EndTxn timed out (its outcome unknown, the request maybe still on its
+    way) and the retry failed otherwise: the batch's transaction saw a time-out, so it is
+    BROKEN (the producer replaced, the unit resumes from the committed offsets), never
+    aborted with the same producer and the batch replayed from its own first offsets."""
+    refused = KafkaError(KafkaError.INVALID_TXN_STATE, "refused", txn_requires_abort=True)
+    first = Scripted(commit_transaction=[timeout(retriable=True), refused])
+    session = session_of(first, Scripted())
+    with pytest.raises(TxnFailed):
+        commit_one(session)
+    assert first.calls.count("commit_transaction") == 2
+    assert session.state is TxnState.BROKEN
+    assert not session.abort() and "abort_transaction" not in first.calls
+    assert session.replace() and session.suspect is None
