@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -13,6 +13,42 @@ from router.errors import ConfigError
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Credentials(_Section):
+    """A server reached as a user with a password (or a file holding it), over TLS with
+    these files: the fields and checks Redis and the Schema Registry share."""
+
+    section: ClassVar[str]  # the settings section's name, for messages
+    # The user (Redis: the ACL user, None: "default") and its password, or a file holding it.
+    username: str | None = None
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    # TLS: the CA that signed the server's certificate (None: the system's), a client
+    # certificate and key for mutual TLS, and whether to verify the server's certificate
+    # and host name (only ever off for a throwaway test server).
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_verify: bool = True
+
+    def _check_password(self) -> None:
+        if self.password is not None and self.password_file is not None:
+            n = self.section
+            raise ConfigError(f"set {n}.password or {n}.password_file, not both")
+
+    def _check_tls_pair(self) -> None:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            n = self.section
+            raise ConfigError(f"{n}.tls_cert_file and {n}.tls_key_file go together")
+
+    def secret(self) -> str | None:
+        """The password, from the settings or read from its file now."""
+        if self.password is not None:
+            return self.password.get_secret_value()
+        if self.password_file is not None:
+            return read_secret(self.password_file, f"{self.section}.password")
+        return None
 
 
 # librdkafka properties that hold a secret: never in `client_config` (printed, and often
@@ -111,20 +147,11 @@ class KafkaSettings(_Section):
         return config
 
 
-class RedisSettings(_Section):
-    # redis:// or, for TLS, rediss://; credentials never in the URL (it is printed).
+class RedisSettings(_Credentials):
+    section = "redis"
+    # redis:// or, for TLS, rediss://; credentials never in the URL (it is printed). The
+    # user, password and TLS files (rediss:// only): `_Credentials`.
     url: str = "redis://127.0.0.1:6379/0"
-    # The ACL user (Redis 6+; None: "default") and its password, or a file holding it.
-    username: str | None = None
-    password: SecretStr | None = None
-    password_file: Path | None = None
-    # TLS (rediss:// only): the CA that signed the server's certificate (None: the
-    # system's), a client certificate and key for mutual TLS, and whether to verify the
-    # server's certificate and host name (only ever off for a throwaway test server).
-    tls_ca_file: Path | None = None
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_verify: bool = True
     key_prefix: str = "router"
     socket_timeout_s: float = Field(2.0, gt=0)
     # Sentinel (README: "Sentinel"): the primary is whichever the Sentinels at `sentinels`
@@ -155,13 +182,11 @@ class RedisSettings(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> RedisSettings:
-        if self.password is not None and self.password_file is not None:
-            raise ConfigError("set redis.password or redis.password_file, not both")
+        self._check_password()
         tls = (self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
         if any(tls) and not self.tls:
             raise ConfigError("redis.tls_* files need a rediss:// URL (TLS)")
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ConfigError("redis.tls_cert_file and redis.tls_key_file go together")
+        self._check_tls_pair()
         if bool(self.sentinels) != bool(self.sentinel_service):
             raise ConfigError("redis.sentinels and redis.sentinel_service go together")
         if self.sentinels and self.url.startswith("unix://"):
@@ -193,11 +218,3 @@ class RedisSettings(_Section):
     @property
     def tls(self) -> bool:
         return self.url.startswith("rediss://")
-
-    def secret(self) -> str | None:
-        """The password, from the settings or read from its file now."""
-        if self.password is not None:
-            return self.password.get_secret_value()
-        if self.password_file is not None:
-            return read_secret(self.password_file, "redis.password")
-        return None

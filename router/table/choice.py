@@ -14,12 +14,13 @@ def choose(
     cursor: int,
     skip: Set[str],
     cost: Sequence[tuple[int, bool]],
-    reuse: Mapping[str, int] | None = None,
+    reuse: Mapping[tuple[str, str], int] | None = None,
+    lane: str = "",
 ) -> tuple[int, bool]:
     """(index of the cheapest destination at or after the cursor, whether it is busy),
     `skip` (draining destinations) left out. Among the cheapest, a new group prefers one
-    that a final of its own lane freed in this batch (`reuse`: destination -> such finals):
-    a lane's groups that follow each other then stay on few destinations, and the clean
+    that a final of its own `lane` freed in this batch (`reuse`: (destination, lane) -> such
+    finals): a lane's groups that follow each other then stay on few destinations, and the clean
     ones stay clean for the other lanes and for the waiting room. Spreading them instead
     left every destination holding one lane's closed groups until its batch settled, so
     the next batch's other lanes found none clean and waited (policy `wait`) or shared."""
@@ -30,7 +31,7 @@ def choose(
         i = (cursor + k) % n
         d = destinations[i]
         if cost[i] == best and d not in skip:
-            if reuse is None or reuse.get(d, 0) > 0:
+            if reuse is None or reuse.get((d, lane), 0) > 0:
                 return i, best != (0, False)
             if first is None:
                 first = i

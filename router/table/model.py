@@ -274,9 +274,8 @@ class TableModel(Lifecycle):
                 self.cursor,
                 skip,
                 cost,
-                None
-                if ordinary
-                else Counter({d: n for (d, lane), n in freed_lane.items() if lane == r.lane}),
+                None if ordinary else freed_lane,
+                r.lane,
             )
             queued = not ordinary and room.queued(self)  # first come, first served ...
             if queued and not busy and r.seq is None and last_final.get(gid, -1) >= at:
