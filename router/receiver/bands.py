@@ -88,7 +88,10 @@ class ReceiverBands:
         partition is not fetched, so its cached watermark stays where it was: one that
         looks empty is asked from the broker at most once per `refresh_s` (as the units
         do, `router.unit.bandsource`), else a lower band paused while empty never shows its
-        new backlog, never earns its share, and waits as long as a higher band has one."""
+        new backlog, never earns its share, and waits as long as a higher band has one. A
+        partition never fetched yet is asked once too: before its first fetch its cached
+        watermark is unknown, and the first turn would otherwise read every band and hand
+        out whichever record came first, a lower band's older one included."""
         out = [0] * self.bands
         now = time.monotonic()
         for tp in self.consumer.position(assigned):
@@ -97,7 +100,7 @@ class ReceiverBands:
             _, high = self.consumer.get_watermark_offsets(tp, cached=True)
             high = max(high, self.highs.get(key, -1))  # a watermark never goes back
             at = tp.offset if tp.offset >= 0 else self._start_of(tp)
-            if (
+            if key not in self.highs or (  # never fetched yet: the first turn needs it
                 key in self.paused
                 and high <= at
                 and now - self.asked.get(key, 0.0) >= self.refresh_s
