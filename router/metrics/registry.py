@@ -49,6 +49,7 @@ MetricName = Literal[
     "released",  # entries released after their final committed
     "release_failures",  # release deferred to the sweeper
     "rebalances",
+    "lanes_fenced",  # table calls refused: another unit claimed the lane since (a zombie's)
     "swept",  # sweeper: entries removed past their TTL
     "abandoned_events",  # sweeper: abandoned-group events published
     "closing_resolved",  # sweeper: interrupted releases completed

@@ -373,8 +373,10 @@ class TransferUnit:
         self.source.assign(partitions, paused=self.backoff.until is not None)
         if self.bands is not None:
             self.bands.forget(partitions)
+        tps = [(tp.topic, tp.partition) for tp in partitions]
         if self.steps.room is not None:
-            self.steps.room.assign([(tp.topic, tp.partition) for tp in partitions])
+            self.steps.room.assign(tps)
+        self.steps.assigned(tps)  # claimed in the table: a zombie's table calls are refused
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._inflight is not None:
@@ -384,7 +386,9 @@ class TransferUnit:
         self.source.revoke(partitions)
         if self.bands is not None:
             self.bands.forget(partitions)
+        tps = [(tp.topic, tp.partition) for tp in partitions]
         if self.steps.room is not None:
-            self.steps.room.revoke([(tp.topic, tp.partition) for tp in partitions])
+            self.steps.room.revoke(tps)
+        self.steps.revoked(tps)
         self.metrics.inc("rebalances")
         log.info("revoked %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))

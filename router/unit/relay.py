@@ -24,7 +24,7 @@ from zlib import crc32
 from confluent_kafka import Message
 
 from router.topology.side import SideSpec
-from router.unit.steps.batch import Batch, Item
+from router.unit.steps.batch import TP, Batch, Item
 from router.unit.steps.drain.step import Drain
 from router.unit.steps.emit.records import Output, Record
 
@@ -71,3 +71,9 @@ class RelaySteps:
 
     def settle(self, batch: Batch, out: Output) -> None:
         """Nothing to settle: the relay keeps no table."""
+
+    def assigned(self, tps: list[TP]) -> None:
+        """Nothing to claim: the relay keeps no table."""
+
+    def revoked(self, tps: list[TP]) -> None:
+        """Nothing to claim: the relay keeps no table."""

@@ -98,6 +98,9 @@ class TableKeys:
     # wait time-outs under routing.wait_timeout_policy "report": the wait start up to which
     # they were reported (each group once)
     waited: str
+    # lane (source or room partition) -> the token of its latest claim by a unit
+    # (`router.table.store.owners`): calls with an older token are refused
+    owners: str
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:

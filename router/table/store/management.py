@@ -19,6 +19,7 @@ from router.errors import ConfigError
 from router.table.routing import HELD, SKIPPED, Entry, Policy, RouteRequest, RouteResult, Swept
 from router.table.store.codec import Side, TableKeys, decode_entry, encode, outbox_item, script
 from router.table.store.codec import text as _text
+from router.table.store.owners import FENCED, LaneFenced, OwnersTable
 from router.table.store.placement import SteerTable
 from router.table.store.room import RoomTable
 from router.table.store.writers import WritersTable
@@ -31,7 +32,7 @@ CALL_REQUESTS = 2_000
 CALL_WORK = 20_000  # requests x destinations
 
 
-class ManagementTable(RoomTable, SteerTable, WritersTable):
+class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
     """The Redis-backed table of one side. Every method is one round trip."""
 
     def __init__(
@@ -60,7 +61,7 @@ class ManagementTable(RoomTable, SteerTable, WritersTable):
         self._sweep = client.register_script(script("sweep"))
         self._route_keys = keys.named(
             "entries deadlines load cursor closing stats inflight epoch writes room parks"
-            " admitted writers done draining"
+            " admitted writers done draining owners"
         )
         # The table's epoch and write count as last seen: a different epoch, or fewer
         # writes, means the table was lost (wholly or partly).
@@ -143,10 +144,12 @@ class ManagementTable(RoomTable, SteerTable, WritersTable):
         carried: Sequence[tuple[str, str]] = (),
         earlier: Sequence[str] = (),
     ) -> RouteResult:
-        args = self.head_args(batch, now_ms, carried, earlier)
+        args = self.head_args(batch, now_ms, carried, earlier, {r.lane for r in requests})
         for r in requests:
             args += encode(r)
         out = self._route(keys=self._route_keys, args=args)
+        if int(out[0]) == FENCED:
+            raise LaneFenced(_text(out[1]))
         if int(out[6]):
             self.resets += 1
         self.epoch = _text(out[5])
@@ -167,12 +170,15 @@ class ManagementTable(RoomTable, SteerTable, WritersTable):
         now_ms: int | None = None,
         carried: Sequence[tuple[str, str]] = (),
         earlier: Sequence[str] = (),
+        lanes: Iterable[str] = (),
     ) -> list[Any]:
-        """The leading arguments of the route script; `encode` gives 5 per message."""
+        """The leading arguments of the route script; `encode` gives 5 per message.
+        `lanes`: those the call speaks for, fenced by this caller's claims on them."""
         tail: list[Any] = [len(carried)]
         for gid, token in carried:
             tail += (gid, token)
         tail += (len(earlier), *earlier)
+        tail += self.fences(lanes)
         return [
             "" if now_ms is None else now_ms,
             f"wait:{self.max_staged}" if self.policy == "wait" else self.policy,

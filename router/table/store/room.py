@@ -4,15 +4,16 @@ step, tests and operators, and the sweeper's end of long waits. Mixed into
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from router.table.routing import RoomState
 from router.table.store.codec import TableKeys, decode_entry, script
 from router.table.store.codec import text as _text
+from router.table.store.owners import FENCED, LaneFenced, OwnersTable
 
 
-class RoomTable:
+class RoomTable(OwnersTable):
     keys: TableKeys
     client: Any
     _r: Any
@@ -74,17 +75,21 @@ class RoomTable:
         return out
 
     def chain(
-        self, plan: Sequence[tuple[str, Sequence[str], Sequence[tuple[str, int, str]]]]
+        self,
+        plan: Sequence[tuple[str, Sequence[str], Sequence[tuple[str, int, str]]]],
+        lanes: Iterable[str] = (),
     ) -> dict[str, list[str]]:
         """Admit complete waiting groups behind the admitted groups a drain batch forwards
         whole (`router.table.chain`): plan is [(destination, heads, [(gid, parks held,
-        final's token)])]; returns destination -> the groups admitted to it, in order."""
+        final's token)])]; returns destination -> the groups admitted to it, in order.
+        `lanes`: the room partitions drained, fenced by this caller's claims
+        (`router.table.store.owners`; raises LaneFenced, nothing changed)."""
         if not plan:
             return {}
         run = self.__dict__.get("_chain")
         if run is None:  # registered on first use: only units with a waiting room call it
             run = self.__dict__["_chain"] = self.client.register_script(script("chain"))
-        args: list[str | int] = [len(plan)]
+        args: list[str | int] = [*self.fences(lanes), len(plan)]
         for dest, heads, candidates in plan:
             args += (dest, len(heads), *heads, len(candidates))
             for gid, parks, final in candidates:
@@ -92,9 +97,11 @@ class RoomTable:
         args += self._dests
         k = self.keys
         out = run(
-            keys=[k.entries, k.load, k.room, k.admitted, k.parks, k.inflight, k.draining],
+            keys=[k.entries, k.load, k.room, k.admitted, k.parks, k.inflight, k.draining, k.owners],
             args=args,
         )
+        if out and not isinstance(out[0], list) and int(out[0]) == FENCED:
+            raise LaneFenced(_text(out[1]))
         return {_text(row[0]): [_text(g) for g in row[1:]] for row in out}
 
     def admitted(self) -> dict[str, str]:

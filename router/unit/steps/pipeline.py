@@ -21,12 +21,13 @@ from router.table.routing import STOPPED
 from router.table.store.management import ManagementTable
 from router.topology.side import SideSpec, table_for
 from router.unit.steps.bands import BandStep, GroupBands
-from router.unit.steps.batch import Batch
+from router.unit.steps.batch import TP, Batch
 from router.unit.steps.classify import Classifier
 from router.unit.steps.drain.step import Drain
 from router.unit.steps.emit.emitter import Emitter
 from router.unit.steps.emit.records import Output
 from router.unit.steps.holds import Holds
+from router.unit.steps.ownership import LaneClaims
 from router.unit.steps.route import TableRoute
 from router.utils.faults import Faults
 
@@ -49,6 +50,12 @@ class Steps(Protocol):
     def settle(self, batch: Batch, out: Output) -> None:
         """After the batch's transaction committed (the run loop's part)."""
 
+    def assigned(self, tps: list[TP]) -> None:
+        """Partitions assigned to the unit (claimed in the table: `router.unit.steps.ownership`)."""
+
+    def revoked(self, tps: list[TP]) -> None:
+        """Partitions taken from the unit."""
+
 
 class RoutingSteps:
     """A transfer unit's steps: the patent's routing through a management table."""
@@ -63,8 +70,10 @@ class RoutingSteps:
         room: Drain | None = None,
         bands: BandStep | None = None,
         release_table: ManagementTable | None = None,
+        claims: LaneClaims | None = None,
     ) -> None:
         self.room = room
+        self.claims = claims
         # The release runs on the session's call thread: on a client (connection pool) of
         # its own, so that the run loop's replica WAIT (`router.unit.commit.replicawait`) runs on
         # the connection of the loop's own writes, never on one the release wrote on last.
@@ -121,6 +130,14 @@ class RoutingSteps:
         except Exception as exc:  # reported by `settle`, on the run loop
             batch.extra["release"] = exc
 
+    def assigned(self, tps: list[TP]) -> None:
+        if self.claims is not None:
+            self.claims.assigned(tps)
+
+    def revoked(self, tps: list[TP]) -> None:
+        if self.claims is not None:
+            self.claims.revoked(tps)
+
     def settle(self, batch: Batch, out: Output) -> None:
         """The run loop's part, after the commit: the drain's and the bands' own state,
         and the outcome of `release` (run here if the commit did not run it)."""
@@ -168,6 +185,7 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
     """The steps of a transfer unit of `ctx.spec.side`."""
     s = ctx.settings
     table = table_for(s, ctx.spec.side, ctx.redis)
+    claims = LaneClaims(table, 2 * clients.session_timeout_s(s.kafka))
     emitter = Emitter(s, ctx.spec, ctx.instance)
     room = Drain(
         table,
@@ -203,6 +221,7 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
             ctx.faults,
             sequenced=ctx.spec.side == "send",
             fanout=ctx.spec.side == "receive",
+            claims=claims,
         ),
         emitter,
         table,
@@ -210,4 +229,5 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
         room,
         bands,
         table_for(s, ctx.spec.side, redis_client(s.redis)),
+        claims,
     )

@@ -17,8 +17,10 @@ from router.config.settings import RoutingSettings
 from router.metrics.registry import Metrics
 from router.table.routing import HELD, RouteRequest
 from router.table.store.management import ManagementTable
+from router.table.store.owners import LaneFenced
 from router.unit.steps.batch import Batch, Item
 from router.unit.steps.holds import Holds
+from router.unit.steps.ownership import LaneClaims, lane_of
 from router.utils.faults import Faults
 
 log = logging.getLogger("router.route")
@@ -77,7 +79,9 @@ class TableRoute:
         faults: Faults,
         sequenced: bool = False,
         fanout: bool = False,
+        claims: LaneClaims | None = None,
     ) -> None:
+        self.claims = claims  # the unit's claims on its lanes: None, not fenced (tools, tests)
         self.sequenced = sequenced  # logical order applies (send side)
         self.fanout = fanout  # multicast messages are copied to their queues (receive side)
         self.table = table
@@ -90,7 +94,7 @@ class TableRoute:
     def lane(self, topic: str, partition: int) -> str:
         lane = self._lanes.get((topic, partition))
         if lane is None:
-            lane = self._lanes[(topic, partition)] = f"{topic}/{partition}"
+            lane = self._lanes[(topic, partition)] = lane_of(topic, partition)
         return lane
 
     def route(self, batch: Batch) -> None:
@@ -113,14 +117,24 @@ class TableRoute:
                 request.targets = item.targets  # router.table.multicast
             requests.append(request)
             routed.append(item)
+        if self.faults.hit("before_route"):  # a zombie in the making (tests)
+            self.faults.freeze("before_route")
         table = self.table
         epoch, resets = table.epoch, table.resets
         batch.routed_at = time.monotonic()
         t0 = time.perf_counter_ns()
         try:
+            if self.claims is not None and requests:
+                self.claims.ensure({r.lane for r in requests})
             result = table.route(
                 requests, batch=batch.id, carried=batch.carried, earlier=batch.earlier
             )
+        except LaneFenced as exc:  # this unit lost the partition (a zombie): nothing changed
+            metrics.inc("lanes_fenced")
+            if self.claims is not None:
+                self.claims.fenced(exc.lane)
+            batch.failure = str(exc)
+            return
         except redis.RedisError as exc:
             metrics.inc("redis_errors")
             batch.failure = f"Redis unavailable, nothing forwarded: {exc}"

@@ -6,12 +6,11 @@ transfer topic and the receive queues hold: nothing lost, duplicated, reordered 
 no interleaving under the default policy, every process exits 0 at the end, and no table
 entry is left behind once every group ended.
 
-Open (issue 32), found by this test in 4 of 8 runs on 2026-11-28 (and in 1 of 4 at the
-commit before that day's changes: an entry left behind): an entry left in a table after
-every group ended (a group's, or a lane's `~` entry admitted from the room with parks),
-one record never delivered within 180 s (a stall), and two records interleaved on a
-transfer partition under `wait`.
-Until they are fixed it runs with `make test-faults`, not `make test`."""
+Found in 4 of 8 runs on 2026-11-28 before the table fenced zombies: an entry left in a
+table after every group ended, a stall, an interleaving. The entries were re-created by a
+resumed zombie routing its stale batch; the table now refuses its calls
+(`router/table/store/owners.py`; deterministic form: tests/integration/unit/test_zombie_fence.py,
+in `make test`). 8 runs in a row passed since. This long form runs with `make test-faults`."""
 
 from __future__ import annotations
 

@@ -3,21 +3,27 @@
 -- batch forwards whole to it, in the drainer's order, so that the batch writes them back to
 -- back in its transaction.
 --
--- KEYS: 1 entries  2 load  3 room  4 admitted  5 parks  6 inflight  7 draining
--- ARGV: 1 n destinations, then per destination: its name, n heads, the heads (the admitted
+-- KEYS: 1 entries  2 load  3 room  4 admitted  5 parks  6 inflight  7 draining  8 owners
+-- ARGV: n lanes the drainer claimed (its room partitions: owners.lua), then pairs of lane,
+--       claim token; then n destinations, then per destination: its name, n heads, the heads (the admitted
 --       groups the batch forwards whole to it), n candidates, then per candidate its
 --       guarantee ID, the parks the drainer holds, the source position of the final it holds
 --       ('' for a lane's ordinary messages);
 --       then n, then every destination name of the side (for the draining rule)
--- Returns: per destination that took any, {name, gid, gid, ...}
-local K_ENTRIES, K_LOAD, K_ROOM, K_ADMITTED, K_PARKS, K_INFLIGHT, K_DRAINING =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+-- Returns: per destination that took any, {name, gid, gid, ...}; or {-1, lane} if a
+-- lane's claim is newer than the caller's (it lost the room partition): nothing changed.
+local K_ENTRIES, K_LOAD, K_ROOM, K_ADMITTED, K_PARKS, K_INFLIGHT, K_DRAINING, K_OWNERS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local i = 1
 local function nextarg()
   local v = ARGV[i]
   i = i + 1
   return v
 end
+local fences = {}
+for _ = 1, 2 * tonumber(nextarg()) do fences[#fences + 1] = nextarg() end
+local fenced_by = fenced_lane(K_OWNERS, fences)
+if fenced_by then return { -1, fenced_by } end
 local plan = {}
 for _ = 1, tonumber(nextarg()) do
   local p = { dest = nextarg(), heads = {}, cands = {} }

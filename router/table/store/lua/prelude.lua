@@ -171,3 +171,23 @@ local function admit(k_room, k_entries, k_load, k_cursor, k_inflight, k_admitted
   if moved then redis.call('SET', k_cursor, cursor) end
   return admitted
 end
+
+-- Lane ownership (owners.lua; router/table/store/owners.py): a call that speaks for lanes
+-- (source or room partitions) gives the token of each lane's claim it holds; a token older
+-- than the lane's latest claim means the caller lost the lane (a unit resumed after its
+-- consumer session ended: a zombie), and the call must change nothing. Returns the first
+-- such lane, or nil. A lane whose claim was lost (Redis came back without it) takes the
+-- newest token a call gives, so that the owner's next call fences the zombie again. `fences` is lane, token, ...
+local function fenced_lane(k_owners, fences)
+  if #fences == 0 then return nil end
+  local lanes = {}
+  for i = 1, #fences, 2 do lanes[#lanes + 1] = fences[i] end
+  local cur = redis.call('HMGET', k_owners, unpack(lanes))
+  for j = 1, #lanes do
+    local tok = tonumber(fences[2 * j])
+    local have = tonumber(cur[j] or '')
+    if have and tok < have then return lanes[j] end
+    if not have or tok > have then redis.call('HSET', k_owners, lanes[j], fences[2 * j]) end
+  end
+  return nil
+end

@@ -13,6 +13,7 @@
 --       14 done (hash gid -> 'next|deadline ms': logical order, a finished group; the
 --          sweeper forgets it)
 --       15 draining (set of destinations nothing new is placed on, router/table/placement.py)
+--       16 owners (hash lane -> token of its latest claim, owners.lua)
 -- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold' | 'wait'
 --       or 'wait:<max staged messages>' (a staged group over it streams: '!W')
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
@@ -22,7 +23,8 @@
 --       before this call's records are written (an earlier call for the same batch, the
 --       caller's overlapped batch in flight), then pairs of guarantee ID, token; then n
 --       earlier batch IDs of the caller (whose ordinary messages land before this batch's
---       records: they fence nothing for it), then the IDs;
+--       records: they fence nothing for it), then the IDs; then n lanes the caller claimed
+--       (router/table/store/owners.py), then pairs of lane, the caller's claim token;
 --       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
 --       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
 --       its group, 'c' continuation: sequence number > 0, 'k' close marker: with 'f' and
@@ -33,7 +35,9 @@
 --       destination (ignored with 'l'), 'm' multicast: an ordinary
 --       message whose token is its target destinations, comma-separated), TTL ms, token
 --       (source position), lane (source partition)
--- Returns: {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
+-- Returns: {-1, lane} if a lane's claim token is older than the lane's latest claim (the
+--          caller lost the lane: nothing changed), else
+--          {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
 --          ...}; a decision is a destination name, '!h' (held), '!s' (skipped: its lane
 --          is held), '!p' (parked: its group is stopped), '!P<dest>' (the message that
 --          stopped its group, which was on <dest>), '!o' (orphan: a continuation
@@ -52,9 +56,9 @@
 -- ordinary open entry on its lane; a draining destination takes no new group and no
 -- ordinary message, unless every destination drains (counted: stats 'drain_ignored').
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CURSOR, K_CLOSING, K_STATS, K_INFLIGHT, K_EPOCH,
-  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED, K_WRITERS, K_DONE, K_DRAINING = KEYS[1], KEYS[2],
-  KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
-  KEYS[13], KEYS[14], KEYS[15]
+  K_WRITES, K_ROOM, K_PARKS, K_ADMITTED, K_WRITERS, K_DONE, K_DRAINING, K_OWNERS = KEYS[1],
+  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11],
+  KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -79,6 +83,33 @@ for i = 1, ndest do
 end
 local function num(x) return string.format('%.0f', x) end
 local function has(flags, c) return string.find(flags, c, 1, true) ~= nil end
+
+local base = 7 + ndest
+-- Finals routed before this call, in a transaction that commits first: a group of theirs
+-- not yet released counts as closed earlier in this batch (freed below).
+local carried = {}
+for _ = 1, tonumber(ARGV[base + 1]) do
+  carried[#carried + 1] = { ARGV[base + 2], ARGV[base + 3] }
+  base = base + 2
+end
+base = base + 1
+local earlier = {}
+for _ = 1, tonumber(ARGV[base + 1]) do
+  earlier[ARGV[base + 2]] = true
+  base = base + 1
+end
+base = base + 1
+-- The lanes this call speaks for, with the caller's claim tokens (owners.lua): a zombie's
+-- call (a lane claimed by another unit since) changes nothing.
+local fences = {}
+for _ = 1, tonumber(ARGV[base + 1]) do
+  fences[#fences + 1] = ARGV[base + 2]
+  fences[#fences + 1] = ARGV[base + 3]
+  base = base + 2
+end
+base = base + 1
+local fenced_by = fenced_lane(K_OWNERS, fences)
+if fenced_by then return { -1, fenced_by } end
 
 -- Leases that ended (their unit died) no longer fence; a destination they made clean
 -- goes to the oldest waiting group first.
@@ -109,21 +140,6 @@ for d, l in pairs(load) do load0[d] = l end
 local cursor = tonumber(redis.call('GET', K_CURSOR) or '0') % ndest
 local cursor0 = cursor
 
-local base = 7 + ndest
--- Finals routed before this call, in a transaction that commits first: a group of theirs
--- not yet released counts as closed earlier in this batch (freed below).
-local carried = {}
-for _ = 1, tonumber(ARGV[base + 1]) do
-  carried[#carried + 1] = { ARGV[base + 2], ARGV[base + 3] }
-  base = base + 2
-end
-base = base + 1
-local earlier = {}
-for _ = 1, tonumber(ARGV[base + 1]) do
-  earlier[ARGV[base + 2]] = true
-  base = base + 1
-end
-base = base + 1
 
 -- The table's epoch: a table that disappeared (Redis restarted without its data) comes
 -- back with a new epoch, and the caller learns that its table was lost.

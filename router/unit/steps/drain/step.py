@@ -19,6 +19,7 @@ from router.metrics.registry import Metrics
 from router.table import room
 from router.table.routing import NO_DEST, STOPPED, RoomState
 from router.table.store.management import ManagementTable
+from router.table.store.owners import LaneFenced
 from router.topology.side import SideSpec
 from router.unit.steps.batch import TP, Batch
 from router.unit.steps.drain import chaining
@@ -27,6 +28,7 @@ from router.unit.steps.drain.index import RoomIndex, room_partition
 from router.unit.steps.drain.logical import LogicalOrder
 from router.unit.steps.emit.emitter import Emitter
 from router.unit.steps.emit.records import Output
+from router.unit.steps.ownership import lane_of
 from router.utils.clock import Every
 
 log = logging.getLogger("router.drain")
@@ -248,7 +250,11 @@ class Drain:
         if not request:
             return set()
         try:
-            taken = self.table.chain(request)
+            taken = self.table.chain(request, {lane_of(*tp) for tp in self.owned})
+        except LaneFenced as exc:  # another unit owns the partition now: nothing changed
+            self.metrics.inc("lanes_fenced")
+            log.warning("no chained drain this batch: %s", exc)
+            return set()
         except redis.RedisError as exc:
             self.metrics.inc("redis_errors")
             log.warning("no chained drain this batch: %s", exc)
