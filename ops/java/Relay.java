@@ -123,6 +123,9 @@ public final class Relay {
                   Runtime.getRuntime().halt(exitCode);
                 }));
     long forwarded = 0;
+    // Where the time goes (ns, summed; printed at the stop like the Python units' time_*_us
+    // counters): poll, the send calls, sendOffsetsToTransaction, commitTransaction.
+    long batches = 0, pollNs = 0, sendNs = 0, offsetsNs = 0, commitNs = 0;
     try {
       producer.initTransactions();
       consumer.subscribe(sources);
@@ -130,16 +133,19 @@ public final class Relay {
       int n = targets.size();
       while (!stopping) {
         ConsumerRecords<byte[], byte[]> records;
+        long t0 = System.nanoTime();
         try {
           records = consumer.poll(Duration.ofMillis(100));
         } catch (WakeupException e) {
           break;
         }
+        pollNs += System.nanoTime() - t0;
         if (records.isEmpty()) {
           continue;
         }
         Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
         try {
+          long t1 = System.nanoTime();
           producer.beginTransaction();
           for (ConsumerRecord<byte[], byte[]> r : records) {
             int slot;
@@ -157,8 +163,15 @@ public final class Relay {
             offsets.put(
                 new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
           }
+          long t2 = System.nanoTime();
           producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+          long t3 = System.nanoTime();
           producer.commitTransaction();
+          long t4 = System.nanoTime();
+          sendNs += t2 - t1;
+          offsetsNs += t3 - t2;
+          commitNs += t4 - t3;
+          batches++;
           forwarded += records.count();
         } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException e) {
           throw e; // fatal for this producer
@@ -180,6 +193,10 @@ public final class Relay {
       } finally {
         producer.close(Duration.ofSeconds(10));
         System.err.println("relay " + id + " stopped after forwarding " + forwarded + " records");
+        System.err.println(
+            "relay timings batches=" + batches + " time_poll_us=" + pollNs / 1000
+                + " time_produce_us=" + sendNs / 1000 + " time_offsets_us=" + offsetsNs / 1000
+                + " time_commit_us=" + commitNs / 1000);
         done.countDown();
       }
     }

@@ -75,6 +75,18 @@ MetricName = Literal[
     "multicast",  # receive unit: multicast messages fanned out to their queues
     "multicast_copies",  # ... their copies, written straight or parked in the waiting room
     "band_share_turns",  # priority: batches given to a lower band by its minimum share
+    # where a unit's time goes (microseconds, summed; docs/explanation/performance.md): the run
+    # loop's poll, deciding (classify, route), building the output, the produce calls, waiting
+    # for the previous batch's commit; on the commit thread the offsets call, waiting for every
+    # record to be appended (leases), and commit_transaction
+    "time_poll_us",
+    "time_decide_us",
+    "time_emit_us",
+    "time_produce_us",
+    "time_commit_wait_us",
+    "time_offsets_us",
+    "time_append_us",
+    "time_commit_us",
 ]
 
 # Timings, as Prometheus histograms (seconds); labels in `router.metrics.prom`.

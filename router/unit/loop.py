@@ -205,7 +205,10 @@ class TransferUnit:
             wait_s = min(wait_s, IDLE_S)
         if turn is not None and turn.share:
             eager = False  # a lower band's turn: wait for its partitions' fetch
+        t0 = time.perf_counter_ns()
         messages = self.source.poll(0.0 if eager else wait_s)
+        metrics = self.metrics
+        metrics.inc("time_poll_us", (time.perf_counter_ns() - t0) // 1000)
         batch = None
         if messages or (room is not None and room.due() and self.backoff.until is None):
             self._batches += 1
@@ -217,7 +220,9 @@ class TransferUnit:
                 batch.earlier, batch.carried = [before.id], list(before_out.finals)
             if generation == self.session.generation:
                 self.acks.begin()
+                t0 = time.perf_counter_ns()
                 self.steps.decide(batch, messages)
+                metrics.inc("time_decide_us", (time.perf_counter_ns() - t0) // 1000)
             else:
                 for m in messages:
                     batch.track(m)
@@ -239,9 +244,13 @@ class TransferUnit:
                 self._discard(batch)  # polled while the previous transaction failed
                 return
             self._rewound.clear()
+            t0 = time.perf_counter_ns()
             out = self.steps.emit(batch, int(time.time() * 1000))
+            t1 = time.perf_counter_ns()
             self._keep_leases(batch, out)
             session.produce(out.records, self._track, out.barriers)
+            metrics.inc("time_emit_us", (t1 - t0) // 1000)
+            metrics.inc("time_produce_us", (time.perf_counter_ns() - t1) // 1000)
             append_by = self._keep_leases(batch, out)
             # with the room's low marks (router.unit.steps.drain.step)
             offsets = batch.resume_offsets()
@@ -262,8 +271,10 @@ class TransferUnit:
         False if its transaction failed (rewound, backing off)."""
         assert self._inflight is not None
         (batch, out), self._inflight = self._inflight, None
+        t0 = time.perf_counter_ns()
         try:
             self.session.wait_committed()
+            self.metrics.inc("time_commit_wait_us", (time.perf_counter_ns() - t0) // 1000)
         except TxnFailed as exc:
             self._fail(str(exc), batch)
             return False

@@ -148,6 +148,10 @@ class Throughput:
     redis_script_calls: int = 0
     redis_script_us: float = 0.0  # server time inside the scripts (EVALSHA & co.)
     redis_cpu_s: float = 0.0  # the server's CPU seconds (user + system), all it did
+    # where the processes' time went (ops/harness/benchmark/phases.py): batches committed,
+    # and phase -> µs summed over them
+    batches: int = 0
+    phases: dict[str, int] = field(default_factory=dict)
 
     @property
     def msg_s(self) -> float:

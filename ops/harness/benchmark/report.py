@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
 
+from ops.harness.benchmark import phases
 from ops.harness.benchmark.model import (
     GROUPED_ONLY,
     HA_SUFFIX,
@@ -284,6 +285,10 @@ def report(results: Results, out_dir: Path) -> str:
             if results.traces
             else []
         )
+        + [
+            "## Where a unit's time goes, per transaction\n\n"
+            + phases.table((t.stage, t.processes, t.batches, t.phases) for t in results.throughput)
+        ]
     )
     (out_dir / "results.md").write_text(md + "\n")
     ratio_rounds = results.rounds.get(results.ratio_headline(), [])

@@ -37,7 +37,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ops.harness.benchmark import javarelay, latency, plan
+from ops.harness.benchmark import javarelay, latency, phases, plan
 from ops.harness.benchmark.load import fill
 from ops.harness.benchmark.measure import (
     GroupWatch,
@@ -260,6 +260,10 @@ class Bench:
             if bad:
                 raise RuntimeError(f"{stage}: processes did not stop cleanly: {bad}")
             metrics = p.unit_metrics()
+            if kind == "java":
+                batches, spent = phases.from_java_logs(x.tail(50) for x in p.fleet.procs)
+            else:
+                batches, spent = phases.from_counters(metrics.get(f"{sides[0]}-{kind}", {}))
         finally:
             p.stop()
             p.cleanup(keep=[topic])
@@ -273,6 +277,8 @@ class Bench:
             cpu,
             redis_round_trips=sum(metrics.get(r, {}).get("redis_round_trips", 0) for r in roles),
             messages_in=sum(metrics.get(r, {}).get("messages_in", 0) for r in roles),
+            batches=batches,
+            phases=spent,
         )
         if redis_used is not None:
             t.redis_script_calls = redis_used.script_calls

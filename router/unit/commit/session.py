@@ -270,17 +270,24 @@ class TransactionalSession:
         append_by: float | None,
         after: Callable[[], None] | None = None,
     ) -> None:
+        m = self.metrics
         t0 = time.perf_counter()
         producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
+        t1 = time.perf_counter()
+        m.inc("time_offsets_us", int((t1 - t0) * 1e6))
         if self.faults.hit("after_produce"):
             producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
             self.faults.die("after_produce")
         if append_by is not None:  # the batch's leases end then: `router.unit.commit.leases`
             appended_by(producer, append_by)
+        t2 = time.perf_counter()
+        m.inc("time_append_us", int((t2 - t1) * 1e6))
         for attempt in range(5):
             try:
                 producer.commit_transaction(TXN_TIMEOUT_S)
-                self.metrics.observe("txn_commit_seconds", time.perf_counter() - t0)
+                t3 = time.perf_counter()
+                m.observe("txn_commit_seconds", t3 - t0)
+                m.inc("time_commit_us", int((t3 - t2) * 1e6))
                 break
             except KafkaException as exc:
                 err = exc.args[0]
