@@ -12,6 +12,7 @@ from __future__ import annotations
 import redis
 from redis.exceptions import AuthenticationError, NoPermissionError
 
+from router.backends.redis.client import RedisClient
 from router.config.settings import RouterSettings
 from router.errors import RouterError
 from router.table.store.codec import Side, TableKeys
@@ -84,7 +85,7 @@ class RedisRefused(RouterError, RuntimeError):
     """Redis refused the router's credentials or ACL: retrying cannot help."""
 
 
-def check_access(client: redis.Redis, settings: RouterSettings) -> None:
+def check_access(client: RedisClient, settings: RouterSettings) -> None:
     """Before a process starts work: raise RedisRefused if Redis refuses our user or its
     key patterns (one read of each table's cursor key). A Redis that does not answer is
     not refused: the process starts and backs off as usual."""
