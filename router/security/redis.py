@@ -4,7 +4,9 @@ word when Redis refuses us (as opposed to being away).
 Every unit, the sweeper and the operator commands (`router table`, `router metrics`,
 `router console`) need the same small set: the commands below, on the keys of their
 topology's two tables and its metrics hashes, and no Pub/Sub channel. `router acls plan`
-prints the rule; `ACL SETUSER <user> <rule...>` (as an admin) creates the user.
+prints the rule; `ACL SETUSER <user> <rule...>` (as an admin) creates the user, on every
+node of a Redis Cluster (ACLs are per node there), where the rule also allows what the
+cluster client asks (`CLUSTER_COMMANDS`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ CLIENT_COMMANDS = (
     *("evalsha", "script|load", "ping", "lrange", "ltrim", "sadd", "srem"),
     *("expire", "scan", "wait"),
 )
+# On a Redis Cluster (`redis.cluster_nodes`), what redis-py's cluster client asks every node
+# it meets: the slots' owners, and the command table it finds keys with.
+CLUSTER_COMMANDS = ("cluster|slots", "command")
 
 
 def key_patterns(settings: RouterSettings) -> list[str]:
@@ -46,7 +51,8 @@ def acl_rule(settings: RouterSettings) -> list[str]:
     """The router user's ACL rule (without its password): `ACL SETUSER <user> on
     >password <rule...>`. `resetchannels` and `-@all` first: nothing but what is listed."""
     keys = [f"~{_glob_escape(p)}" for p in key_patterns(settings)]
-    commands = [f"+{c}" for c in sorted({*SCRIPT_COMMANDS, *CLIENT_COMMANDS})]
+    cluster = CLUSTER_COMMANDS if settings.redis.cluster_nodes else ()
+    commands = [f"+{c}" for c in sorted({*SCRIPT_COMMANDS, *CLIENT_COMMANDS, *cluster})]
     return ["resetkeys", "resetchannels", "-@all", *keys, *commands]
 
 

@@ -53,11 +53,16 @@ class ClusterSet:
     cluster_dir: Path
     ports: tuple[int, ...] = (6401, 6402, 6403, 6404, 6405, 6406)
     node_timeout_ms: int = 2000
+    tls: bool = False  # TLS only and ACL users (ops/cluster.sh, ROUTER_CLUSTER_TLS=1)
     kills: int = 0
 
     @classmethod
     def private(cls, script: Path, cluster_dir: Path) -> ClusterSet:
         return cls(script, cluster_dir, free_cluster_ports())
+
+    @classmethod
+    def private_tls(cls, script: Path, cluster_dir: Path) -> ClusterSet:
+        return cls(script, cluster_dir, free_cluster_ports(), tls=True)
 
     def _run(self, *args: str) -> str:
         env = {
@@ -65,6 +70,7 @@ class ClusterSet:
             "ROUTER_CLUSTER_DIR": str(self.cluster_dir),
             "ROUTER_CLUSTER_PORTS": ",".join(map(str, self.ports)),
             "ROUTER_CLUSTER_NODE_TIMEOUT_MS": str(self.node_timeout_ms),
+            "ROUTER_CLUSTER_TLS": "1" if self.tls else "0",
         }
         done = subprocess.run(
             [str(self.script), *args], env=env, capture_output=True, text=True, check=False
@@ -99,12 +105,29 @@ class ClusterSet:
         return tuple(f"{HOST}:{p}" for p in self.ports)
 
     def redis_settings(self, **extra: Any) -> RedisSettings:
-        """Settings that reach the cluster through all of its nodes as seeds."""
-        return RedisSettings(cluster_nodes=self.nodes, **extra)
+        """Settings that reach the cluster through all of its nodes as seeds (over TLS as
+        the admin user on a TLS cluster, unless `extra` says otherwise)."""
+        return RedisSettings(cluster_nodes=self.nodes, **{**self.tls_settings(), **extra})
+
+    def tls_settings(self, url: str = f"rediss://{HOST}/0") -> dict[str, Any]:
+        """On a TLS cluster: the URL, the CA and the admin user (nothing otherwise)."""
+        if not self.tls:
+            return {}
+        return {
+            "url": url,
+            "tls_ca_file": self.cluster_dir / "pki" / "ca.pem",
+            "username": "admin",
+            "password_file": self.admin_password_file,
+        }
+
+    @property
+    def admin_password_file(self) -> Path:
+        return self.cluster_dir / "secrets" / "admin.password"
 
     def node_client(self, node: int) -> RedisClient:
         """A client of one node alone, whatever its role (to observe it)."""
-        return redis_client(RedisSettings(url=f"redis://{HOST}:{self.ports[node - 1]}/0"))
+        url = f"{'rediss' if self.tls else 'redis'}://{HOST}:{self.ports[node - 1]}/0"
+        return redis_client(RedisSettings(**{"url": url, **self.tls_settings(url)}))
 
     # ------------------------------------------------------------------ observing
 

@@ -66,3 +66,11 @@ def cluster_pipeline(
     for p in started:
         p.stop()
         p.cleanup()
+
+
+@pytest.fixture(scope="session")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSet]:
+    """A second cluster, TLS only and ACL users only (ROUTER_CLUSTER_TLS=1)."""
+    yield from private_servers(
+        ClusterSet.private_tls, "cluster.sh", tmp_path_factory, "Redis Cluster (TLS, ACL)"
+    )

@@ -13,7 +13,8 @@ from redis.exceptions import RedisClusterException
 from ops.harness.stack.localstack import free_port
 from router.backends.redis.client import redis_client
 from router.backends.redis.cluster import node_options, unavailable
-from router.config import RedisSettings
+from router.config import RedisSettings, RouterSettings
+from router.security.redis import acl_rule
 
 NODES = ("127.0.0.1:6401", "[::1]:6402", "redis-3.example:6403")
 
@@ -75,3 +76,9 @@ def test_cluster_level_failures_are_connection_errors() -> None:
 def test_one_redis_needs_no_target_node() -> None:
     client = redis_client(RedisSettings())  # nothing connects until a command is sent
     assert node_options(client, "router:{shop:send}:entries") == {}
+
+
+def test_the_acl_rule_allows_what_the_cluster_client_asks_only_on_a_cluster() -> None:
+    on_cluster = acl_rule(RouterSettings(redis=RedisSettings(cluster_nodes=NODES)))
+    assert {"+cluster|slots", "+command"} <= set(on_cluster)
+    assert not {"+cluster|slots", "+command"} & set(acl_rule(RouterSettings()))
