@@ -18,6 +18,8 @@ on the connection that made its writes (`router.unit.commit.replica_acks`).
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +33,7 @@ from router.config.servers import RedisSettings
 from router.errors import ConfigError
 
 _Sentinel: Any = Sentinel  # untyped in redis-py
+log = logging.getLogger("router.redis")
 
 # What `redis_client` returns: one Redis (or Sentinel's primary), or a Redis Cluster.
 RedisClient = redis.Redis | RouterCluster
@@ -75,6 +78,28 @@ def redis_client(settings: RedisSettings) -> RedisClient:
         redis_connect_func=Connects(),
     )
     return client
+
+
+def await_cluster(
+    settings: RedisSettings, first_s: float, max_s: float, attempts: int | None = None
+) -> None:
+    """Before a unit or the sweeper builds its clients: until a node of the cluster answers,
+    backing off from `first_s` to `max_s` (a cluster client asks its nodes for the slots
+    when it is built, so a process started before its cluster would fail instead of
+    waiting for it as it does for one Redis). Nothing to do without `redis.cluster_nodes`;
+    the last error after `attempts` tries (None: no limit)."""
+    delay, tried = first_s, 0
+    while settings.cluster_nodes:
+        try:
+            cluster_client(settings, connection_options(settings)).close()
+            return
+        except redis.ConnectionError as exc:
+            tried += 1
+            if attempts is not None and tried >= attempts:
+                raise
+            log.warning("%s; trying again in %.1f s", exc, delay)
+        time.sleep(delay)  # a start-up back-off, not synchronisation
+        delay = min(max_s, delay * 2)
 
 
 def database(url: str) -> int:

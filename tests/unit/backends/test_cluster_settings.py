@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisClusterException
 
 from ops.harness.stack.localstack import free_port
-from router.backends.redis.client import redis_client
+from router.backends.redis.client import await_cluster, redis_client
 from router.backends.redis.cluster import node_options, unavailable
 from router.config import RedisSettings, RouterSettings
 from router.security.redis import acl_rule
@@ -82,3 +82,15 @@ def test_the_acl_rule_allows_what_the_cluster_client_asks_only_on_a_cluster() ->
     on_cluster = acl_rule(RouterSettings(redis=RedisSettings(cluster_nodes=NODES)))
     assert {"+cluster|slots", "+command"} <= set(on_cluster)
     assert not {"+cluster|slots", "+command"} & set(acl_rule(RouterSettings()))
+
+
+def test_a_unit_waits_for_a_cluster_that_does_not_answer_yet(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As for one Redis: tried again with a back-off, said in the log, never a crash."""
+    dead = RedisSettings(cluster_nodes=(f"127.0.0.1:{free_port()}",), socket_timeout_s=0.5,
+                         replica_ack_timeout_ms=100)  # fmt: skip
+    with pytest.raises(redis.ConnectionError, match="none of its nodes answered"):
+        await_cluster(dead, 0.01, 0.02, attempts=3)
+    assert caplog.text.count("trying again in") == 2
+    await_cluster(RedisSettings(), 0.01, 0.02, attempts=1)  # one Redis: nothing to wait for
