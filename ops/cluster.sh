@@ -10,8 +10,9 @@
 #   ops/cluster.sh node-start <n>       start node n (1-6) again: it rejoins the cluster with its
 #                                       own nodes.conf (a former primary as a replica of the one
 #                                       that took over)
-#   ops/cluster.sh node-stop <n> [--kill]
-#                                       stop node n (SHUTDOWN; --kill: SIGKILL, a crash)
+#   ops/cluster.sh node-stop <n> [--kill|--stop|--cont]
+#                                       stop node n (SHUTDOWN; --kill: SIGKILL, a crash), or
+#                                       pause it (--stop: SIGSTOP) and let it go on (--cont)
 #   ops/cluster.sh ports                the six ports, one a line (node 1 first)
 #
 # The first `up` creates the cluster (`redis-cli --cluster create ... --cluster-replicas 1`);
@@ -156,9 +157,12 @@ node_stop() {  # <n> [--kill]
   if ! pid_alive "$pidfile" ":$port"; then rm -f "$pidfile"; return 0; fi
   pid="$(cat "$pidfile")"
   case "$how" in
-    --kill) kill -KILL "$pid" 2>/dev/null || true ;;
-    "") rcli "$port" shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true ;;
-    *) die "node-stop takes --kill or nothing, not '$how'" ;;
+    --stop) kill -STOP "$pid"; say "node $n paused (SIGSTOP)"; return 0 ;;
+    --cont) kill -CONT "$pid"; say "node $n resumed (SIGCONT)"; return 0 ;;
+    --kill) kill -CONT "$pid" 2>/dev/null || true; kill -KILL "$pid" 2>/dev/null || true ;;
+    "") kill -CONT "$pid" 2>/dev/null || true
+        rcli "$port" shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true ;;
+    *) die "node-stop takes --kill, --stop or --cont, not '$how'" ;;
   esac
   wait_gone "$pid" "node $n"
   rm -f "$pidfile"
@@ -263,7 +267,7 @@ c_main() {
     ports) printf '%s\n' "${CL_PORTS[@]}" ;;
     node-start) check_node "${1:-}"; c_lock; need_redis; node_start "$1" ;;
     node-stop) check_node "${1:-}"; c_lock; node_stop "$1" "${2:-}" ;;
-    *) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    *) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
   esac
 }
 

@@ -94,6 +94,13 @@ class ClusterSet:
         self._run("node-stop", str(node), "--kill")
         self.kills += 1
 
+    def pause(self, node: int) -> None:
+        """SIGSTOP node `node`; `resume` lets it go on."""
+        self._run("node-stop", str(node), "--stop")
+
+    def resume(self, node: int) -> None:
+        self._run("node-stop", str(node), "--cont")
+
     def start(self, node: int) -> None:
         """Start `node` again (a no-op if it runs); it rejoins with its nodes.conf."""
         self._run("node-start", str(node))
@@ -159,6 +166,20 @@ class ClusterSet:
                     port = int(primary[1])
                     return self.ports.index(port) + 1 if port in self.ports else None
             return None
+        return None
+
+    def replica_of(self, node: int) -> int | None:
+        """The node (1-6) that replicates primary `node`, online (None: none)."""
+        client: Any = self.node_client(node)
+        try:
+            repl: dict[str, Any] = client.info("replication")
+        except redis.RedisError:
+            return None
+        for key, value in repl.items():
+            if key.startswith("slave") and isinstance(value, dict):
+                port = int(value["port"])
+                if value.get("state") == "online" and port in self.ports:
+                    return self.ports.index(port) + 1
         return None
 
     def whole(self) -> bool:

@@ -36,6 +36,7 @@ def whole_cluster(cluster_set: ClusterSet) -> ClusterSet:
     """The cluster with all six nodes running and every primary's replica online (a test
     before may have killed one)."""
     for node in range(1, 7):
+        cluster_set.resume(node)  # a no-op unless paused
         cluster_set.start(node)  # a no-op if running
     cluster_set.wait_whole()
     return cluster_set
@@ -61,6 +62,7 @@ def cluster_pipeline(
 
     yield make
     for node in range(1, 7):
+        whole_cluster.resume(node)
         whole_cluster.start(node)
     whole_cluster.wait_whole()
     for p in started:

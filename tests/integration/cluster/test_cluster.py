@@ -32,7 +32,7 @@ from router.state.store import StatusStore, find_group
 from router.table.store.codec import TableKeys
 from tests.fixtures.factories import ClusterPipelineFactory
 from tests.fixtures.helpers import unique, wait_until
-from tests.fixtures.judged import Arrivals, assert_whole, finish, send
+from tests.fixtures.judged import Arrivals, assert_whole, finish, log_marks, logged_since, send
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +108,51 @@ def test_grouped_traffic_through_both_sides_on_the_cluster(
 
 
 # ---------------------------------------------------------------- heavy (make test-cluster)
+
+# the units' back-off reason (router.unit.commit.replica_acks)
+REFUSED = "required Redis replicas acknowledged"
+
+
+@pytest.mark.cluster
+def test_units_wait_for_the_replica_of_their_tables_node(
+    cluster_pipeline: ClusterPipelineFactory, whole_cluster: ClusterSet
+) -> None:
+    """min_replica_acks=1, the replica of the primary holding the send table's slot paused
+    (SIGSTOP): the send unit forwards nothing sent meanwhile (its WAIT runs on that primary:
+    on any other node it would be answered), and once the replica goes on, everything
+    arrives, whole."""
+    p = cluster_pipeline(SHORT, min_replica_acks=1, replica_ack_timeout_ms=300)
+    units = list(p.fleet.procs)
+    collector = Arrivals(p)
+    try:
+        before = send(p, "a", 80)
+        assert collector.wait_for(len(before.sent), 90), "groups routed on the cluster"
+        owner = whole_cluster.owner(TableKeys.of("router-test", p.name, "send").entries)
+        assert owner is not None
+        replica = whole_cluster.replica_of(owner)
+        assert replica is not None, f"node {owner} has no replica online"
+        marks = log_marks(p)
+        whole_cluster.pause(replica)
+        try:
+            during = send(p, "b", 80)
+            wait_until(
+                lambda: logged_since(p, marks, "send-unit", REFUSED) >= 3,
+                60,
+                "the send unit to be refused three times",
+                report=lambda: "\n".join(x.tail(20) for x in p.fleet.procs),
+            )
+            stalled = collector.count()
+        finally:
+            whole_cluster.resume(replica)
+        assert stalled == len(before.sent), "forwarded while no replica acknowledged"
+        total = len(before.sent) + len(during.sent)
+        assert collector.wait_for(total, 120), f"{collector.count()} of {total} after resuming"
+    finally:
+        collector.stop()
+    assert all(x.alive for x in units) and p.fleet.procs == units, "units died or were replaced"
+    send_side, receive = finish(p)
+    assert_whole(verdict(before.sent + during.sent, send_side, receive), total)
+
 
 MID_RUN = PipelineSpec(send_units=2, receive_units=2, transfer_partitions=4, receive_queues=4)
 

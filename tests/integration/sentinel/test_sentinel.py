@@ -34,7 +34,7 @@ from router.state.groups import GroupStatus
 from router.state.store import StatusStore
 from tests.fixtures.factories import SentinelPipelineFactory
 from tests.fixtures.helpers import unique, wait_until
-from tests.fixtures.judged import Arrivals, assert_whole, finish, send
+from tests.fixtures.judged import Arrivals, assert_whole, finish, log_marks, logged_since, send
 
 pytestmark = pytest.mark.slow
 
@@ -53,21 +53,6 @@ REFUSED = "required Redis replicas acknowledged"
 
 def epoch_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def log_marks(p: Pipeline) -> dict[str, int]:
-    return {x.name: x.log_path.stat().st_size for x in p.fleet.procs}
-
-
-def logged_since(p: Pipeline, marks: dict[str, int], role: str, text: str) -> int:
-    """How often the processes of `role` logged `text` after `marks` (the fewest of them)."""
-    counts = []
-    for proc in p.fleet.procs:
-        if proc.role == role:
-            with proc.log_path.open("rb") as f:
-                f.seek(marks.get(proc.name, 0))
-                counts.append(f.read().decode(errors="replace").count(text))
-    return min(counts) if counts else 0
 
 
 # ---------------------------------------------------------------- short (make test)
