@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: jaeger jaeger-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
+.PHONY: jaeger jaeger-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -113,6 +113,19 @@ sentinel-down: ## Stop the Sentinel set (the plain stack keeps running)
 sentinel-status: ## Show what the Sentinel set is running and which node is primary
 	@ops/stack.sh sentinel-status
 
+test-cluster: venv $(JARS) ## Redis Cluster tests: the pipeline on 3 primaries + 3 replicas, and a primary holding a table's slot SIGKILLed under load (own servers, ~5 min)
+	ROUTER_TEST_CLUSTER=1 $(BIN)/pytest tests/integration/cluster tests/unit/backends/test_cluster_settings.py -s
+
+cluster-up: ## Start a Redis Cluster beside the plain stack: 3 primaries and their replicas on :6401-6406
+	ops/stack.sh cluster-up
+	@ops/stack.sh cluster-env
+
+cluster-down: ## Stop the Redis Cluster (the plain stack keeps running)
+	ops/stack.sh cluster-down
+
+cluster-status: ## Show what the Redis Cluster is running, each node's role and cluster state
+	@ops/stack.sh cluster-status
+
 stack-up-ha: venv jars ## Start the replicated cluster beside the plain stack: KRaft, 1 controller (:9290) + 3 brokers (:9291-9293), and Redis
 	ops/stack.sh redis-start
 	ops/stack.sh ha-up
@@ -153,4 +166,5 @@ clean: ## Remove the venv, caches and local stack data (stops the stack first)
 	-ops/stack.sh secure-down
 	-ops/stack.sh ha-down
 	-ops/stack.sh sentinel-down
+	-ops/stack.sh cluster-down
 	rm -rf $(VENV) .cache .stack .results .pytest_cache .mypy_cache .ruff_cache .hypothesis

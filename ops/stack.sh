@@ -21,6 +21,9 @@
 #   ops/stack.sh sentinel-up|sentinel-down|sentinel-status|sentinel-env|sentinel-kill-primary
 #                              Redis with Sentinel beside it (ops/sentinel.sh): a primary (:6391),
 #                              its replica (:6392) and three Sentinels (:26391-26393)
+#   ops/stack.sh cluster-up|cluster-down|cluster-status|cluster-env|cluster-node-stop <n> [--kill]|...
+#                              a Redis Cluster beside it (ops/cluster.sh): three primaries and
+#                              their replicas on :6401-6406
 #
 # Settings (environment): ROUTER_STACK_DIR (default .stack), ROUTER_CACHE_DIR (.cache),
 # ROUTER_KAFKA_VERSION (4.1.2), ROUTER_KAFKA_PORT (9092), ROUTER_KAFKA_CONTROLLER_PORT (9093),
@@ -464,9 +467,10 @@ main() {
     secure-*) exec "$ROOT/ops/secure.sh" "${cmd#secure-}" "$@" ;;
     ha-*) exec "$ROOT/ops/ha.sh" "${cmd#ha-}" "$@" ;;
     sentinel-*) exec "$ROOT/ops/sentinel.sh" "${cmd#sentinel-}" "$@" ;;
-    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    cluster-*) exec "$ROOT/ops/cluster.sh" "${cmd#cluster-}" "$@" ;;
+    *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
   esac
 }
 
-# ops/secure.sh, ops/ha.sh and ops/sentinel.sh source this file for its helpers (say, die, need_java, fetch_kafka_jars, ...).
+# ops/secure.sh, ops/ha.sh, ops/sentinel.sh and ops/cluster.sh source this file for its helpers (say, die, need_java, fetch_kafka_jars, ...).
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from router import __version__
 from router.backends.kafka.clients import admin_config
-from router.backends.redis.client import redis_client
+from router.backends.redis.client import await_cluster, redis_client
 from router.cli.acls import acls_group
 from router.cli.spark import spark as spark_commands
 from router.cli.table import table as table_commands
@@ -125,6 +125,7 @@ def _run_unit(settings: RouterSettings, side: str, relay: bool = False) -> None:
     # Test-only fault injection (see router/utils/faults.py); off unless ROUTER_FAULTS is set.
     faults = Faults(os.environ.get("ROUTER_FAULTS", ""))
     spec = side_spec(settings, side)  # type: ignore[arg-type]
+    _await_redis(settings)
     if relay:
         unit = TransferUnit(
             settings, relay_spec(spec), kind="relay", steps=lambda _: RelaySteps(spec)
@@ -136,6 +137,12 @@ def _run_unit(settings: RouterSettings, side: str, relay: bool = False) -> None:
     except (FatalUnitError, RedisRefused, KafkaRefused) as exc:
         log.critical("%s", exc)
         sys.exit(2)
+
+
+def _await_redis(settings: RouterSettings) -> None:
+    """A Redis Cluster that does not answer yet is waited for, as one Redis is."""
+    u = settings.unit
+    await_cluster(settings.redis, u.backoff_initial_ms / 1000, u.backoff_max_ms / 1000)
 
 
 @cli.command()
@@ -153,7 +160,9 @@ def relay(ctx: click.Context, side: str) -> None:
 def sweeper(ctx: click.Context, once: bool) -> None:
     """Run the sweeper: remove idle entries, publish abandoned-group events."""
 
-    s = Sweeper(_settings(ctx))
+    settings = _settings(ctx)
+    _await_redis(settings)
+    s = Sweeper(settings)
     if once:
         report = s.run_once()
         click.echo(json.dumps(report.__dict__))

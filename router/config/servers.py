@@ -78,12 +78,13 @@ def read_secret(path: Path, what: str) -> str:
     return lines[0]
 
 
-def sentinel_address(address: str) -> tuple[str, int]:
-    """ "host:port" (or "[v6 address]:port") -> (host, port), or a ConfigError saying why."""
+def sentinel_address(address: str, setting: str = "redis.sentinels") -> tuple[str, int]:
+    """ "host:port" (or "[v6 address]:port") -> (host, port), or a ConfigError saying why
+    (naming `setting`: redis.sentinels, redis.cluster_nodes)."""
     host, colon, port = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"redis.sentinels: {address!r} is not host:port")
+        raise ConfigError(f"{setting}: {address!r} is not host:port")
     return host, int(port)
 
 
@@ -160,6 +161,11 @@ class RedisSettings(_Credentials):
     # password and TLS settings above apply to the Sentinels and the data nodes alike.
     sentinels: tuple[str, ...] = ()
     sentinel_service: str | None = None
+    # Redis Cluster (README: "Redis Cluster"): "host:port" of some of its nodes (any role; the
+    # client learns the rest and the slots from them, and again after a failover). Every
+    # table's keys share one hash slot, so each script runs on the primary holding it; `url`
+    # then only says TLS or not (rediss://), its database must be 0. Not with `sentinels`.
+    cluster_nodes: tuple[str, ...] = ()
     # After a batch's table writes and before its transaction commits, a unit waits (WAIT)
     # until this many replicas hold them, at most `replica_ack_timeout_ms`; fewer in time:
     # the batch is not forwarded, as if Redis were away (router/unit/commit/replica_acks.py). 0: no
@@ -191,6 +197,8 @@ class RedisSettings(_Credentials):
             raise ConfigError("redis.sentinels and redis.sentinel_service go together")
         if self.sentinels and self.url.startswith("unix://"):
             raise ConfigError("redis.sentinels need a redis:// or rediss:// URL, not unix://")
+        if self.cluster_nodes:
+            self._check_cluster()
         if self.replica_ack_timeout_ms >= self.socket_timeout_s * 1000:
             raise ConfigError(
                 f"redis.replica_ack_timeout_ms ({self.replica_ack_timeout_ms}) must be below "
@@ -199,6 +207,19 @@ class RedisSettings(_Credentials):
             )
         return self
 
+    def _check_cluster(self) -> None:
+        if self.sentinels:
+            raise ConfigError(
+                "set redis.cluster_nodes (Redis Cluster) or redis.sentinels (Sentinel), not both"
+            )
+        if self.url.startswith("unix://"):
+            raise ConfigError("redis.cluster_nodes need a redis:// or rediss:// URL, not unix://")
+        path = self.url.split("://", 1)[1].partition("/")[2].strip("/")
+        if path not in ("", "0"):
+            raise ConfigError(
+                f"redis.url {self.url!r}: a Redis Cluster has database 0 only (redis.cluster_nodes)"
+            )
+
     @field_validator("sentinels")
     @classmethod
     def _host_ports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -206,11 +227,23 @@ class RedisSettings(_Credentials):
             sentinel_address(address)
         return value
 
+    @field_validator("cluster_nodes")
+    @classmethod
+    def _node_host_ports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for address in value:
+            sentinel_address(address, "redis.cluster_nodes")
+        return value
+
     def sentinel_addresses(self) -> list[tuple[str, int]]:
         return [sentinel_address(a) for a in self.sentinels]
 
+    def cluster_addresses(self) -> list[tuple[str, int]]:
+        return [sentinel_address(a, "redis.cluster_nodes") for a in self.cluster_nodes]
+
     def where(self) -> str:
         """Where the table lives, for messages (never a secret)."""
+        if self.cluster_nodes:
+            return f"Redis Cluster at {','.join(self.cluster_nodes)}"
         if self.sentinels:
             return f"Sentinel service {self.sentinel_service!r} at {','.join(self.sentinels)}"
         return self.url

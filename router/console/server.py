@@ -23,7 +23,7 @@ from urllib.parse import parse_qs
 
 import redis
 
-from router.backends.redis.client import redis_client
+from router.backends.redis.client import RedisClient, redis_client
 from router.config.settings import RouterSettings
 from router.console import figures
 from router.console.history import History
@@ -48,7 +48,7 @@ def page() -> bytes:
 class Console:
     """Reads the tables and counters; keeps recent counter samples for throughput."""
 
-    def __init__(self, settings: RouterSettings, client: redis.Redis | None = None) -> None:
+    def __init__(self, settings: RouterSettings, client: RedisClient | None = None) -> None:
         self.settings = settings
         self.client = client or redis_client(settings.redis)
         self._samples: deque[Sample] = deque()

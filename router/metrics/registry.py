@@ -17,6 +17,7 @@ from typing import Literal
 
 import redis
 
+from router.backends.redis.client import RedisClient
 from router.utils.clock import Every
 
 MetricName = Literal[
@@ -154,7 +155,7 @@ class MetricsPublisher:
     def __init__(
         self,
         metrics: Metrics,
-        client: redis.Redis,
+        client: RedisClient,
         key: str,
         interval_ms: int,
         log_every: int = 10,
@@ -207,7 +208,7 @@ def metrics_key(prefix: str, topology: str, role: str, instance: str) -> str:
     return f"{prefix}:metrics:{topology}:{role}:{instance}"
 
 
-def read_all(client: redis.Redis, prefix: str, topology: str) -> dict[str, dict[str, int]]:
+def read_all(client: RedisClient, prefix: str, topology: str) -> dict[str, dict[str, int]]:
     """Every live process's published counters: {"<role>:<instance>": {...}}."""
     out: dict[str, dict[str, int]] = {}
     base = f"{prefix}:metrics:{topology}:"

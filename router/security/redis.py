@@ -4,7 +4,9 @@ word when Redis refuses us (as opposed to being away).
 Every unit, the sweeper and the operator commands (`router table`, `router metrics`,
 `router console`) need the same small set: the commands below, on the keys of their
 topology's two tables and its metrics hashes, and no Pub/Sub channel. `router acls plan`
-prints the rule; `ACL SETUSER <user> <rule...>` (as an admin) creates the user.
+prints the rule; `ACL SETUSER <user> <rule...>` (as an admin) creates the user, on every
+node of a Redis Cluster (ACLs are per node there), where the rule also allows what the
+cluster client asks (`CLUSTER_COMMANDS`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import redis
 from redis.exceptions import AuthenticationError, NoPermissionError
 
+from router.backends.redis.client import RedisClient
 from router.config.settings import RouterSettings
 from router.errors import RouterError
 from router.table.store.codec import Side, TableKeys
@@ -31,6 +34,9 @@ CLIENT_COMMANDS = (
     *("evalsha", "script|load", "ping", "lrange", "ltrim", "sadd", "srem"),
     *("expire", "scan", "wait"),
 )
+# On a Redis Cluster (`redis.cluster_nodes`), what redis-py's cluster client asks every node
+# it meets: the slots' owners, and the command table it finds keys with.
+CLUSTER_COMMANDS = ("cluster|slots", "command")
 
 
 def key_patterns(settings: RouterSettings) -> list[str]:
@@ -45,7 +51,8 @@ def acl_rule(settings: RouterSettings) -> list[str]:
     """The router user's ACL rule (without its password): `ACL SETUSER <user> on
     >password <rule...>`. `resetchannels` and `-@all` first: nothing but what is listed."""
     keys = [f"~{_glob_escape(p)}" for p in key_patterns(settings)]
-    commands = [f"+{c}" for c in sorted({*SCRIPT_COMMANDS, *CLIENT_COMMANDS})]
+    cluster = CLUSTER_COMMANDS if settings.redis.cluster_nodes else ()
+    commands = [f"+{c}" for c in sorted({*SCRIPT_COMMANDS, *CLIENT_COMMANDS, *cluster})]
     return ["resetkeys", "resetchannels", "-@all", *keys, *commands]
 
 
@@ -84,7 +91,7 @@ class RedisRefused(RouterError, RuntimeError):
     """Redis refused the router's credentials or ACL: retrying cannot help."""
 
 
-def check_access(client: redis.Redis, settings: RouterSettings) -> None:
+def check_access(client: RedisClient, settings: RouterSettings) -> None:
     """Before a process starts work: raise RedisRefused if Redis refuses our user or its
     key patterns (one read of each table's cursor key). A Redis that does not answer is
     not refused: the process starts and backs off as usual."""

@@ -28,7 +28,8 @@ from typing import Any
 
 import redis
 
-from router.backends.redis.client import redis_client
+from router.backends.redis.client import RedisClient, redis_client
+from router.backends.redis.cluster import RouterCluster
 from router.config.servers import RedisSettings
 from router.errors import ConfigError, RouterError
 from router.state.groups import GroupStatus, advance
@@ -36,18 +37,18 @@ from router.state.groups import expired as expired_status
 from router.state.sender import GroupRecord
 from router.utils.clock import Every
 
-State = str | RedisSettings | redis.Redis
+State = str | RedisSettings | RedisClient
 
 
 class SenderFenced(RouterError, RuntimeError):
     """Another sender took this sender ID over: this one may not send its groups on."""
 
 
-def client_of(state: State) -> redis.Redis:
+def client_of(state: State) -> RedisClient:
     """A Redis client from a URL (`redis://host:port/db`, no credentials in it), from
     settings (an ACL user, TLS, Sentinel: `router.config.RedisSettings`), or the client
     itself; built as every Redis client of the router is (`router.backends.redis.client`)."""
-    if isinstance(state, redis.Redis):
+    if isinstance(state, redis.Redis | RouterCluster):
         return state
     return redis_client(state if isinstance(state, RedisSettings) else RedisSettings(url=state))
 
@@ -63,7 +64,7 @@ class SenderStore:
         base = f"{prefix}:{{sender:{sender_id}}}"
         self.owner_key, self.groups_key = f"{base}:owner", f"{base}:groups"
         lua = resources.files("router.state").joinpath("lua", "sender_state.lua").read_text("utf-8")
-        self._script = self.client.register_script(lua)
+        self._script = self._r.register_script(lua)
         self.token = ""
 
     def take_over(self, token: str) -> None:

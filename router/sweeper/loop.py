@@ -36,6 +36,7 @@ from confluent_kafka import KafkaException, Producer
 from router.backends.kafka import clients
 from router.backends.kafka.offsets import CommittedOffsets
 from router.backends.redis import client as redisclient
+from router.backends.redis.client import RedisClient
 from router.config.settings import RouterSettings
 from router.contract.registered import frame_events_at_start
 from router.metrics.exporter import Exporter
@@ -74,7 +75,7 @@ class Sweeper:
         self,
         settings: RouterSettings,
         *,
-        redis_client: redis.Redis | None = None,
+        redis_client: RedisClient | None = None,
         horizons: HorizonReader | None = None,
     ):
         self.settings = settings

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
-
+from router.backends.redis.client import RedisClient
 from router.config.settings import RouterSettings
 from router.contract.priority import band_topics
 from router.table.store.management import ManagementTable, Side, TableKeys
@@ -52,7 +51,7 @@ def side_spec(settings: RouterSettings, side: Side) -> SideSpec:
     )
 
 
-def table_for(settings: RouterSettings, side: Side, client: redis.Redis) -> ManagementTable:
+def table_for(settings: RouterSettings, side: Side, client: RedisClient) -> ManagementTable:
     """The management table of one side, as every unit and tool of that side sees it."""
     spec = side_spec(settings, side)
     keys = TableKeys.of(settings.redis.key_prefix, settings.topology.name, side)

@@ -13,11 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 
-import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from router.backends.kafka import clients
 from router.backends.redis import client as redisclient
+from router.backends.redis.client import RedisClient
 from router.config.settings import RouterSettings
 from router.contract.registered import frame_events_at_start
 from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
@@ -58,7 +58,7 @@ class TransferUnit:
         *,
         kind: str = "unit",
         steps: Callable[[UnitContext], Steps] = routing_steps,
-        redis_client: redis.Redis | None = None,
+        redis_client: RedisClient | None = None,
         faults: Faults | None = None,
     ) -> None:
         self.settings, self.spec = settings, spec
@@ -77,8 +77,9 @@ class TransferUnit:
             self.rejected,
         )  # fmt: skip
         self.steps = steps(ctx)
-        self.leases = Leases(table_for(settings, spec.side, self.redis), self.metrics)
-        self.acks = ReplicaAcks(self.redis, settings.redis, self.metrics)
+        table = table_for(settings, spec.side, self.redis)
+        self.leases = Leases(table, self.metrics)
+        self.acks = ReplicaAcks(self.redis, settings.redis, self.metrics, table.keys.entries)
         self._track = tracker(self.rejected)
         self.publisher = MetricsPublisher(
             self.metrics,

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from router.backends.kafka import clients
 from router.backends.kafka.offsets import CommittedOffsets
+from router.backends.redis.client import RedisClient
 from router.config import RouterSettings
 
 log = logging.getLogger("router.bench")
@@ -141,7 +141,7 @@ class RedisSnapshot:
         )
 
 
-def redis_snapshot(client: redis.Redis) -> RedisSnapshot:
+def redis_snapshot(client: RedisClient) -> RedisSnapshot:
     """Redis's cumulative counters now: script calls and their microseconds (INFO
     commandstats; a command a script runs is counted inside the script's time, so only
     the script commands are summed), and the server's CPU (INFO cpu). Server-wide: a

@@ -69,9 +69,12 @@ class PipelineSpec:
 
 
 def sentinel_env(base: RouterSettings) -> dict[str, str]:
-    """The Sentinel settings (and the wait for replicas) of `base`, for the processes."""
+    """The Sentinel or Redis Cluster settings (and the wait for replicas) of `base`, for
+    the processes."""
     r = base.redis
     env = {}
+    if r.cluster_nodes:
+        env["ROUTER_REDIS__CLUSTER_NODES"] = json.dumps(list(r.cluster_nodes))
     if r.sentinels:
         env["ROUTER_REDIS__SENTINELS"] = json.dumps(list(r.sentinels))
         env["ROUTER_REDIS__SENTINEL_SERVICE"] = str(r.sentinel_service)

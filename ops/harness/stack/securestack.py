@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -27,7 +26,7 @@ from confluent_kafka.admin import (
 
 from ops.harness.stack.localstack import free_port
 from router.backends.kafka import clients
-from router.backends.redis.client import redis_client
+from router.backends.redis.client import RedisClient, redis_client
 from router.config import KafkaSettings, RedisSettings
 from router.security.redis import acl_rule
 
@@ -108,7 +107,7 @@ class SecureStack:
             **extra,
         )
 
-    def redis_admin(self) -> redis.Redis:
+    def redis_admin(self) -> RedisClient:
         return redis_client(self.redis_settings("admin", self.secret_file("redis-admin")))
 
     def redis_user(self, user: str, rule: list[str]) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from ops.harness.stack.localstack import free_port
-from router.backends.redis.client import redis_client
+from router.backends.redis.client import RedisClient, redis_client
 from router.config import RedisSettings
 
 HOST = "127.0.0.1"
@@ -97,7 +97,7 @@ class SentinelSet:
         """Settings that reach the set through its Sentinels."""
         return RedisSettings(sentinels=self.sentinels, sentinel_service=self.service, **extra)
 
-    def node_client(self, node: int) -> redis.Redis:
+    def node_client(self, node: int) -> RedisClient:
         """A client of one data node, whatever its role (to observe it)."""
         port = self.node_ports[node - 1]
         return redis_client(RedisSettings(url=f"redis://{HOST}:{port}/0"))

@@ -1,6 +1,9 @@
 """The one way the router builds a Redis client: the units, the sweeper, the operator
 commands and the client libraries' state all come here (`redis_client` here).
 
+With `redis.cluster_nodes`, a client of that Redis Cluster (`router.backends.redis.cluster`):
+each table's commands go to the primary holding its slot.
+
 Without `redis.sentinels`, a client of the server at `redis.url`. With them, a client of
 whichever primary the Sentinels name for `redis.sentinel_service` (redis-py's
 `Sentinel.master_for`): every new connection asks them, a connection to a former primary
@@ -15,6 +18,8 @@ on the connection that made its writes (`router.unit.commit.replica_acks`).
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,27 +28,39 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from router.backends.redis.cluster import RouterCluster, cluster_client
 from router.config.servers import RedisSettings
 from router.errors import ConfigError
 
 _Sentinel: Any = Sentinel  # untyped in redis-py
+log = logging.getLogger("router.redis")
+
+# What `redis_client` returns: one Redis (or Sentinel's primary), or a Redis Cluster.
+RedisClient = redis.Redis | RouterCluster
 
 
 class Connects:
-    """A client's `redis_connect_func`: the usual handshake (AUTH, SELECT, ...), counted."""
+    """A client's `redis_connect_func`: the usual handshake (AUTH, SELECT, ...), counted.
+    A cluster client makes the handshake itself before calling it (`handshake` False)."""
 
-    def __init__(self) -> None:
+    def __init__(self, handshake: bool = True) -> None:
         self.count = 0
+        self.handshake = handshake
 
     def __call__(self, connection: Any) -> None:  # a redis.connection.AbstractConnection
-        connection.on_connect()
+        if self.handshake:
+            connection.on_connect()
         self.count += 1
 
 
-def redis_client(settings: RedisSettings) -> redis.Redis:
+def redis_client(settings: RedisSettings) -> RedisClient:
     """A Redis client that fails fast, with an ACL user and password, over TLS for a
-    rediss:// URL (see `router.security.redis`), through Sentinel if `redis.sentinels` is set."""
+    rediss:// URL (see `router.security.redis`), through Sentinel if `redis.sentinels` is set,
+    of a Redis Cluster if `redis.cluster_nodes` is (a cluster none of whose seed nodes
+    answers: redis.ConnectionError now)."""
     options = connection_options(settings)
+    if settings.cluster_nodes:
+        return cluster_client(settings, {**options, "redis_connect_func": Connects(False)})
     if not settings.sentinels:
         return redis.Redis.from_url(settings.url, redis_connect_func=Connects(), **options)
     assert settings.sentinel_service is not None  # the settings require it with sentinels
@@ -61,6 +78,28 @@ def redis_client(settings: RedisSettings) -> redis.Redis:
         redis_connect_func=Connects(),
     )
     return client
+
+
+def await_cluster(
+    settings: RedisSettings, first_s: float, max_s: float, attempts: int | None = None
+) -> None:
+    """Before a unit or the sweeper builds its clients: until a node of the cluster answers,
+    backing off from `first_s` to `max_s` (a cluster client asks its nodes for the slots
+    when it is built, so a process started before its cluster would fail instead of
+    waiting for it as it does for one Redis). Nothing to do without `redis.cluster_nodes`;
+    the last error after `attempts` tries (None: no limit)."""
+    delay, tried = first_s, 0
+    while settings.cluster_nodes:
+        try:
+            cluster_client(settings, connection_options(settings)).close()
+            return
+        except redis.ConnectionError as exc:
+            tried += 1
+            if attempts is not None and tried >= attempts:
+                raise
+            log.warning("%s; trying again in %.1f s", exc, delay)
+        time.sleep(delay)  # a start-up back-off, not synchronisation
+        delay = min(max_s, delay * 2)
 
 
 def database(url: str) -> int:
@@ -96,7 +135,20 @@ def connection_options(settings: RedisSettings) -> dict[str, Any]:
     return options
 
 
-def connects(client: redis.Redis) -> int | None:
-    """How many connections `client` has made so far (None: not built here)."""
-    func = client.connection_pool.connection_kwargs.get("redis_connect_func")
+def connects(client: RedisClient) -> int | None:
+    """How many connections `client` has made so far (None: not built here); on a cluster,
+    to any of its nodes."""
+    if isinstance(client, RouterCluster):
+        func = client.user_on_connect_func
+    else:
+        func = client.connection_pool.connection_kwargs.get("redis_connect_func")
     return func.count if isinstance(func, Connects) else None
+
+
+def reconnect(client: RedisClient) -> None:
+    """After a node answered that it is a replica now: connections anew (Sentinel: to the
+    primary it names), or the cluster's slots asked anew."""
+    if isinstance(client, RouterCluster):
+        client.refresh()
+    else:
+        client.connection_pool.disconnect()

@@ -13,8 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import redis
-
+from router.backends.redis.client import RedisClient
 from router.errors import ConfigError
 from router.table.routing import HELD, SKIPPED, Entry, Policy, RouteRequest, RouteResult, Swept
 from router.table.store.codec import Side, TableKeys, decode_entry, encode, outbox_item, script
@@ -37,7 +36,7 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: RedisClient,
         keys: TableKeys,
         destinations: Sequence[str],
         policy: Policy = "share",
@@ -56,9 +55,9 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         self.policy: Policy = policy
         self.lease_ms = lease_ms
         self.max_staged = max_staged
-        self._route = client.register_script(script("route"))
-        self._settle = client.register_script(script("settle"))
-        self._sweep = client.register_script(script("sweep"))
+        self._route = self._r.register_script(script("route"))
+        self._settle = self._r.register_script(script("settle"))
+        self._sweep = self._r.register_script(script("sweep"))
         self._route_keys = keys.named(
             "entries deadlines load cursor closing stats inflight epoch writes room parks"
             " admitted writers done draining owners"
@@ -302,11 +301,6 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
 
     def stats(self) -> dict[str, int]:
         return {_text(k): int(v) for k, v in self._r.hgetall(self.keys.stats).items()}
-
-    def now_ms(self) -> int:
-        """The Redis server clock, which the scripts use."""
-        seconds, micros = self._r.time()
-        return int(seconds) * 1000 + int(micros) // 1000
 
     def drop(self) -> None:
         """Delete the whole table (the drivers between runs; tests). Operators have no command

@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from redis.cluster import RedisCluster
+
+from router.backends.redis.cluster import node_options
 from router.table.routing import RoomState
 from router.table.store.codec import TableKeys, decode_entry, script
 from router.table.store.codec import text as _text
@@ -18,6 +21,11 @@ class RoomTable(OwnersTable):
     client: Any
     _r: Any
     _dests: list[str | int]
+
+    def now_ms(self) -> int:
+        """The Redis server clock, which the scripts use (on a cluster: the table's node)."""
+        seconds, micros = self._r.time(**node_options(self.client, self.keys.entries))
+        return int(seconds) * 1000 + int(micros) // 1000
 
     def room_timeout(
         self, max_wait_ms: int, policy: str, now_ms: int | None = None
@@ -114,13 +122,20 @@ class RoomTable(OwnersTable):
 
     def room_size(self) -> tuple[int, int | None, int]:
         """(groups waiting, the oldest one's wait start or None, now), both on the Redis
-        clock, in one round trip: the room's gauges."""
+        clock, in one round trip: the room's gauges (two on a cluster, whose pipelines
+        refuse TIME: `now_ms` asks the table's node)."""
+        cluster = isinstance(self.client, RedisCluster)
         pipe = self._r.pipeline(transaction=False)
         pipe.zcard(self.keys.room)
         pipe.zrange(self.keys.room, 0, 0, withscores=True)
-        pipe.time()
-        count, oldest, (sec, usec) = pipe.execute()
-        now = int(sec) * 1000 + int(usec) // 1000
+        if not cluster:
+            pipe.time()
+        count, oldest, *clock = pipe.execute()
+        if cluster:
+            now = self.now_ms()
+        else:
+            sec, usec = clock[0]
+            now = int(sec) * 1000 + int(usec) // 1000
         return int(count), (int(oldest[0][1]) if oldest else None), now
 
     def park_leases(self) -> dict[tuple[str, str], int]:

@@ -7,6 +7,9 @@ release after a commit, on the session's call thread, has a client of its own:
 `router.unit.steps.pipeline`); the client counts its connections
 (`router.backends.redis.client.connects`), and a batch whose connection was made anew after its
 first table write is refused rather than trusted.
+
+On a Redis Cluster, WAIT goes to the primary holding the table's slot (`key`), the node of
+the batch's table writes: it counts that node's replicas (`router.backends.redis.cluster`).
 """
 
 from __future__ import annotations
@@ -15,15 +18,19 @@ from collections.abc import Callable
 
 import redis
 
-from router.backends.redis.client import connects
+from router.backends.redis.client import RedisClient, connects, reconnect
+from router.backends.redis.cluster import node_options
 from router.config.settings import RedisSettings
 from router.metrics.registry import Metrics
 from router.unit.commit.replica_acks import AckRule, NotReplicated
 
 
 class ReplicaAcks:
-    def __init__(self, client: redis.Redis, settings: RedisSettings, metrics: Metrics) -> None:
+    def __init__(
+        self, client: RedisClient, settings: RedisSettings, metrics: Metrics, key: str
+    ) -> None:
         self.client = client
+        self.key = key  # a key of the table: on a cluster, WAIT runs on its node
         self.rule = AckRule(settings.min_replica_acks, settings.replica_ack_timeout_ms)
         self.metrics = metrics
         self._since: int | None = None
@@ -50,11 +57,12 @@ class ReplicaAcks:
         if not rule.waits:
             return
         try:
-            acked = int(self.client.wait(*rule.wait_args()))  # type: ignore[arg-type]
+            target = node_options(self.client, self.key)
+            acked = int(self.client.wait(*rule.wait_args(), **target))  # type: ignore[arg-type]
         except redis.RedisError as exc:
             self.metrics.inc("redis_errors")
             if isinstance(exc, redis.ResponseError):  # "WAIT cannot be used with replica
-                self.client.connection_pool.disconnect()  # instances": ask the Sentinels anew
+                reconnect(self.client)  # instances": ask the Sentinels (the cluster) anew
             raise redis.ConnectionError(f"WAIT for replicas failed: {exc}") from exc
         self.metrics.inc("redis_round_trips")
         reason = rule.shortfall(acked, connects(self.client) != self._since)

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from router import contract
+from router.backends.redis.client import RedisClient
 from router.contract import priority
 from router.contract.headers import BadInput
 from router.metrics.registry import Metrics
@@ -47,13 +48,13 @@ class GroupBands:
     """The send side's group -> band table in Redis (one script, one round trip)."""
 
     def __init__(
-        self, client: redis.Redis, keys: TableKeys, keep_ms: int, metrics: Metrics | None = None
+        self, client: RedisClient, keys: TableKeys, keep_ms: int, metrics: Metrics | None = None
     ) -> None:
         self.keys = keys.named("bands bands_at bands_calls")  # the send table's hash slot
         self.keep_ms = keep_ms
         self.metrics = metrics
         text = resources.files("router.table.store").joinpath("lua", "bands.lua").read_text("utf-8")
-        self._script: Any = client.register_script(text)
+        self._script: Any = cast(Any, client).register_script(text)
 
     def resolve(
         self, pairs: list[tuple[str, int]], forget: list[tuple[str, int]]

@@ -14,7 +14,7 @@ from confluent_kafka import Message
 
 from router.backends.kafka import clients
 from router.backends.kafka.endoffsets import EndOffsets
-from router.backends.redis.client import redis_client
+from router.backends.redis.client import RedisClient, redis_client
 from router.config.settings import RouterSettings
 from router.metrics.registry import Metrics
 from router.table.routing import STOPPED
@@ -174,7 +174,7 @@ class UnitContext:
     settings: RouterSettings
     spec: SideSpec
     instance: str
-    redis: redis.Redis
+    redis: RedisClient
     metrics: Metrics
     holds: Holds
     faults: Faults

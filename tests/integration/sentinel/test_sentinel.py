@@ -19,11 +19,11 @@ from statistics import median
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from ops.harness.stack.sentinelset import SentinelSet
-from ops.harness.traffic.collect import SideRead, read_sides, verdict
+from ops.harness.traffic.collect import verdict
 from ops.harness.traffic.final_read import read_to_end
 from ops.harness.traffic.senders import Senders
 from ops.harness.traffic.workload import WorkloadSpec
@@ -34,6 +34,7 @@ from router.state.groups import GroupStatus
 from router.state.store import StatusStore
 from tests.fixtures.factories import SentinelPipelineFactory
 from tests.fixtures.helpers import unique, wait_until
+from tests.fixtures.judged import Arrivals, assert_whole, finish, log_marks, logged_since, send
 
 pytestmark = pytest.mark.slow
 
@@ -52,49 +53,6 @@ REFUSED = "required Redis replicas acknowledged"
 
 def epoch_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def send(p: Pipeline, tag: str, messages: int) -> Senders:
-    """`messages` in groups and ordinary ones, through the router's sender library; returns
-    once Kafka acknowledged them all."""
-    spec = WorkloadSpec(run_id=f"{p.name}-{tag}", senders=2, messages=messages, max_group=8)
-    senders = Senders(p.settings, spec)
-    senders.start()
-    assert senders.join(timeout=120), f"senders {tag} did not finish"
-    assert senders.failures == [], senders.failures[:3]
-    return senders
-
-
-def log_marks(p: Pipeline) -> dict[str, int]:
-    return {x.name: x.log_path.stat().st_size for x in p.fleet.procs}
-
-
-def logged_since(p: Pipeline, marks: dict[str, int], role: str, text: str) -> int:
-    """How often the processes of `role` logged `text` after `marks` (the fewest of them)."""
-    counts = []
-    for proc in p.fleet.procs:
-        if proc.role == role:
-            with proc.log_path.open("rb") as f:
-                f.seek(marks.get(proc.name, 0))
-                counts.append(f.read().decode(errors="replace").count(text))
-    return min(counts) if counts else 0
-
-
-def finish(p: Pipeline) -> tuple[SideRead, SideRead]:
-    """Stop the processes (each must exit 0) and read both sides to their end."""
-    codes = p.stop()
-    assert all(code == 0 for code in codes.values()), codes
-    assert p.stopped_at is not None
-    send_side, receive = read_sides(p.settings, p.stopped_at, timeout=300)
-    assert send_side.undecodable == receive.undecodable == 0
-    return send_side, receive
-
-
-def assert_whole(r: Report, expected: int) -> None:
-    text = f"{r.violations()} lost: {r.lost_examples} split: {r.split_examples}"
-    assert r.sent == expected and r.received == r.sent, text
-    assert (r.lost, r.duplicated, r.unexpected, r.reordered, r.split_groups) == (0,) * 5, text
-    assert r.groups_complete == r.groups_sent > 0, text
 
 
 # ---------------------------------------------------------------- short (make test)
@@ -348,44 +306,6 @@ def wait_cost_ms(s: SentinelSet, rounds: int = 2000) -> dict[str, float]:
     client.delete(key)
     timings["wait"] = round(timings["write+wait"] - timings["write"], 3)
     return timings
-
-
-class Arrivals:
-    """How many records are committed on the receive queues so far: a plain read_committed
-    consumer, read in the caller's thread (the live count only paces the test; the verdict
-    comes from the final read of both sides)."""
-
-    def __init__(self, p: Pipeline) -> None:
-        self.consumer = Consumer(
-            {
-                **p.settings.kafka.common(),
-                "group.id": unique("arrivals"),
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-            }
-        )
-        queues = p.settings.topology.receive_queues
-        self.consumer.assign([TopicPartition(q, 0, OFFSET_BEGINNING) for q in queues])
-        self.seen = 0
-
-    def count(self) -> int:
-        """Read what is there now (at most a few full reads), and say how many so far."""
-        for _ in range(10):
-            batch = self.consumer.consume(1000, 0.1)
-            self.seen += sum(1 for m in batch if m.error() is None)
-            if len(batch) < 1000:
-                break
-        return self.seen
-
-    def wait_for(self, n: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.count() < n:
-            if time.monotonic() > deadline:
-                return False
-        return True
-
-    def stop(self) -> None:
-        self.consumer.close()
 
 
 def send_all(p: Pipeline, messages: int) -> Senders:
