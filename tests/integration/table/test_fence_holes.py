@@ -142,3 +142,37 @@ def test_a_unit_assigned_many_partitions_claims_them_all(
     got = owner.claim(lanes)
     assert len(got) == len(lanes)
     assert owner.owners() == got
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect: a settle is not fenced and its drains name a group by its ID only: "
+    "a unit frozen between its drain batch's commit and its settle opens, when it resumes, a "
+    "later group of the same ID admitted meanwhile with as many parks, before that group's "
+    "parked records are drained (the drain then dead-letters them, room-late)",
+)
+def test_a_zombies_late_settle_does_not_open_a_later_group_of_the_same_id(
+    units: tuple[ManagementTable, ManagementTable],
+) -> None:
+    zombie, owner = units
+    # g0 holds d0 and g9 d1; H waits in the room with one park; g0 ends: H is admitted.
+    owner.route([req("g0", 1), req("g9", 2), req("H", 3)], batch="b1")
+    owner.settle("b1", [])
+    owner.settle("r1", [], [("g0", "*")])
+    assert owner.admitted() == {"H": "d0"}
+    # The zombie-to-be drains H's one parked record, commits, and freezes before its
+    # settle, which would open H: drains [("H", 1, -1)]. The room partition moves on; the
+    # new owner reads the drain marker and opens H itself; H ends and is released.
+    owner.settle("n1", [], [], [("H", 1, -1)])
+    assert owner.entries()["H"].state == "open"
+    owner.route([req("H", 4, final=True)], batch="n2")
+    owner.settle("n2", [], [("H", f"{LANE}/4")])
+    # The ID comes again, a new group: it waits behind g1 and g9, then is admitted.
+    owner.route([req("g1", 5), req("H", 6)], batch="n3")
+    owner.settle("n3", [])
+    owner.settle("r2", [], [("g1", "*")])
+    assert owner.admitted() == {"H": "d0"}
+    # The zombie resumes and settles its committed drain batch: the new H must stay
+    # admitted until its own parked record is drained.
+    zombie.settle("z1", [], [], [("H", 1, -1)])
+    assert owner.entries()["H"].state == "admitted", "a stale settle opened a later group"
