@@ -25,8 +25,7 @@ from ops.harness.traffic.workload import WorkloadSpec
 from router.backends.redis.client import redis_client
 from router.topology.side import table_for
 from tests.fixtures.factories import PipelineFactory
-from tests.fixtures.helpers import unique, wait_until
-from tests.integration.unit.test_zombie_fence import stopped
+from tests.fixtures.helpers import stopped, unique, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

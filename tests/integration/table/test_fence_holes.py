@@ -16,8 +16,8 @@ from router.table.routing import RouteRequest
 from router.table.store.management import CALL_REQUESTS, ManagementTable, TableKeys
 from router.table.store.owners import LaneFenced
 from router.unit.steps.ownership import LaneClaims
+from tests.fixtures.helpers import table_snapshot as snapshot
 from tests.fixtures.helpers import unique
-from tests.integration.table.test_lane_fence import snapshot
 
 LANE = "send.q/0"
 TP0 = ("send.q", 0)
