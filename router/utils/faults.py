@@ -12,6 +12,8 @@ rarely hit:
   before_route    the batch polled, the table not asked yet: the process FREEZES itself
                   (SIGSTOP, as a long GC pause would) instead of dying; whoever started it
                   sends SIGCONT, and it resumes as a zombie holding that batch
+  in_assign       partitions assigned, the rebalance callback not run yet (nothing claimed
+                  in the table): FREEZES likewise; resumed, the callback runs late
 """
 
 from __future__ import annotations
@@ -26,8 +28,14 @@ from router.errors import ConfigError
 
 log = logging.getLogger("router.faults")
 
-Point = Literal["after_route", "after_produce", "after_commit", "before_route"]
-POINTS: tuple[Point, ...] = ("after_route", "after_produce", "after_commit", "before_route")
+Point = Literal["after_route", "after_produce", "after_commit", "before_route", "in_assign"]
+POINTS: tuple[Point, ...] = (
+    "after_route",
+    "after_produce",
+    "after_commit",
+    "before_route",
+    "in_assign",
+)
 
 
 class Faults:

@@ -14,6 +14,7 @@ from router.table import room
 from router.table.routing import RouteRequest
 from router.table.store.management import ManagementTable, TableKeys
 from router.table.store.owners import LaneFenced
+from tests.fixtures.helpers import table_snapshot as snapshot
 from tests.fixtures.helpers import unique
 
 LANE = "send.q/0"
@@ -29,22 +30,6 @@ def units(redis_client: redis.Redis) -> Iterator[tuple[ManagementTable, Manageme
 
 def req(gid: str, offset: int, final: bool = False, lane: str = LANE) -> RouteRequest:
     return RouteRequest(gid, final, 60_000, f"{lane}/{offset}", lane)
-
-
-def snapshot(client: redis.Redis, keys: TableKeys) -> dict[str, object]:
-    """Every key of the table, as Redis holds it."""
-    out: dict[str, object] = {}
-    for key in keys.all():
-        kind = client.type(key).decode()
-        out[key] = {
-            "none": lambda k: None,
-            "string": client.get,
-            "hash": client.hgetall,
-            "zset": lambda k: client.zrange(k, 0, -1, withscores=True),
-            "set": client.smembers,
-            "list": lambda k: client.lrange(k, 0, -1),
-        }[kind](key)
-    return out
 
 
 def test_a_zombies_route_call_is_refused_and_changes_nothing(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 from ops.harness.stack.pipeline import PipelineSpec
 from ops.harness.traffic.collect import read_sides, verdict
@@ -23,13 +22,7 @@ from ops.harness.verdict.capacity import LOADED_RELEASE_SLACK_MS
 from router.backends.redis.client import redis_client
 from router.topology.side import table_for
 from tests.fixtures.factories import PipelineFactory
-from tests.fixtures.helpers import unique, wait_until
-
-
-def stopped(pid: int) -> bool:
-    """Whether the process is stopped (SIGSTOP): state T in /proc."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
+from tests.fixtures.helpers import stopped, unique, wait_until
 
 
 def test_a_zombie_resumed_with_a_stale_batch_changes_nothing_in_the_table(

@@ -7,10 +7,10 @@
 -- Returns: the tokens, in the lanes' order (strings)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local cur = redis.call('HMGET', KEYS[1], unpack(ARGV))
 local out = {}
-for i = 1, #ARGV do
-  local tok = math.max(now, (tonumber(cur[i] or '') or 0) + 1)
+for i = 1, #ARGV do  -- one HGET per lane: any number of lanes (unpack() stops near 8,000)
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  local tok = math.max(now, (tonumber(cur or '') or 0) + 1)
   out[i] = string.format('%.0f', tok)
   redis.call('HSET', KEYS[1], ARGV[i], out[i])
 end

@@ -177,17 +177,17 @@ end
 -- than the lane's latest claim means the caller lost the lane (a unit resumed after its
 -- consumer session ended: a zombie), and the call must change nothing. Returns the first
 -- such lane, or nil. A lane whose claim was lost (Redis came back without it) takes the
--- newest token a call gives, so that the owner's next call fences the zombie again. `fences` is lane, token, ...
+-- newest token a call gives, so that the owner's next call fences the zombie again; only
+-- once no lane of the call is fenced (a refused call writes no claim either). `fences` is
+-- lane, token, ... (one HGET per lane: any number of lanes, no unpack() limit)
 local function fenced_lane(k_owners, fences)
-  if #fences == 0 then return nil end
-  local lanes = {}
-  for i = 1, #fences, 2 do lanes[#lanes + 1] = fences[i] end
-  local cur = redis.call('HMGET', k_owners, unpack(lanes))
-  for j = 1, #lanes do
-    local tok = tonumber(fences[2 * j])
-    local have = tonumber(cur[j] or '')
-    if have and tok < have then return lanes[j] end
-    if not have or tok > have then redis.call('HSET', k_owners, lanes[j], fences[2 * j]) end
+  local newer = {}
+  for i = 1, #fences, 2 do
+    local tok = tonumber(fences[i + 1])
+    local have = tonumber(redis.call('HGET', k_owners, fences[i]) or '')
+    if have and tok < have then return fences[i] end
+    if not have or tok > have then newer[#newer + 1] = i end
   end
+  for _, i in ipairs(newer) do redis.call('HSET', k_owners, fences[i], fences[i + 1]) end
   return nil
 end
