@@ -32,6 +32,7 @@ from router.unit.commit.leases import LeaseLost, Leases
 from router.unit.commit.replicawait import ReplicaAcks
 from router.unit.commit.session import TransactionalSession, TxnFailed, TxnState
 from router.unit.exporting import unit_exporter
+from router.unit.membership import GroupView
 from router.unit.source import FatalUnitError, Source
 from router.unit.spans import UnitSpans
 from router.unit.steps.batch import TP, Batch
@@ -112,6 +113,10 @@ class TransferUnit:
             [t.name for t in topics.plan(settings)],
             settings.kafka.min_insync_replicas,
         )
+        if self.steps.claims is not None:  # claims only what the group coordinator confirms
+            self.steps.claims.held = GroupView(
+                clients.admin_config(settings.kafka), spec.group_id, self.source.consumer
+            ).held
         # Priority bands (router.unit.bandsource): higher bands first, a minimum share each.
         self.bands = BandSource.of(settings, spec.side, self.source.consumer, self.metrics)
         self._inflight: tuple[Batch, Output] | None = None

@@ -27,6 +27,7 @@ from router.topology.side import SideSpec
 from router.unit.steps.batch import TP, Batch, Item
 from router.unit.steps.drain.step import Drain
 from router.unit.steps.emit.records import Output, Record
+from router.unit.steps.ownership import LaneClaims
 
 
 def relay_spec(spec: SideSpec) -> SideSpec:
@@ -38,6 +39,7 @@ class RelaySteps:
     """Pass-through steps: every message forwarded where its key hashes to."""
 
     room: Drain | None = None  # no waiting room
+    claims: LaneClaims | None = None  # no table
 
     def __init__(self, spec: SideSpec) -> None:
         self._targets = [spec.target(d) for d in spec.destinations]

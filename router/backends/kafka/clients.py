@@ -79,14 +79,6 @@ def consumer_config(
     return _merge(kafka, tunable, fixed)
 
 
-def session_timeout_s(kafka: KafkaSettings) -> float:
-    """How long the group waits for a silent consumer before its partitions move on (the
-    classic protocol's `session.timeout.ms`, ours or the operator's; the broker's 45 s
-    default otherwise)."""
-    config = consumer_config(kafka, "-", "-")
-    return float(config.get("session.timeout.ms", 45_000)) / 1000
-
-
 def transactional_producer_config(
     kafka: KafkaSettings, transactional_id: str, client_id: str
 ) -> dict[str, Any]:

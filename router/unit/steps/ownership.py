@@ -1,25 +1,30 @@
 """A unit's claims on its partitions in the management table: the fence against its own
 zombie (`router.table.store.owners`).
 
-Each partition the unit is assigned (source and room partitions: its lanes) is claimed at
-once (`assigned`); a claim that Redis could not take then is taken before the first route
-call that speaks for the lane (`ensure`). A route or chained-drain call that a newer claim
-refuses (`router.table.store.owners.LaneFenced`) fails its batch: the unit backs off and
-its consumer learns it lost the partition. Should the consumer still hold the partition
-`heal_after_s` later (twice the consumer session: Kafka would have taken it away from a
-unit that lost it), the claim was lost by other means (a claim taken late, after a Redis
-outage at assignment, by a unit that had meanwhile lost the partition): the unit claims
-again rather than stay fenced for good.
+A unit claims each partition it is assigned (source and room partitions: its lanes) once
+the group's coordinator confirms that this member holds it now (`held`, `router.unit.membership`):
+a rebalance callback that runs late, after a freeze, must not claim partitions the group has
+given to another member since, or its claim (the newest) would fence their real owner and let
+its own stale batch through. A claim Redis refused, or the coordinator could not confirm, is
+taken before the first call that speaks for the lane (`ensure`), confirmed the same way; until
+then the call fails (`Unclaimed`: the batch is rewound and the unit backs off).
+
+A route or chained-drain call that a newer claim refuses (`router.table.store.owners.LaneFenced`)
+fails its batch as well. The unit then asks the coordinator again (at most every `RECHECK_S`):
+if this member still holds the partition, the newer claim was a zombie's, taken late, and the
+unit claims the partition again; if not, it lost the partition and its consumer will learn so.
+Without a coordinator view (`held` None: tests, tools), claims are taken as assigned.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import redis
 
+from router.errors import RouterError
 from router.table.store.management import ManagementTable
 from router.unit.steps.batch import TP
 
@@ -31,21 +36,55 @@ def lane_of(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
 
+class Unclaimed(RouterError):
+    """A call would speak for partitions this unit holds no claim on, and the group's
+    coordinator does not confirm (now) that they are this member's: the batch waits."""
+
+
+RECHECK_S = 1.0  # between two questions to the coordinator about fenced lanes
+
+Held = Callable[[Iterable[TP]], "set[TP] | None"]
+
+
+def _tp(lane: str) -> TP:
+    topic, _, partition = lane.rpartition("/")
+    return topic, int(partition)
+
+
 class LaneClaims:
-    def __init__(self, table: ManagementTable, heal_after_s: float) -> None:
+    def __init__(self, table: ManagementTable, held: Held | None = None) -> None:
         self.table = table
-        self.heal_after_s = heal_after_s
+        self.held = held  # the coordinator's view (router.unit.membership); None: trusted
         self.fenced_since: dict[str, float] = {}  # lane -> when a call was first refused
+        self._checked = float("-inf")  # time.monotonic() of the last re-check of fenced lanes
+
+    def _confirmed(self, lanes: Iterable[str]) -> set[str]:
+        """The lanes of `lanes` the coordinator says this member holds now (all of them
+        without a coordinator view; none if it cannot say)."""
+        lanes = set(lanes)
+        if self.held is None or not lanes:
+            return lanes
+        held = self.held([_tp(lane) for lane in lanes])
+        return set() if held is None else {lane_of(t, p) for t, p in held}
 
     def assigned(self, tps: Iterable[TP]) -> None:
-        """Claim newly assigned partitions; if Redis is away, `ensure` claims them later."""
+        """Claim newly assigned partitions the coordinator confirms; the others (and all,
+        if Redis is away) are claimed by `ensure` before they are routed."""
         lanes = [lane_of(t, p) for t, p in tps]
         for lane in lanes:
             self.fenced_since.pop(lane, None)
+        mine = self._confirmed(lanes)
+        if len(mine) < len(lanes):
+            log.warning(
+                "the group coordinator does not confirm %d of %d partitions assigned: not "
+                "claimed yet",
+                len(lanes) - len(mine),
+                len(lanes),
+            )
         try:
-            self.table.claim(lanes)
+            self.table.claim(mine)
         except redis.RedisError as exc:
-            log.warning("claiming %d partitions in the table failed, retried: %s", len(lanes), exc)
+            log.warning("claiming %d partitions in the table failed, retried: %s", len(mine), exc)
 
     def revoked(self, tps: Iterable[TP]) -> None:
         lanes = [lane_of(t, p) for t, p in tps]
@@ -54,23 +93,41 @@ class LaneClaims:
             self.fenced_since.pop(lane, None)
 
     def ensure(self, lanes: Iterable[str]) -> None:
-        """Before a call speaking for `lanes` (all assigned): claim those without a claim,
-        and again those fenced for longer than `heal_after_s`. Raises RedisError."""
+        """Before a call speaking for `lanes` (assigned, as the consumer believes): claim
+        those without a claim, and again those fenced whose partition the coordinator
+        still gives this member. Raises Unclaimed (a lane left without a claim) or
+        RedisError."""
         table = self.table
+        wanted = set(lanes)
+        missing = table.unclaimed(wanted)
+        recheck: set[str] = set()
         now = time.monotonic()
-        stale = [lane for lane, t in self.fenced_since.items() if now - t >= self.heal_after_s]
-        if stale:
+        if self.fenced_since and now - self._checked >= RECHECK_S:
+            self._checked = now
+            recheck = set(self.fenced_since)
+        if not (missing or recheck):
+            return
+        mine = self._confirmed(missing | recheck)
+        again = recheck & mine
+        if again:
             log.warning(
-                "lanes %s still assigned %.0f s after they were fenced: claimed again",
-                ", ".join(sorted(stale)),
-                self.heal_after_s,
+                "partitions %s are still this unit's, by the group coordinator: a newer claim "
+                "on them was a late one (a zombie's); claimed again",
+                ", ".join(sorted(again)),
             )
-            table.disclaim(stale)
-            for lane in stale:
+            table.disclaim(again)
+            for lane in again:
                 del self.fenced_since[lane]
-        missing = table.unclaimed(lanes)
-        if missing:
-            table.claim(missing)
+        take = (missing & mine) | again
+        if take:
+            table.claim(take)
+        left = missing - mine
+        if left:
+            raise Unclaimed(
+                f"partitions {', '.join(sorted(left))} are not confirmed as this unit's by the "
+                "group coordinator (a rebalance in progress, or this unit lost them): nothing "
+                "routed; the batch waits"
+            )
 
     def fenced(self, lane: str) -> None:
         self.fenced_since.setdefault(lane, time.monotonic())

@@ -36,6 +36,7 @@ log = logging.getLogger("router.steps")
 
 class Steps(Protocol):
     room: Drain | None  # the drain step, if the unit has a waiting room
+    claims: LaneClaims | None  # its claims on its partitions in the table, if it has one
 
     def decide(self, batch: Batch, messages: list[Message]) -> None:
         """Fill the batch: items and their decisions, or `batch.failure`."""
@@ -185,7 +186,7 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
     """The steps of a transfer unit of `ctx.spec.side`."""
     s = ctx.settings
     table = table_for(s, ctx.spec.side, ctx.redis)
-    claims = LaneClaims(table, 2 * clients.session_timeout_s(s.kafka))
+    claims = LaneClaims(table)  # its coordinator view is set by the unit (router.unit.loop)
     emitter = Emitter(s, ctx.spec, ctx.instance)
     room = Drain(
         table,
@@ -201,6 +202,7 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
         # marker lands; the drain must read past it before opening the group.
         EndOffsets(clients.admin_config(s.kafka), committed=False),
     )
+    room.claims = claims
     bands = None
     if s.priority.bands > 1:
         send = ctx.spec.side == "send"

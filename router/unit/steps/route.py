@@ -20,7 +20,7 @@ from router.table.store.management import ManagementTable
 from router.table.store.owners import LaneFenced
 from router.unit.steps.batch import Batch, Item
 from router.unit.steps.holds import Holds
-from router.unit.steps.ownership import LaneClaims, lane_of
+from router.unit.steps.ownership import LaneClaims, Unclaimed, lane_of
 from router.utils.faults import Faults
 
 log = logging.getLogger("router.route")
@@ -133,6 +133,9 @@ class TableRoute:
             metrics.inc("lanes_fenced")
             if self.claims is not None:
                 self.claims.fenced(exc.lane)
+            batch.failure = str(exc)
+            return
+        except Unclaimed as exc:
             batch.failure = str(exc)
             return
         except redis.RedisError as exc:

@@ -3,13 +3,12 @@
 its consumer was assigned partitions and before its callback claimed them in the table. Its
 session ends; the other unit is assigned everything, claims it and routes. When the frozen
 unit resumes, its stale callback claims the partitions with newer tokens than the owner's:
-the owner's route calls are refused (`lanes_fenced`) for the partitions it keeps after the
-next rebalance, until `LaneClaims` heals (twice the consumer session: 90 s with the default
-consumer protocol, whose session the unit assumes to be 45 s). Traffic sent after the
-resume on those partitions is not delivered meanwhile.
-
-Strict xfail until claims are ordered by the assignment they stand for (Kafka's group or
-member epoch), not by when they reach Redis. About a minute."""
+before the table fence asked the group's coordinator, the owner's route calls were
+refused (`lanes_fenced`) for the partitions it kept after the next rebalance, until the
+claims healed (twice the consumer session), and traffic sent after the resume on those
+partitions was not delivered meanwhile. Now a unit claims only what the coordinator
+confirms it holds (`router.unit.membership`): the late callback claims nothing, and an
+owner fenced by a late claim anyway asks again and claims back. About a minute."""
 
 from __future__ import annotations
 
@@ -29,15 +28,9 @@ from tests.fixtures.helpers import stopped, unique, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
-DELIVERY_S = 30.0  # well inside the heal (90 s), well past a rebalance and a back-off
+DELIVERY_S = 30.0  # well past a rebalance and a back-off
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: a claim is ordered by when it reaches Redis, not by the assignment "
-    "it stands for: a rebalance callback run late (the unit frozen in between) fences the "
-    "partition's next owner until LaneClaims heals (2 x session)",
-)
 def test_a_late_assignment_callback_does_not_stall_the_next_owner(
     pipeline: PipelineFactory,
 ) -> None:

@@ -3,11 +3,11 @@ against the real Redis: what a unit's claims do when the claim is taken late (a 
 Redis refused the one at the assignment; an assignment callback run after a freeze), a fenced
 call over several lanes, chunked route calls carrying claims, and a claim of many lanes at once.
 
-Two are strict xfails: defects found and not fixed here (see their reasons)."""
+One is a strict xfail: a defect found and not fixed yet (see its reason)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 import redis
@@ -15,7 +15,8 @@ import redis
 from router.table.routing import RouteRequest
 from router.table.store.management import CALL_REQUESTS, ManagementTable, TableKeys
 from router.table.store.owners import LaneFenced
-from router.unit.steps.ownership import LaneClaims
+from router.unit.steps import ownership
+from router.unit.steps.ownership import LaneClaims, Unclaimed
 from tests.fixtures.helpers import table_snapshot as snapshot
 from tests.fixtures.helpers import unique
 
@@ -59,18 +60,25 @@ def test_a_fenced_call_over_several_lanes_writes_no_claim_either(
     assert owner.owners() == {"send.q/1": owner.claims["send.q/1"]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: a lazy claim (LaneClaims.ensure, after Redis refused the claim at the "
-    "assignment) is taken whenever the unit next routes, even after a freeze that cost it the "
-    "partition: it is newer than the new owner's, so the zombie's stale batch is routed (the "
-    "group the owner delivered and released is re-created) and the owner is fenced instead",
-)
+class Coordinator:
+    """The group coordinator's answer to "which of these does this member hold now?"
+    (`router.unit.membership.GroupView.held`): a stand-in here, where the table is the
+    subject; tests/integration/faults/test_late_claim.py asks the real one."""
+
+    def __init__(self, holds: set[tuple[str, int]]) -> None:
+        self.holds = holds
+
+    def held(self, tps: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+        return set(tps) & self.holds
+
+
 def test_a_zombies_lazy_claim_does_not_let_its_stale_batch_through(
     units: tuple[ManagementTable, ManagementTable], redis_client: redis.Redis
 ) -> None:
     zombie_table, owner_table = units
-    zombie, owner = LaneClaims(zombie_table, 20.0), LaneClaims(owner_table, 20.0)
+    zombie_view, owner_view = Coordinator({TP0}), Coordinator({TP0})
+    zombie = LaneClaims(zombie_table, zombie_view.held)
+    owner = LaneClaims(owner_table, owner_view.held)
     # Redis refuses the zombie-to-be's claim at its assignment (here: the owners key holds
     # the wrong type; in production Redis was away for a moment).
     redis_client.set(owner_table.keys.owners, "not a hash")
@@ -79,35 +87,55 @@ def test_a_zombies_lazy_claim_does_not_let_its_stale_batch_through(
     assert zombie_table.unclaimed([LANE]) == {LANE}
     # It polls G1's first member and freezes before routing it. Its session ends; the
     # partition moves on; the new owner claims it, replays G1 and delivers it whole.
+    zombie_view.holds = set()
     owner.assigned([TP0])
     deliver_g1(owner_table)
-    # The zombie resumes with its stale batch: ensure() claims the lane, then it routes.
-    zombie.ensure({LANE})
-    with pytest.raises(LaneFenced):
-        zombie_table.route([req("G1", 1)], batch="z1")
+    # The zombie resumes with its stale batch: the coordinator does not confirm the lane,
+    # so it claims nothing and routes nothing.
+    with pytest.raises(Unclaimed):
+        zombie.ensure({LANE})
     assert owner_table.entries() == {}, "the zombie re-created a delivered group"
+    assert owner_table.owners() == {LANE: owner_table.claims[LANE]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: a claim is ordered by when it reaches Redis, not by the assignment it "
-    "stands for; a unit frozen after its consumer received an assignment and before its "
-    "rebalance callback ran claims after the partition's next owner did, and fences it until "
-    "LaneClaims' heal (twice the consumer session: 90 s under the default consumer protocol)",
-)
 def test_a_late_assignment_callback_does_not_fence_the_partitions_next_owner(
     units: tuple[ManagementTable, ManagementTable],
 ) -> None:
     zombie_table, owner_table = units
-    zombie, owner = LaneClaims(zombie_table, 20.0), LaneClaims(owner_table, 20.0)
+    owner_view = Coordinator({TP0})
+    zombie = LaneClaims(zombie_table, Coordinator(set()).held)
+    owner = LaneClaims(owner_table, owner_view.held)
     # The zombie's consumer was assigned send.q/0, then the process froze before its poll
     # ran on_assign. Its session ended meanwhile, and the partition went to the owner.
     owner.assigned([TP0])
     owner.ensure({LANE})
     assert owner_table.route([req("G1", 1)], batch="n1").decisions == ["d0"]
-    zombie.assigned([TP0])  # resumed: the stale callback runs and claims
+    zombie.assigned([TP0])  # resumed: the stale callback runs, the coordinator says no
+    assert zombie_table.claims == {}
     owner.ensure({LANE})
-    owner_table.route([req("G1", 2, final=True)], batch="n2")  # fenced: LaneFenced
+    final = owner_table.route([req("G1", 2, final=True)], batch="n2")  # not fenced
+    assert final.decisions == ["d0"]
+
+
+def test_a_claim_taken_late_anyway_is_undone_by_the_owners_next_recheck(
+    units: tuple[ManagementTable, ManagementTable], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A late claim that got through anyway (the zombie confirmed just before its freeze):
+    the owner is fenced once, asks the coordinator, still holds the partition, and claims
+    it again; the zombie is fenced from then on."""
+    zombie_table, owner_table = units
+    zombie = LaneClaims(zombie_table, Coordinator({TP0}).held)
+    owner = LaneClaims(owner_table, Coordinator({TP0}).held)
+    owner.assigned([TP0])
+    zombie.assigned([TP0])  # newer: the owner is fenced
+    with pytest.raises(LaneFenced) as caught:
+        owner_table.route([req("G1", 1)], batch="n1")
+    owner.fenced(caught.value.lane)
+    monkeypatch.setattr(ownership, "RECHECK_S", 0.0)
+    owner.ensure({LANE})
+    assert owner_table.route([req("G1", 1)], batch="n2").decisions == ["d0"]
+    with pytest.raises(LaneFenced):
+        zombie_table.route([req("G2", 2)], batch="z1")
 
 
 def test_chunked_route_calls_carry_their_claims(

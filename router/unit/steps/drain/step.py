@@ -28,7 +28,7 @@ from router.unit.steps.drain.index import RoomIndex, room_partition
 from router.unit.steps.drain.logical import LogicalOrder
 from router.unit.steps.emit.emitter import Emitter
 from router.unit.steps.emit.records import Output
-from router.unit.steps.ownership import lane_of
+from router.unit.steps.ownership import LaneClaims, Unclaimed, lane_of
 from router.utils.clock import Every
 
 log = logging.getLogger("router.drain")
@@ -81,6 +81,7 @@ class Drain:
         # fetch long-poll. Asked at most once per batch, after the room states were read.
         self.ends = ends
         self._ends_now: dict[TP, int] | None = None
+        self.claims: LaneClaims | None = None  # the unit's claims: chains are fenced
 
     def take(self, messages: list[Message]) -> list[Message]:
         """Index the room records among polled messages; return the others."""
@@ -249,10 +250,18 @@ class Drain:
         request = chaining.plan(heads, self.index.groups, states)
         if not request:
             return set()
+        lanes = {lane_of(*tp) for tp in self.owned}
         try:
-            taken = self.table.chain(request, {lane_of(*tp) for tp in self.owned})
+            if self.claims is not None:
+                self.claims.ensure(lanes)
+            taken = self.table.chain(request, lanes)
         except LaneFenced as exc:  # another unit owns the partition now: nothing changed
             self.metrics.inc("lanes_fenced")
+            if self.claims is not None:
+                self.claims.fenced(exc.lane)
+            log.warning("no chained drain this batch: %s", exc)
+            return set()
+        except Unclaimed as exc:
             log.warning("no chained drain this batch: %s", exc)
             return set()
         except redis.RedisError as exc:

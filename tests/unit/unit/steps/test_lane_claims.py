@@ -1,12 +1,13 @@
-"""A unit's claims on its lanes (`router.unit.steps.ownership`): claimed on assignment, again
-before routing if Redis refused then, forgotten on revocation, and claimed afresh when still
-assigned long after a fence (a claim lost by other means must not fence the owner for good).
-Pure logic: a table stand-in records the claims; the fence itself is proven against the real
-Redis in tests/integration/table/test_lane_fence.py."""
+"""A unit's claims on its lanes (`router.unit.steps.ownership`): claimed on assignment once the
+group's coordinator confirms them, else before the first route call (which waits while the
+coordinator does not confirm), forgotten on revocation, and claimed again after a fence only
+while the coordinator still gives the partition to this member (the newer claim was a late
+one). Pure logic: stand-ins for the table and the coordinator; the fence itself is proven
+against the real Redis (tests/integration/table/test_lane_fence.py, test_fence_holes.py) and
+the whole against real units (tests/integration/unit/test_zombie_fence.py)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import cast
 
@@ -14,7 +15,9 @@ import pytest
 import redis
 
 from router.table.store.management import ManagementTable
-from router.unit.steps.ownership import LaneClaims, lane_of
+from router.unit.steps import ownership
+from router.unit.steps.batch import TP
+from router.unit.steps.ownership import LaneClaims, Unclaimed
 
 
 class Table:
@@ -27,7 +30,8 @@ class Table:
         if self.down:
             raise redis.ConnectionError("away")
         got = sorted(lanes)
-        self.claimed.append(got)
+        if got:
+            self.claimed.append(got)
         self.claims.update({lane: str(len(self.claimed)) for lane in got})
         return {lane: self.claims[lane] for lane in got}
 
@@ -39,25 +43,56 @@ class Table:
         return {lane for lane in lanes if lane not in self.claims}
 
 
-def claims_on(table: Table, heal_after_s: float = 20.0) -> LaneClaims:
-    return LaneClaims(cast(ManagementTable, table), heal_after_s)
+class Coordinator:
+    """What the group's coordinator says this member holds (None: it cannot say)."""
+
+    def __init__(self, holds: set[TP] | None) -> None:
+        self.holds = holds
+        self.asked = 0
+
+    def held(self, tps: Iterable[TP]) -> set[TP] | None:
+        self.asked += 1
+        return None if self.holds is None else set(tps) & self.holds
 
 
-def test_assigned_partitions_are_claimed_at_once_and_forgotten_when_revoked() -> None:
-    table = Table()
-    c = claims_on(table)
-    c.assigned([("send.q", 0), ("room", 1)])
+def claims_on(table: Table, coordinator: Coordinator | None = None) -> LaneClaims:
+    return LaneClaims(
+        cast(ManagementTable, table), None if coordinator is None else coordinator.held
+    )
+
+
+def test_assigned_partitions_the_coordinator_confirms_are_claimed_at_once() -> None:
+    table, coord = Table(), Coordinator({("send.q", 0), ("room", 1)})
+    c = claims_on(table, coord)
+    c.assigned([("send.q", 0), ("room", 1), ("send.q", 2)])  # 2: not confirmed (yet)
     assert table.claimed == [["room/1", "send.q/0"]]
     c.ensure({"send.q/0"})
-    assert len(table.claimed) == 1  # held: no round trip
+    assert len(table.claimed) == 1 and coord.asked == 1  # held: no round trip
+    with pytest.raises(Unclaimed, match=r"send\.q/2"):
+        c.ensure({"send.q/0", "send.q/2"})  # the batch waits; nothing claimed
+    coord.holds = {("send.q", 0), ("room", 1), ("send.q", 2)}  # the rebalance settled
+    c.ensure({"send.q/2"})
+    assert table.claimed[-1] == ["send.q/2"]
     c.revoked([("send.q", 0)])
     assert table.unclaimed(["send.q/0", "room/1"]) == {"send.q/0"}
 
 
+def test_a_late_callback_claims_nothing_the_group_gave_away() -> None:
+    """A zombie's rebalance callback, run after its freeze: the coordinator no longer
+    counts it as a member, so it claims nothing, and its first route call waits."""
+    table, coord = Table(), Coordinator(set())
+    c = claims_on(table, coord)
+    c.assigned([("send.q", 0)])
+    assert table.claimed == []
+    with pytest.raises(Unclaimed):
+        c.ensure({"send.q/0"})
+    assert table.claimed == []
+
+
 def test_a_claim_redis_refused_at_assignment_is_taken_before_the_first_route() -> None:
-    table = Table()
+    table, coord = Table(), Coordinator({("send.q", 0)})
     table.down = True
-    c = claims_on(table)
+    c = claims_on(table, coord)
     c.assigned([("send.q", 0)])  # logged, not raised: the rebalance callback goes on
     assert table.claimed == []
     with pytest.raises(redis.ConnectionError):
@@ -67,25 +102,39 @@ def test_a_claim_redis_refused_at_assignment_is_taken_before_the_first_route() -
     assert table.claimed == [["send.q/0"]]
 
 
-def test_a_fenced_lane_is_claimed_again_only_when_still_assigned_past_the_bound() -> None:
-    table = Table()
-    c = claims_on(table, heal_after_s=20.0)
+def test_the_coordinator_unable_to_say_leaves_the_lane_unclaimed() -> None:
+    table, coord = Table(), Coordinator(None)
+    c = claims_on(table, coord)
     c.assigned([("send.q", 0)])
-    c.fenced(lane_of("send.q", 0))
-    c.ensure({"send.q/0"})
-    assert len(table.claimed) == 1  # a zombie keeps its old claim: fenced again
-    c.fenced_since["send.q/0"] = time.monotonic() - 21.0  # still assigned 21 s later
-    c.ensure({"send.q/0"})
-    assert table.claimed[-1] == ["send.q/0"] and len(table.claimed) == 2
-    assert c.fenced_since == {}
+    with pytest.raises(Unclaimed):
+        c.ensure({"send.q/0"})
+    assert table.claimed == []
 
 
-def test_revocation_ends_a_fence_spell() -> None:
+def test_a_fenced_lane_is_claimed_again_only_while_the_coordinator_gives_it_to_us(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(ownership.time, "monotonic", lambda: now[0])
+    table, coord = Table(), Coordinator({("send.q", 0)})
+    c = claims_on(table, coord)
+    c.assigned([("send.q", 0)])
+    c.fenced("send.q/0")  # a newer claim refused our call
+    coord.holds = set()  # ... because we lost the partition: a zombie's view
+    c.ensure({"send.q/0"})
+    assert len(table.claimed) == 1 and "send.q/0" in c.fenced_since  # left fenced
+    coord.holds = {("send.q", 0)}  # the newer claim was a late one: we hold it
+    c.ensure({"send.q/0"})
+    assert len(table.claimed) == 1, "asked again before RECHECK_S"
+    now[0] += ownership.RECHECK_S
+    c.ensure({"send.q/0"})
+    assert table.claimed[-1] == ["send.q/0"] and c.fenced_since == {}
+
+
+def test_without_a_coordinator_view_claims_are_taken_as_assigned() -> None:
     table = Table()
     c = claims_on(table)
     c.assigned([("send.q", 0)])
-    c.fenced("send.q/0")
-    c.revoked([("send.q", 0)])  # the consumer learned it lost the partition
-    assert c.fenced_since == {}
-    c.assigned([("send.q", 0)])  # assigned back later: a new claim
-    assert len(table.claimed) == 2
+    c.revoked([("send.q", 0)])
+    c.ensure({"send.q/0"})
+    assert table.claimed == [["send.q/0"], ["send.q/0"]]
