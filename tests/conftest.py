@@ -300,7 +300,8 @@ def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     restart without disturbing the shared stack. Only with ROUTER_STACK=local."""
     if os.environ.get("ROUTER_STACK", "local") != "local":
         pytest.skip("stopping and restarting servers needs the project's own local stack")
-    stack = LocalStack.private(STACK_SCRIPT, tmp_path_factory.mktemp("private-stack"))
+    # Its broker has listeners for 5 units' own fault proxies (tests/integration/netfaults).
+    stack = LocalStack.private(STACK_SCRIPT, tmp_path_factory.mktemp("private-stack"), unit_links=5)
     stack.up()
     yield stack
     stack.down()

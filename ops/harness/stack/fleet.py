@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -42,6 +42,7 @@ class Proc:
     started: float = field(default_factory=time.monotonic)
     signalled: bool = False
     metrics_port: int | None = None  # where it serves /metrics, /healthz, /readyz
+    slot: str | None = None  # its own fault proxies' slot (Fleet.placement), if any
 
     @property
     def name(self) -> str:
@@ -84,6 +85,9 @@ class Proc:
             return ""
 
 
+Placement = Callable[[str, Sequence[Proc]], tuple[str | None, Mapping[str, str]]]
+
+
 class Fleet:
     def __init__(
         self,
@@ -103,6 +107,9 @@ class Fleet:
         self.cwd = cwd
         self.env = {**(os.environ if base_env is None else base_env), **(env or {})}
         self.procs: list[Proc] = []
+        # Where a new process of a role goes, given every process so far: a slot name and
+        # its environment (ops.harness.stack.netlinks: its own proxies to Redis and Kafka).
+        self.placement: Placement | None = None
         self._counter: dict[str, int] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -116,6 +123,7 @@ class Fleet:
             log_path = self.log_dir / f"{role}-{index}.log"
             log_file = log_path.open("ab")
             port = free_port() if self.metrics else None
+            slot, slot_env = self.placement(role, self.procs) if self.placement else (None, {})
             popen = subprocess.Popen(
                 [*self.command, "--config", str(self.config_file), *ROLES[role]],
                 cwd=self.cwd,
@@ -125,10 +133,11 @@ class Fleet:
                 env={
                     **self.env,
                     **({"ROUTER_METRICS__PORT": str(port)} if port else {}),
+                    **slot_env,
                     **(env or {}),
                 },
             )
-            proc = Proc(role, index, popen, log_path, log_file, metrics_port=port)
+            proc = Proc(role, index, popen, log_path, log_file, metrics_port=port, slot=slot)
             self.procs.append(proc)
             started.append(proc)
         return started

@@ -39,10 +39,18 @@ class LocalStack:
     controller_port: int = 9093
     redis_port: int = 6379
     restarts: dict[str, int] = field(default_factory=lambda: {"kafka": 0, "redis": 0})
+    # Extra broker listeners, (port, advertised port) each: a fault proxy on the advertised
+    # port forwarding to the port carries all of one unit's broker traffic
+    # (ROUTER_KAFKA_UNIT_LISTENERS of ops/stack.sh; ops.harness.stack.netlinks).
+    unit_listeners: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def private(cls, script: Path, stack_dir: Path) -> LocalStack:
-        return cls(script, stack_dir, free_port(), free_port(), free_port())
+    def private(cls, script: Path, stack_dir: Path, unit_links: int = 0) -> LocalStack:
+        """`unit_links`: how many extra listeners for per-unit fault proxies."""
+        listeners = tuple((free_port(), free_port()) for _ in range(unit_links))
+        return cls(
+            script, stack_dir, free_port(), free_port(), free_port(), unit_listeners=listeners
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -58,6 +66,7 @@ class LocalStack:
             "ROUTER_KAFKA_PORT": str(self.kafka_port),
             "ROUTER_KAFKA_CONTROLLER_PORT": str(self.controller_port),
             "ROUTER_REDIS_PORT": str(self.redis_port),
+            "ROUTER_KAFKA_UNIT_LISTENERS": " ".join(f"{p}:{a}" for p, a in self.unit_listeners),
         }
         if self.stack_dir is not None:
             env["ROUTER_STACK_DIR"] = str(self.stack_dir)
