@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: jaeger jaeger-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
+.PHONY: jaeger jaeger-background toxiproxy toxiproxy-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,7 +73,7 @@ fmt: venv ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: jaeger-background venv $(JARS) lint ## Everything from a fresh clone: venv, jars, Jaeger (built beside the rest), lint, stack, the whole suite
+test: jaeger-background toxiproxy-background venv $(JARS) lint ## Everything from a fresh clone: venv, jars, Jaeger and Toxiproxy (built beside the rest), lint, stack, the whole suite
 	$(BIN)/pytest
 
 jaeger-background: ## Start building Jaeger in the background at low priority unless built (make test does, first: the build runs beside the set-up and the suite, and the tracing test waits for it)
@@ -82,10 +82,16 @@ jaeger-background: ## Start building Jaeger in the background at low priority un
 jaeger: ## Build Jaeger (the tracing test's backend) with Go from the Go module proxy, once (cached in .cache/); never fails: without it the tracing test skips, saying why
 	@ops/jaeger.sh ensure >/dev/null || echo "jaeger: not built (above); the tracing test will skip"
 
+toxiproxy-background: ## Start building Toxiproxy (the network faults' proxy) in the background at low priority unless built (make test does, first; the network-fault tests wait for it)
+	@ops/toxiproxy.sh background
+
+toxiproxy: ## Build Toxiproxy with Go from the Go module proxy, once (cached in .cache/, 1-2 min the first time); never fails: without it the network-fault tests skip, saying why
+	@ops/toxiproxy.sh ensure >/dev/null || echo "toxiproxy: not built (above); the network-fault tests will skip"
+
 demo: venv $(JARS) stack-up ## Run the whole system end to end and check every guarantee
 	$(BIN)/python -m ops.demo $(ARGS)
 
-chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a lifetime, 10% with a priority over 3 bands), 20+ SIGKILLs, a broker and a Redis restart
+chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a lifetime, 10% with a priority over 3 bands), 20+ SIGKILLs, a broker and a Redis restart; ARGS=--private-stack adds the network faults (Toxiproxy)
 	$(BIN)/python -m ops.chaos $(ARGS)
 
 bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Java relays, Redis cost, 3-broker row, tracing off vs on; .results/bench
@@ -97,7 +103,7 @@ test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Red
 test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster (own servers, ~5 min)
 	ROUTER_TEST_HA=1 $(BIN)/pytest tests/integration/ha
 
-test-faults: venv $(JARS) ## Fault kinds with open defects (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min)
+test-faults: venv $(JARS) toxiproxy ## Fault kinds with open defects or long runs (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min); every network fault kind with unit kills (~2 min); a send unit cut off from the broker (~1-4 min)
 	ROUTER_TEST_FAULTS=1 $(BIN)/pytest tests/integration/faults -s
 
 test-sentinel: venv $(JARS) ## Redis failover tests: a primary SIGKILLed under a few thousand messages, and the cost of waiting for replicas (own servers, ~8 min)

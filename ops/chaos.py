@@ -8,6 +8,7 @@
     .venv/bin/python -m ops.chaos --multicast 0 --expiring 0 --priority 0   # no QoS shares
     .venv/bin/python -m ops.chaos --bands 1          # no priority bands
     .venv/bin/python -m ops.chaos --pauses 3         # also freeze units (SIGSTOP) and resume them
+    .venv/bin/python -m ops.chaos --private-stack --net-faults 12   # network faults (Toxiproxy)
 
 By default 5 % of the ordinary messages are multicast, 5 % of the messages have a
 lifetime, and the topology has 3 priority bands with 10 % of the ordinary messages and of
@@ -18,6 +19,12 @@ multicast copy lost or doubled, or a message neither delivered nor expired (or b
 default it uses (and restarts!) the local stack of this checkout (`make stack-up`);
 --private-stack starts a dedicated one on free ports instead and removes it afterwards.
 Under the default busy policy, wait (the waiting room), any interleaving fails the run.
+With --private-stack the run also has network faults by default (6: one of each kind,
+ops.harness.stack.netplan): one unit at a time cut off from Redis past its leases, and
+from the broker past its session, its Redis and its broker answers slowed by 100-500 ms,
+its connections to each reset; each unit's links run through its own Toxiproxy proxies
+(ops/toxiproxy.sh builds Toxiproxy with Go). The checkout's stack has no per-unit broker
+listeners: there, --net-faults needs --private-stack.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import SUMMARY_WIDTH, summary_rows
 from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
 from ops.harness.stack.localstack import LocalStack
+from ops.harness.stack.netplan import KINDS
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +62,19 @@ def main() -> int:
         "and leases, then resumed (SIGCONT): zombies (default 0; docs/explanation/guarantees.md)",
     )
     parser.add_argument("--pause-s", type=float, default=d.pause_s)
+    parser.add_argument(
+        "--net-faults",
+        type=int,
+        default=None,
+        help="network faults, each on one unit's own Toxiproxy link, the kinds in turn "
+        "(default: 6 with --private-stack, one of each kind; else 0, and more needs "
+        "--private-stack)",
+    )
+    parser.add_argument(
+        "--net-kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated network fault kinds (default all: {','.join(KINDS)})",
+    )
     parser.add_argument("--no-broker-restart", action="store_true")
     parser.add_argument("--no-redis-restart", action="store_true")
     parser.add_argument("--send-units", type=int, default=d.send_units)
@@ -106,6 +127,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.whole:
         args.policy = "wait"
+    if args.net_faults is None:
+        args.net_faults = len(KINDS) if args.private_stack else 0
+    if args.net_faults and not args.private_stack:
+        parser.error("--net-faults needs --private-stack (per-unit broker listeners)")
+    kinds = tuple(k for k in args.net_kinds.split(",") if k)
+    if set(kinds) - set(KINDS) or not kinds:
+        parser.error(f"--net-kinds: choose among {','.join(KINDS)}")
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -117,6 +145,8 @@ def main() -> int:
         kills=args.kills,
         pauses=args.pauses,
         pause_s=args.pause_s,
+        net_faults=args.net_faults,
+        net_kinds=kinds,
         restart_broker=not args.no_broker_restart,
         restart_redis=not args.no_redis_restart,
         send_units=args.send_units,
@@ -128,18 +158,18 @@ def main() -> int:
         priority_fraction=args.priority,
         busy_policy=args.policy,
         delivery="complete" if args.whole else "stream",
-        **(
-            {"transfer_partitions": 3, "receive_queues": 3, "open_per_sender": 3}
-            if args.policy == "wait"
-            else {}
-        ),
+        transfer_partitions=3 if args.policy == "wait" else d.transfer_partitions,
+        receive_queues=3 if args.policy == "wait" else d.receive_queues,
+        open_per_sender=3 if args.policy == "wait" else d.open_per_sender,
     )
     console = Console()
     script = ROOT / "ops" / "stack.sh"
     private_dir = None
     if args.private_stack:
         private_dir = Path(tempfile.mkdtemp(prefix="router-chaos-stack-"))
-        stack = LocalStack.private(script, private_dir)
+        stack = LocalStack.private(
+            script, private_dir, unit_links=args.send_units + args.receive_units
+        )
     else:
         stack = LocalStack(script)
     stack.up()

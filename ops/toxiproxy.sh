@@ -7,7 +7,7 @@
 #                                TOXIPROXY_BIN, or the one built once with Go from the Go module
 #                                proxy (github.com/Shopify/toxiproxy/v2 $TOXIPROXY_VERSION,
 #                                ./cmd/server) into $ROUTER_CACHE_DIR/toxiproxy/$TOXIPROXY_VERSION/
-#                                toxiproxy-server (about a minute the first time; its log is
+#                                toxiproxy-server (1-2 minutes the first time; its log is
 #                                build.log beside it). A failed build is not tried again for an
 #                                hour (remove failed beside it to retry now).
 #   ops/toxiproxy.sh background  start `ensure` in the background at low priority unless built

@@ -27,6 +27,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.harness.stack.localstack import LocalStack
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
+from ops.harness.stack.toxiproxy import Toxiproxy, ToxiproxyMissing
+from ops.harness.stack.toxiproxy import ensure_binary as ensure_toxiproxy
 from router.backends.redis import client as redisclient
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 from router.topology.side import table_for
@@ -305,6 +307,18 @@ def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     stack.up()
     yield stack
     stack.down()
+
+
+@pytest.fixture
+def toxiproxy(tmp_path: Path) -> Iterator[Toxiproxy]:
+    """A Toxiproxy server of the test's own (ops/toxiproxy.sh builds it with Go, once; the
+    network faults); the test skips, saying why, where it cannot be built."""
+    try:
+        ensure_toxiproxy()
+    except ToxiproxyMissing as exc:
+        pytest.skip(f"Toxiproxy cannot be built here (ops/toxiproxy.sh ensure): {exc}")
+    with Toxiproxy.start(tmp_path / "toxiproxy") as tp:
+        yield tp
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ class ChaosResult:
     shared: dict[str, int] = field(default_factory=dict)  # router counters: explanation
     policy: str = "share"
     pauses: int = 0  # unit processes SIGSTOPped, then SIGCONTed (zombies)
+    net_faults: Counter[str] = field(default_factory=Counter)  # kind -> healed faults
 
     @property
     def kills(self) -> int:
@@ -78,6 +79,12 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
             ", ".join(f"{k}: {v}" for k, v in sorted(result.deaths.items())),
         ),
         Row("unit pauses", f"{result.pauses}", "SIGSTOP past the session and leases, SIGCONT"),
+        Row(
+            "network faults",
+            f"{sum(result.net_faults.values())}",
+            ", ".join(f"{k}: {v}" for k, v in sorted(result.net_faults.items()))
+            or "(one unit's link to Redis or the broker: cut, slowed, reset)",
+        ),
         Row(
             "server restarts",
             f"broker {result.restarts.get('kafka', 0)}, Redis {result.restarts.get('redis', 0)}",

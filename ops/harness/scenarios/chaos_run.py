@@ -38,7 +38,10 @@ from ops.harness.scenarios.chaos_result import ChaosResult
 from ops.harness.scenarios.supervisor import UNIT_ROLES, Supervisor, server_away
 from ops.harness.stack.fleet import Proc
 from ops.harness.stack.localstack import LocalStack
+from ops.harness.stack.netlinks import UnitLinks
+from ops.harness.stack.netplan import KINDS, NetFault, plan
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
+from ops.harness.stack.toxiproxy import Toxiproxy
 from ops.harness.traffic.collect import read_accounts, read_sides, verdict
 from ops.harness.traffic.progress import Collector
 from ops.harness.traffic.senders import Senders
@@ -59,6 +62,13 @@ class ChaosSpec:
     # and its leases), then SIGCONTed: a zombie that must neither write nor corrupt tables.
     pauses: int = 0
     pause_s: float = 20.0
+    # Network faults (ops.harness.stack.netplan), each on one unit's own proxies
+    # (Toxiproxy): the kinds in turn; needs a stack with unit listeners (--private-stack).
+    net_faults: int = 0
+    net_kinds: tuple[str, ...] = KINDS
+    net_roles: tuple[str, ...] = UNIT_ROLES  # whose links the faults hit
+    net_cut_s: float = 20.0  # past the leases (15 s) and the consumer session (10 s)
+    net_slow_s: float = 10.0
     restart_broker: bool = True
     restart_redis: bool = True
     send_units: int = 2
@@ -121,15 +131,29 @@ def run_chaos(
         f"{t.receive_units} transfer partitions, {len(t.receive_queues)} receive queues, "
         f"{spec.bands} priority bands; "
         f"{spec.kills} kill events, {spec.pauses} pauses of {spec.pause_s:.0f} s, "
+        f"{spec.net_faults} network faults, "
         f"broker restart: {spec.restart_broker}, "
         f"Redis restart: {spec.restart_redis}"
     )
-    pipeline.start()
+    toxiproxy = Toxiproxy.start(run_dir / "toxiproxy") if spec.net_faults else None
+    links = None
+    if toxiproxy is not None:
+        counts = {"send-unit": spec.send_units, "receive-unit": spec.receive_units}
+        links = UnitLinks(toxiproxy, stack, base.redis.url, counts)
+        pipeline.fleet.placement = links.place
+    try:
+        pipeline.start()
+    except BaseException:
+        if toxiproxy is not None:
+            toxiproxy.stop()
+        raise
     supervisor = Supervisor(pipeline, say)
     # A commit or release caught by a server restart: the commit is finished or aborted
     # within the transaction timeout, and the units retry after at most their back-off.
     units = pipeline.settings.unit
     server_recover_ms = spec.transaction_timeout_ms + units.backoff_max_ms
+    # A unit cut off, slowed or reset: a killed unit's recovery, then a server's.
+    supervisor.net_recover_ms = supervisor.kill_recover_ms + server_recover_ms
     workload = WorkloadSpec(
         run_id=pipeline.name,
         senders=spec.senders,
@@ -150,7 +174,7 @@ def run_chaos(
     senders.start()
     duration = spec.messages / (spec.senders * spec.rate)
     # Chaos events spread over the sending time; server restarts at 35% and 65% of it.
-    events: list[tuple[float, str, Proc | None]] = [
+    events: list[tuple[float, str, Proc | NetFault | None]] = [
         (duration * (0.05 + 0.9 * (i + rng.random()) / spec.kills), "kill", None)
         for i in range(spec.kills)
     ]
@@ -158,6 +182,17 @@ def run_chaos(
         (duration * (0.1 + 0.7 * (i + rng.random()) / spec.pauses), "pause", None)
         for i in range(spec.pauses)
     ]
+    if links is not None:
+        faults = plan(
+            rng,
+            spec.net_faults,
+            duration,
+            [s for s in links.slots if s.split(".")[0] in spec.net_roles],
+            spec.net_kinds,
+            spec.net_cut_s,
+            spec.net_slow_s,
+        )
+        events += [(f.at_s, "net", f) for f in faults]
     if spec.restart_broker:
         events.append((duration * 0.35, "broker", None))
     if spec.restart_redis:
@@ -184,8 +219,15 @@ def run_chaos(
                         supervisor.pause(victim)
                         events.append((now + spec.pause_s, "resume", victim))
                         events.sort(key=lambda e: e[0])
+                    elif what in ("net", "heal"):
+                        assert isinstance(target, NetFault) and links is not None
+                        verb = "network fault:" if what == "net" else "healed:"
+                        say(f"   [{now:6.1f}s] {verb} {supervisor.net(links, target, what)}")
+                        if what == "net":
+                            events.append((now + target.hold_s, "heal", target))
+                            events.sort(key=lambda e: e[0])
                     elif what == "resume":
-                        assert target is not None
+                        assert isinstance(target, Proc)
                         if supervisor.resume(target):
                             say(f"   [{now:6.1f}s] SIGCONT {target.name}")
                     elif what == "kill":
@@ -259,6 +301,7 @@ def run_chaos(
             pipeline.shared(),
             spec.busy_policy,
             supervisor.pauses,
+            supervisor.net_faults,
         )
         # At the final stop every process must exit 0; -9 only from an armed fault point
         # firing in its last batch (Proc.stop's own SIGKILL after its timeout is a crash).
@@ -273,3 +316,5 @@ def run_chaos(
     finally:
         pipeline.stop()
         pipeline.cleanup()
+        if toxiproxy is not None:
+            toxiproxy.stop()

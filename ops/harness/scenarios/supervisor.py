@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ops.harness.stack.fleet import Proc
+from ops.harness.stack.netlinks import UnitLinks
+from ops.harness.stack.netplan import NetFault
 from ops.harness.stack.pipeline import Pipeline
 from ops.harness.verdict.capacity import Disturbance
 
@@ -38,6 +40,9 @@ class Supervisor:
         self.disturbances: list[Disturbance] = []
         self.paused: dict[int, int] = {}  # pid -> when it was stopped (epoch ms)
         self.pauses = 0  # pauses that ended with the process resumed
+        self.net_faults: Counter[str] = Counter()  # network faults healed, per kind
+        self.net_recover_ms = self.kill_recover_ms
+        self._net_started: dict[NetFault, int] = {}
         self._checked_ms = epoch_ms()
         self._lock = threading.Lock()
 
@@ -74,6 +79,27 @@ class Supervisor:
                 Disturbance(start, epoch_ms(), self.kill_recover_ms, side, what)
             )
             return True
+
+    def net(self, links: UnitLinks, fault: NetFault, what: str) -> str:
+        """Apply a network fault to its unit link ("net") or heal it ("heal"); the whole
+        stretch, and the recovery after it, is a disturbance of the link's side. Returns
+        what was done, naming the processes on the link."""
+        with self._lock:
+            who = ", ".join(links.occupants(fault.slot, self.pipeline.fleet.procs)) or "nobody"
+            if what == "net":
+                links.apply(fault)
+                self._net_started[fault] = epoch_ms()
+            else:
+                links.heal(fault)
+                start = self._net_started.pop(fault)
+                self.net_faults[fault.kind] += 1
+                side = fault.slot.split("-", 1)[0]
+                self.disturbances.append(
+                    Disturbance(
+                        start, epoch_ms(), self.net_recover_ms, side, f"{fault.kind} {fault.slot}"
+                    )
+                )
+            return f"{fault.describe()} ({who})"
 
     def _died(self, proc: Proc, start_ms: int, end_ms: int, what: str) -> None:
         side = proc.role.removesuffix("-unit")

@@ -66,11 +66,14 @@ class Toxiproxy:
             )
         tp = cls(proc, port, log)
         deadline = time.monotonic() + ready_timeout
-        while not tp.answers():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tp.stop()
-                raise RuntimeError(f"toxiproxy did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)  # polling a server that is starting, bounded by the deadline
+        try:
+            while not tp.answers():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"toxiproxy did not come up:\n{log.read_text()[-3000:]}")
+                time.sleep(0.1)  # polling a server that is starting, bounded by the deadline
+        except BaseException:
+            tp.stop()
+            raise
         return tp
 
     def __enter__(self) -> Toxiproxy:
