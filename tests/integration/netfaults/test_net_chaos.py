@@ -9,7 +9,7 @@ duplicated, reordered or split, not one interleaving, every message delivered or
 once, no unit exit that was not ours; each fault logged as a disturbance.
 
 Receive units only: with a SEND unit cut off from the broker (this test's first version),
-the send side's waiting room stalled in 1 of 4 runs (an open defect,
+the send side's waiting room stalled in 1 of 5 runs (an open defect,
 tests/integration/faults/test_send_unit_cut.py in `make test-faults`)."""
 
 from __future__ import annotations
