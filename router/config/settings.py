@@ -258,6 +258,10 @@ class SweeperSettings(_Section):
     # A final message whose entry is still "closing" this long after it was routed had its
     # release interrupted; the sweeper releases it once its transaction is committed.
     closing_grace_ms: int = Field(5_000, ge=0)
+    # Callers of the route script (one per unit process ever started) silent this long leave
+    # the tables' writers hashes (router.table.store.writers). Units read it too: one idle for
+    # half of it skips the lost-write check once. Every process of a topology needs the same.
+    writer_idle_s: int = Field(86_400, ge=60)
 
 
 def check_bands(bands: int, min_share: float) -> None:

@@ -155,10 +155,12 @@ class Sweeper:
         return report
 
     def _forget_idle_writers(self) -> int:
-        """Every WRITERS_EVERY_S (and on the first round): callers of the route script
-        idle for a day leave the writers hash (`router.table.store.writers`)."""
+        """Every WRITERS_EVERY_S, or half of `sweeper.writer_idle_s` if shorter (and on the
+        first round): callers of the route script idle for `writer_idle_s` (a day by
+        default) leave the writers hash (`router.table.store.writers`)."""
         now = time.monotonic()
-        if self._writers_at is not None and now - self._writers_at < WRITERS_EVERY_S:
+        every = min(WRITERS_EVERY_S, self.settings.sweeper.writer_idle_s / 2)
+        if self._writers_at is not None and now - self._writers_at < every:
             return 0
         self._writers_at = now
         total = 0

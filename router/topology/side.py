@@ -59,5 +59,11 @@ def table_for(settings: RouterSettings, side: Side, client: RedisClient) -> Mana
     lease = settings.kafka.transaction_timeout_ms + 5_000
     routing = settings.routing
     return ManagementTable(
-        client, keys, spec.destinations, routing.busy_policy, lease, routing.max_staged_messages
+        client,
+        keys,
+        spec.destinations,
+        routing.busy_policy,
+        lease,
+        routing.max_staged_messages,
+        writer_idle_s=settings.sweeper.writer_idle_s,
     )

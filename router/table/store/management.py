@@ -21,7 +21,7 @@ from router.table.store.codec import text as _text
 from router.table.store.owners import FENCED, LaneFenced, OwnersTable
 from router.table.store.placement import SteerTable
 from router.table.store.room import RoomTable
-from router.table.store.writers import WritersTable
+from router.table.store.writers import WRITER_IDLE_S, WritersTable
 
 __all__ = ["CALL_REQUESTS", "CALL_WORK", "ManagementTable", "Side", "TableKeys"]
 
@@ -42,6 +42,7 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         policy: Policy = "share",
         lease_ms: int = 15_000,
         max_staged: int = 10_000,
+        writer_idle_s: int = WRITER_IDLE_S,
     ) -> None:
         if not destinations:
             raise ConfigError("a management table needs at least one destination")
@@ -55,6 +56,7 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         self.policy: Policy = policy
         self.lease_ms = lease_ms
         self.max_staged = max_staged
+        self.writer_idle_s = writer_idle_s
         self._route = self._r.register_script(script("route"))
         self._settle = self._r.register_script(script("settle"))
         self._sweep = self._r.register_script(script("sweep"))

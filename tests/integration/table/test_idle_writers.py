@@ -89,3 +89,30 @@ def test_the_sweeper_forgets_idle_unit_processes(topology: Any) -> None:
     assert {k.decode() for k in client.hkeys(table.keys.writers)} == {fresh.writer}
     stamp_back(client, fresh, WRITER_IDLE_S + 60)
     assert sweeper.run_once().writers_forgotten == 0  # not again within WRITERS_EVERY_S
+
+
+def test_a_shorter_bound_is_every_process_s_and_the_sweeper_looks_more_often(
+    topology: Any,
+) -> None:
+    """`sweeper.writer_idle_s` (make soak sets minutes, to see the hash at its plateau):
+    the sweeper forgets by it and looks every half of it; a unit's table skips the lost-
+    write check once after half of it idle, so a forgotten unit does not reset the table."""
+    s = topology(sweeper={"writer_idle_s": 120})
+    sweeper = Sweeper(s, horizons=HorizonReader(s, unique("sweeper"), delivery_slack_ms=1_000))
+    client = sweeper._redis
+    table = table_for(s, "send", client)
+    assert table.writer_idle_s == 120
+    table.route([req("G1", "A")])
+    stamp_back(client, table, 60)
+    assert sweeper.run_once().writers_forgotten == 0  # idle 60 s of 120: kept
+    stamp_back(client, table, 121)
+    assert sweeper.run_once().writers_forgotten == 0  # looked a moment ago
+    sweeper._writers_at = time.monotonic() - 61  # half the bound since it looked
+    assert sweeper.run_once().writers_forgotten == 1
+    assert client.hlen(table.keys.writers) == 0
+    # the unit comes back after more than half the bound: no check, no reset
+    assert table._routed_at is not None
+    table._routed_at = time.monotonic() - 61
+    assert table.seen_writes() == ""
+    table.route([req("G2", "A")])
+    assert table.resets == 0 and table.entry("G1") is not None
