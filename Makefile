@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: jaeger jaeger-background toxiproxy toxiproxy-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos bench spark-demo spark-bench clean
+.PHONY: jaeger jaeger-background toxiproxy toxiproxy-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos soak bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -93,6 +93,9 @@ demo: venv $(JARS) stack-up ## Run the whole system end to end and check every g
 
 chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a lifetime, 10% with a priority over 3 bands), 20+ SIGKILLs, a broker and a Redis restart; ARGS=--private-stack adds the network faults (Toxiproxy)
 	$(BIN)/python -m ops.chaos $(ARGS)
+
+soak: venv jars ## Soak: 30 min at a steady load (4 x 25 msg/s) with a fault a minute, sampled every 5 s (RSS, Redis memory and keys, tables, topics, lag); fails on growth; own servers; .results/soak
+	$(BIN)/python -m ops.soak $(ARGS)
 
 bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Java relays, Redis cost, 3-broker row, tracing off vs on; .results/bench
 	$(BIN)/python -m ops.bench $(ARGS)
