@@ -9,6 +9,7 @@
     .venv/bin/python -m ops.chaos --bands 1          # no priority bands
     .venv/bin/python -m ops.chaos --pauses 3         # also freeze units (SIGSTOP) and resume them
     .venv/bin/python -m ops.chaos --private-stack --net-faults 12   # network faults (Toxiproxy)
+    .venv/bin/python -m ops.chaos --break reorder --private-stack   # a broken build: must FAIL
 
 By default 5 % of the ordinary messages are multicast, 5 % of the messages have a
 lifetime, and the topology has 3 priority bands with 10 % of the ordinary messages and of
@@ -35,6 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ops.harness.breakage import DEFECTS
 from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import SUMMARY_WIDTH, summary_rows
 from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
@@ -123,6 +125,14 @@ def main() -> int:
         action="store_true",
         help="a dedicated Kafka + Redis on free ports, removed afterwards",
     )
+    parser.add_argument(
+        "--break",
+        dest="breakage",
+        choices=sorted(DEFECTS),
+        default=None,
+        help="run a deliberately broken build (ops/harness/breakage): the verdict must FAIL "
+        "(docs/explanation/guarantees.md, how a run is judged)",
+    )
     parser.add_argument("--run-dir", type=Path, default=ROOT / ".results" / "chaos")
     args = parser.parse_args()
     if args.whole:
@@ -161,6 +171,7 @@ def main() -> int:
         transfer_partitions=3 if args.policy == "wait" else d.transfer_partitions,
         receive_queues=3 if args.policy == "wait" else d.receive_queues,
         open_per_sender=3 if args.policy == "wait" else d.open_per_sender,
+        breakage=args.breakage,
     )
     console = Console()
     script = ROOT / "ops" / "stack.sh"

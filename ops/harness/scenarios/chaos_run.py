@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ops.harness import breakage
 from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import ChaosResult
 from ops.harness.scenarios.supervisor import UNIT_ROLES, Supervisor, server_away
@@ -96,6 +97,10 @@ class ChaosSpec:
     # then the run is judged as it stands. Tests keep it well inside their own timeout so
     # a stall is reported with its verdict and the units' logs, not killed unexplained.
     catch_up_s: float = 600.0
+    # A deliberately broken build (`ops.harness.breakage`: every process of the run is
+    # started with that defect patched in), for showing that the verdict fails; None: the
+    # router as it is.
+    breakage: str | None = None
 
 
 def run_chaos(
@@ -123,7 +128,13 @@ def run_chaos(
     )
     # The seed fixes the workload and the kills; the name is new each run, so a run
     # killed before its cleanup never leaves topics that the next one would read.
-    pipeline = Pipeline(base, pspec, run_dir, name=f"chaos-{spec.seed}-{secrets.token_hex(3)}")
+    pipeline = Pipeline(
+        base,
+        pspec,
+        run_dir,
+        name=f"chaos-{spec.seed}-{secrets.token_hex(3)}",
+        command=breakage.command(spec.breakage) if spec.breakage else None,
+    )
     t = pipeline.settings.topology
     say(
         f"chaos: {spec.messages} messages from {spec.senders} senders at {spec.rate:.0f}/s "
@@ -134,6 +145,7 @@ def run_chaos(
         f"{spec.net_faults} network faults, "
         f"broker restart: {spec.restart_broker}, "
         f"Redis restart: {spec.restart_redis}"
+        + (f"; BROKEN BUILD: {spec.breakage} (the verdict must fail)" if spec.breakage else "")
     )
     toxiproxy = Toxiproxy.start(run_dir / "toxiproxy") if spec.net_faults else None
     links = None
