@@ -5,7 +5,7 @@ paths turns a defect on. A unit started through `python -m ops.harness.breakage 
 -- <the router's arguments>` monkeypatches the router at start-up (`defects.apply`), then
 runs the ordinary `router` command line. `ops/chaos.py --break <defect>` (ChaosSpec's
 `breakage`) starts every process of its run that way; the verdict must then FAIL, naming
-the guarantee each defect breaks (tests/integration/ops/test_judge.py).
+the guarantee each defect breaks (tests/integration/judge/test_broken_builds.py).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
   fencing-off            the consumed offsets are not sent into the batch's transaction
                          (no exactly-once hop, no fencing of a zombie by its consumer
                          group generation); the unit commits them itself, through its
-                         consumer, once the transaction committed. A unit killed between
-                         the two (any kill while a committed batch is not yet settled, and
-                         every replacement armed `after_commit`) has its batch replayed by
-                         the partition's next owner: duplicates.
+                         consumer, every OFFSETS_EVERY_S after its transactions committed
+                         (as auto-commit would). A unit killed, or a partition moved, in
+                         between has its committed batches replayed by the partition's next
+                         owner: duplicates.
   release-before-commit  the table's release of a batch (its finals' groups released, its
                          leases and parks ended) runs before the Kafka commit, not after it.
                          A replacement armed to die `after_produce` or `after_commit` dies
@@ -18,11 +18,13 @@
                          the waiting room's admission take a destination to which another
                          batch's ordinary messages are still in flight as clean, so a new
                          group can open there before they are appended: interleavings
-                         under policy wait, with no fault at all.
+                         under policy wait. Not caught by the short chaos yet (0 in 4 runs:
+                         docs/explanation/guarantees.md, broken builds).
   lease-unchecked        a unit never checks its batch's leases before producing (no
                          renewal, no `append_by`): a batch produced after its leases lapsed
                          (a commit held up by a broker restart, a paused unit) lands behind
-                         a group another unit opened there meanwhile.
+                         a group another unit opened there meanwhile. Not caught by the
+                         short chaos yet: none of its batches outlives its leases.
   reorder                a receive unit swaps the first two records its batch writes to
                          each receive queue: reordered groups, with no fault at all (the
                          transfer topic is left intact: reordering it breaks the receive
@@ -32,6 +34,8 @@
 from __future__ import annotations
 
 import logging
+import sys
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +43,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from router.contract.priority import split
-from router.table.store import codec, management, placement, room, writers
+from router.table.store import codec
 from router.unit import loop
 from router.unit.commit.leases import Leases
 from router.unit.commit.session import TransactionalSession
@@ -67,16 +71,27 @@ class _OffsetsOutsideProducer(Producer):  # type: ignore[misc]
         return None
 
 
+# How often the broken build commits the consumed offsets (as a consumer's auto-commit
+# would): every kill or rebalance replays up to this much of committed work.
+OFFSETS_EVERY_S = 2.0
+
+
 def _fencing_off() -> None:
     setattr(loop, "Producer", _OffsetsOutsideProducer)  # noqa: B010 (not exported)
     complete = loop.TransferUnit._complete
+    pending: dict[tuple[str, int], int] = {}
+    last = [time.monotonic()]
 
     def complete_then_commit_offsets(self: loop.TransferUnit) -> bool:
         inflight = self._inflight
         ok = complete(self)
         if ok and inflight is not None:
-            offsets: list[TopicPartition] = inflight[0].resume_offsets()
-            if offsets:
+            for tp in inflight[0].resume_offsets():
+                pending[(tp.topic, tp.partition)] = tp.offset
+            if pending and time.monotonic() - last[0] >= OFFSETS_EVERY_S:
+                offsets = [TopicPartition(t, p, o) for (t, p), o in pending.items()]
+                pending.clear()
+                last[0] = time.monotonic()
                 try:
                     self.source.consumer.commit(offsets=offsets, asynchronous=False)
                 except KafkaException as exc:
@@ -137,8 +152,9 @@ def _lease_ignored() -> None:
     def script(name: str) -> str:
         return without_lease_checks(original(name))
 
-    for module in (codec, management, placement, room, writers):
-        module.script = script  # type: ignore[attr-defined]
+    for name, module in list(sys.modules.items()):  # every table module that loads scripts
+        if name.startswith("router.table.store") and getattr(module, "script", None) is original:
+            module.script = script  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- lease-unchecked
