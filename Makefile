@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: jaeger jaeger-background toxiproxy toxiproxy-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos soak bench spark-demo spark-bench clean
+.PHONY: test-judge jaeger jaeger-background toxiproxy toxiproxy-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos soak bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -108,6 +108,9 @@ test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on
 
 test-faults: venv $(JARS) toxiproxy ## Fault kinds with open defects or long runs (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min); every network fault kind with unit kills (~2 min); a send unit cut off from the broker (~1-4 min)
 	ROUTER_TEST_FAULTS=1 $(BIN)/pytest tests/integration/faults -s
+
+test-judge: venv $(JARS) ## Broken builds through the short chaos (ops/harness/breakage): fencing off, a release before the commit, records reordered, each must fail the verdict with its own kind of violation; leases ignored (not caught yet: an xfail) (~2 min each)
+	ROUTER_TEST_JUDGE=1 $(BIN)/pytest tests/integration/judge -s
 
 test-sentinel: venv $(JARS) ## Redis failover tests: a primary SIGKILLed under a few thousand messages, and the cost of waiting for replicas (own servers, ~8 min)
 	ROUTER_TEST_SENTINEL=1 $(BIN)/pytest tests/integration/sentinel tests/unit/backends/test_sentinel_settings.py -s
