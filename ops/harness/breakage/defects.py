@@ -18,7 +18,7 @@
                          the waiting room's admission take a destination to which another
                          batch's ordinary messages are still in flight as clean, so a new
                          group can open there before they are appended: interleavings
-                         under policy wait. Not caught by the short chaos yet (0 in 4 runs:
+                         under policy wait. Not reliably caught by the short chaos (1 of 6 runs:
                          docs/explanation/guarantees.md, broken builds).
   lease-unchecked        a unit never checks its batch's leases before producing (no
                          renewal, no `append_by`): a batch produced after its leases lapsed
