@@ -52,6 +52,10 @@ from ops.harness.verdict.records import deliveries
 from router.config import RouterSettings
 from router.utils.faults import POINTS
 
+# The fault points at which an armed replacement SIGKILLs itself; the others (before_route,
+# in_assign) freeze it (SIGSTOP) for a caller that resumes it, which the kill events do not.
+DYING = tuple(p for p in POINTS if p in ("after_route", "after_produce", "after_commit"))
+
 
 @dataclass(frozen=True)
 class ChaosSpec:
@@ -247,7 +251,7 @@ def run_chaos(
                             p for p in pipeline.fleet.procs if p.role in UNIT_ROLES and p.alive
                         ]
                         victim = rng.choice(victims)
-                        arm = rng.choice([None, *POINTS])
+                        arm = rng.choice([None, *DYING])
                         say(
                             f"   [{now:6.1f}s] SIGKILL {victim.name}"
                             + (f", its replacement armed to die {arm}" if arm else "")
