@@ -10,7 +10,7 @@ take minutes each and run with `make test-judge`:
                          as auto-commit would): duplicated
   a release before       the table's release before the Kafka commit, and replacements armed
   the commit             to die in between: interleaved, lost, dead-lettered or split; but
-                         in 3 of 5 runs only, none since the lane fence (an xfail)
+                         in 3 of 6 runs only, none since the lane fence (an xfail)
   leases ignored         the route decision and the room's admission never check the
                          in-flight leases: interleaved, but in 1 of 6 runs only (an xfail,
                          with its figures)
@@ -95,8 +95,8 @@ def test_a_build_without_fencing_is_caught_as_duplicated(
 
 @pytest.mark.judge
 @pytest.mark.xfail(
-    reason="caught in 3 of 5 runs on 2026-11-28 (interleaved 3,263 and 24 on the send side; "
-    "lost 1,032 in a run so loaded that the senders failed), but in none of the 2 after the "
+    reason="caught in 3 of 6 runs on 2026-11-28 (interleaved 3,263 and 24 on the send side; "
+    "lost 1,032 in a run so loaded that the senders failed), but in none of the 3 after the "
     "lane fence was merged (issue 32, open: a deterministic trigger)",
     strict=False,
 )
@@ -121,8 +121,8 @@ def test_a_build_that_releases_before_the_commit_is_caught(
 
 @pytest.mark.judge
 @pytest.mark.xfail(
-    reason="not reliably caught by the short chaos (issue 32): 1 of 6 runs on 2026-11-28 "
-    "(this spec: 3 interleaved on the receive side in one of two runs, where the unbroken "
+    reason="not reliably caught by the short chaos (issue 32): 1 of 7 runs on 2026-11-28 "
+    "(this spec: 3 interleaved on the receive side in one of three runs, where the unbroken "
     "build had 0; none in 4 variants: with restarts, 1 open group per sender, 8 SIGSTOPs of "
     "4 s, 8 and 12 destinations): a destination is rarely clean with another batch's "
     "ordinary messages still in flight to it, and a group opened there closed before they "
