@@ -36,6 +36,8 @@ POINTS: tuple[Point, ...] = (
     "before_route",
     "in_assign",
 )
+# The points where the process kills itself; the others freeze it, for a test to resume it.
+DYING: tuple[Point, ...] = ("after_route", "after_produce", "after_commit")
 
 
 class Faults:

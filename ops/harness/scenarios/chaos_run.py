@@ -50,11 +50,10 @@ from ops.harness.traffic.workload import WorkloadSpec
 from ops.harness.verdict.capacity import LOADED_RELEASE_SLACK_MS
 from ops.harness.verdict.records import deliveries
 from router.config import RouterSettings
-from router.utils.faults import POINTS
+from router.utils.faults import DYING
 
 # The fault points at which an armed replacement SIGKILLs itself; the others (before_route,
 # in_assign) freeze it (SIGSTOP) for a caller that resumes it, which the kill events do not.
-DYING = tuple(p for p in POINTS if p in ("after_route", "after_produce", "after_commit"))
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from ops.harness.traffic.workload import WorkloadSpec
 from ops.harness.verdict.capacity import LOADED_RELEASE_SLACK_MS
 from ops.harness.verdict.records import deliveries
 from router.config import RouterSettings
-from router.utils.faults import POINTS
+from router.utils.faults import DYING
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,7 @@ def _fault(
         victim = sampler.slots.proc(role, 1)
         if victim is None:
             return None
-        arm = rng.choice([None, *POINTS]) if rng.random() < 0.5 else None
+        arm = rng.choice([None, *DYING]) if rng.random() < 0.5 else None
         supervisor.kill(victim, arm)
         return f"SIGKILL {role}#1 ({victim.name})" + (f", replacement armed {arm}" if arm else "")
     others = [
