@@ -21,12 +21,13 @@ from router.unit.steps.batch import TP
 
 log = logging.getLogger("router.unit")
 
-TIMEOUT_S = 5.0
+TIMEOUT_S = 2.0
 
 
 class GroupView:
     def __init__(self, admin_config: dict[str, Any], group_id: str, consumer: Any) -> None:
-        self.admin = AdminClient(admin_config)
+        self.config = admin_config
+        self.admin: AdminClient | None = None  # made on first use, again after a failure
         self.group_id = group_id
         self.consumer = consumer  # its memberid(): this unit in the group
 
@@ -40,12 +41,17 @@ class GroupView:
             return None
         if not member:
             return None
+        if self.admin is None:
+            self.admin = AdminClient(self.config)
         try:
             future = self.admin.describe_consumer_groups(
                 [self.group_id], request_timeout=TIMEOUT_S
             )[self.group_id]
             desc = future.result(timeout=TIMEOUT_S + 1)
         except Exception as exc:  # KafkaException, a time-out: the coordinator cannot say
+            # Seen to time out again and again after a broker restart (a stale coordinator
+            # connection?): the next question goes through a new client.
+            self.admin = None
             log.warning("the group coordinator cannot say which partitions are ours: %s", exc)
             return None
         wanted = set(tps)

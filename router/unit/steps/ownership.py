@@ -5,9 +5,11 @@ A unit claims each partition it is assigned (source and room partitions: its lan
 the group's coordinator confirms that this member holds it now (`held`, `router.unit.membership`):
 a rebalance callback that runs late, after a freeze, must not claim partitions the group has
 given to another member since, or its claim (the newest) would fence their real owner and let
-its own stale batch through. A claim Redis refused, or the coordinator could not confirm, is
+its own stale batch through. A claim Redis refused, or the coordinator did not confirm, is
 taken before the first call that speaks for the lane (`ensure`), confirmed the same way; until
-then the call fails (`Unclaimed`: the batch is rewound and the unit backs off).
+then the call fails (`Unclaimed`: the batch is rewound and the unit backs off). A coordinator
+that cannot answer (the broker away, a request timed out) confirms nothing and refuses
+nothing: the consumer's word is taken, as a unit must go on routing.
 
 A route or chained-drain call that a newer claim refuses (`router.table.store.owners.LaneFenced`)
 fails its batch as well. The unit then asks the coordinator again (at most every `RECHECK_S`):
@@ -59,13 +61,21 @@ class LaneClaims:
         self._checked = float("-inf")  # time.monotonic() of the last re-check of fenced lanes
 
     def _confirmed(self, lanes: Iterable[str]) -> set[str]:
-        """The lanes of `lanes` the coordinator says this member holds now (all of them
-        without a coordinator view; none if it cannot say)."""
+        """The lanes of `lanes` the coordinator says this member holds now; all of them
+        without a coordinator view, or if it cannot say now (the broker away, the request
+        timed out): then the consumer's word is taken, and claims are ordered by when they
+        reach Redis, which the owner's recheck corrects."""
         lanes = set(lanes)
         if self.held is None or not lanes:
             return lanes
         held = self.held([_tp(lane) for lane in lanes])
-        return set() if held is None else {lane_of(t, p) for t, p in held}
+        if held is None:
+            log.warning(
+                "the group coordinator cannot confirm partitions now: %d claimed as assigned",
+                len(lanes),
+            )
+            return lanes
+        return {lane_of(t, p) for t, p in held}
 
     def assigned(self, tps: Iterable[TP]) -> None:
         """Claim newly assigned partitions the coordinator confirms; the others (and all,
