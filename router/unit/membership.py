@@ -57,6 +57,13 @@ class GroupView:
         wanted = set(tps)
         for m in desc.members:
             if m.member_id == member:
+                # Its current assignment, or the coordinator's target for it (the consumer
+                # protocol updates the current one only once the member acknowledged it,
+                # a heartbeat after its rebalance callback ran)
                 mine = {(tp.topic, tp.partition) for tp in m.assignment.topic_partitions}
+                if m.target_assignment is not None:
+                    mine |= {
+                        (tp.topic, tp.partition) for tp in m.target_assignment.topic_partitions
+                    }
                 return wanted & mine
         return set()  # no longer a member: a zombie's view
