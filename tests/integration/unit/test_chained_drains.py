@@ -249,8 +249,8 @@ def test_the_chain_scripts_reply_is_lost(
         real = drain.table.chain
         lost: list[Any] = []
 
-        def chain(plan: Any) -> Any:
-            got = real(plan)
+        def chain(plan: Any, lanes: Any = ()) -> Any:
+            got = real(plan, lanes)
             if not lost:
                 lost.append(got)
                 raise redis.TimeoutError("reply lost")
