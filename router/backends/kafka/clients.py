@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from router.config.settings import KafkaSettings, RouterSettings
@@ -20,15 +21,16 @@ class RepeatFilter(logging.Filter):
     """Let the same librdkafka complaint through once per `every` seconds, with a count
     of what was suppressed (a broker away makes every client retry many times a second)."""
 
-    def __init__(self, every: float = 10.0) -> None:
+    def __init__(self, every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.every = every
+        self._clock = clock
         self._seen: dict[str, tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         # The message minus its numbers: "Connect to ipv4#127.0.0.1:9092 failed ..."
         key = re.sub(r"\d+", "#", record.getMessage())
-        now = time.monotonic()
+        now = self._clock()
         seen = self._seen.get(key)
         if seen is not None and now - seen[0] < self.every:
             self._seen[key] = (seen[0], seen[1] + 1)
