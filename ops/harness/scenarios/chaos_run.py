@@ -37,6 +37,7 @@ from ops.harness import breakage
 from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import ChaosResult
 from ops.harness.scenarios.supervisor import UNIT_ROLES, Supervisor, server_away
+from ops.harness.scenarios.table_dump import dump_tables
 from ops.harness.stack.fleet import Proc
 from ops.harness.stack.localstack import LocalStack
 from ops.harness.stack.netlinks import UnitLinks
@@ -285,6 +286,9 @@ def run_chaos(
                 f"   caught up on {collector.accounted()} of {expected} within "
                 f"{spec.catch_up_s:.0f} s; judging the run as it stands"
             )
+            dump = run_dir / "tables-at-stall.json"
+            keys = dump_tables(pipeline.settings, dump)
+            say(f"   the tables as they stand ({keys} keys): {dump}")
         # The fault points stay armed until a replacement dies: disarm by letting the
         # final stop take every process down gracefully.
         collector.stop()
