@@ -90,7 +90,7 @@ BEFORE = {
     "router.unit.commit.session.TxnFailed",
     "router.unit.source.FatalUnitError",
     "router.receiver.reassembly.SegmentError",
-    "router.receiver.client.ReceiveTimeout",
+    "router.receiver.reading.ReceiveTimeout",
     "router.receiver.letters.DeadLetterFailed",
     "router.backends.kafka.callthread.Abandoned",
     "router.state.store.SenderFenced",
