@@ -16,7 +16,8 @@ from router.metrics.registry import Metrics, MetricsPublisher
 from router.table.gauges import open_groups
 from router.table.store.management import ManagementTable
 from router.topology.side import SideSpec
-from router.unit.commit.session import TransactionalSession, TxnState
+from router.unit.commit.session import TransactionalSession
+from router.unit.commit.txnstate import TxnState
 from router.unit.source import Source
 from router.unit.steps.batch import TP
 from router.unit.steps.holds import Backoff

@@ -30,7 +30,8 @@ from router.unit.commit.bookkeeping import count_committed, forget_committed, tr
 from router.unit.commit.insync import ReplicaCheck
 from router.unit.commit.leases import LeaseLost, Leases
 from router.unit.commit.replicawait import ReplicaAcks
-from router.unit.commit.session import TransactionalSession, TxnFailed, TxnState
+from router.unit.commit.session import TransactionalSession
+from router.unit.commit.txnstate import TxnFailed, TxnState
 from router.unit.exporting import unit_exporter
 from router.unit.membership import GroupView
 from router.unit.recovery import Recovery

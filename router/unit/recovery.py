@@ -13,7 +13,8 @@ from confluent_kafka import Consumer, TopicPartition
 from router.metrics.registry import Metrics
 from router.unit.bandsource import BandSource
 from router.unit.commit.insync import ReplicaCheck
-from router.unit.commit.session import TransactionalSession, TxnState
+from router.unit.commit.session import TransactionalSession
+from router.unit.commit.txnstate import TxnState
 from router.unit.source import Source
 from router.unit.steps.batch import TP, Batch
 from router.unit.steps.emit.records import Output

@@ -48,7 +48,7 @@ from router.table.steer import SteerError
 from router.table.view import UnknownState
 from router.unit.commit.leases import LeaseLost
 from router.unit.commit.replica_acks import NotReplicated
-from router.unit.commit.session import TxnFailed
+from router.unit.commit.txnstate import TxnFailed
 from router.unit.source import FatalUnitError
 
 # ---------------------------------------------------------------------- every class
@@ -87,7 +87,7 @@ BEFORE = {
     "router.sweeper.horizon._Unreachable",
     "router.unit.commit.leases.LeaseLost",
     "router.unit.commit.replica_acks.NotReplicated",
-    "router.unit.commit.session.TxnFailed",
+    "router.unit.commit.txnstate.TxnFailed",
     "router.unit.source.FatalUnitError",
     "router.receiver.reassembly.SegmentError",
     "router.receiver.reading.ReceiveTimeout",

@@ -11,7 +11,7 @@ from confluent_kafka import TopicPartition
 from router.backends.redis.client import redis_client
 from router.table.routing import RouteRequest
 from router.topology.side import table_for
-from router.unit.commit.session import TxnFailed, TxnState
+from router.unit.commit.txnstate import TxnFailed, TxnState
 from router.unit.steps.batch import Batch
 from router.unit.steps.emit.records import Output, Record
 from tests.fixtures.factories import TopologyFactory

@@ -12,7 +12,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from router.backends.kafka import clients
 from router.config import KafkaSettings
 from router.metrics.registry import Metrics
-from router.unit.commit.session import TransactionalSession, TxnFailed, TxnState
+from router.unit.commit.session import TransactionalSession
+from router.unit.commit.txnstate import TxnFailed, TxnState
 from router.unit.steps.emit.records import Record
 from tests.fixtures.factories import TopicFactory
 from tests.fixtures.helpers import unique

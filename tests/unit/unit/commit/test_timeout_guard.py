@@ -12,8 +12,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from router.metrics.registry import Metrics
-from router.unit.commit.session import TransactionalSession, TxnFailed, TxnState
+from router.unit.commit.session import TransactionalSession
 from router.unit.commit.timeouts import timed_out
+from router.unit.commit.txnstate import TxnFailed, TxnState
 
 
 class Scripted:
