@@ -42,10 +42,10 @@ from router.contract.headers import (
     Headers,
     Routing,
     headers_for,
-    parse,
     read_headers,
     routing_of,
 )
+from router.contract.parsing import parse
 
 __all__ = [
     "BAD",

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from router.config import RouterSettings, TracingSettings
-from router.contract.headers import BadInput, parse
+from router.contract.headers import BadInput
+from router.contract.parsing import parse
 from router.table.multicast import FANOUT
 from router.table.room import WAIT
 from router.table.routing import ORPHAN, PARKED, SPANS, STOPPING
