@@ -9,12 +9,11 @@ time. Secrets are `SecretStr`: printing the settings never shows them.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from tomllib import TOMLDecodeError
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -31,10 +30,9 @@ from router.config.servers import (
     _Section,
     read_secret,
 )
+from router.config.topology import TopologySettings
 from router.config.tracing import TracingSettings
 from router.errors import ConfigError, ConfigNotFound
-
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 __all__ = [
     "SECRET_CLIENT_KEYS",
@@ -52,81 +50,6 @@ __all__ = [
     "load_settings",
     "read_secret",
 ]
-
-
-class TopologySettings(_Section):
-    """Which topics are send queues, transfer units and receive queues.
-
-    Empty lists and names are derived from `name`: `<name>.send.<i>`, `<name>.transfer`,
-    `<name>.recv.<i>`, `<name>.events`, `<name>.dlq`.
-    """
-
-    name: str = "router"
-    send_queues: list[str] = Field(default_factory=list)
-    send_queue_count: int = Field(2, ge=1)
-    send_queue_partitions: int = Field(3, ge=1)
-    # Each receive-side transfer unit is one partition of the transfer topic.
-    receive_units: int = Field(3, ge=1)
-    receive_queues: list[str] = Field(default_factory=list)
-    receive_queue_count: int = Field(3, ge=1)
-    transfer_topic: str = ""
-    events_topic: str = ""
-    dead_letter_topic: str = ""
-
-    @field_validator("name")
-    @classmethod
-    def _name_is_topic_safe(cls, value: str) -> str:
-        if not _TOPIC.match(value):
-            raise ConfigError("topology name may only use letters, digits, '.', '_' and '-'")
-        return value
-
-    @model_validator(mode="after")
-    def _derive_names(self) -> TopologySettings:
-        derived: dict[str, Any] = {}
-        if not self.send_queues:
-            derived["send_queues"] = [
-                f"{self.name}.send.{i}" for i in range(1, self.send_queue_count + 1)
-            ]
-        if not self.receive_queues:
-            derived["receive_queues"] = [
-                f"{self.name}.recv.{i}" for i in range(1, self.receive_queue_count + 1)
-            ]
-        for field, suffix in (
-            ("transfer_topic", "transfer"),
-            ("events_topic", "events"),
-            ("dead_letter_topic", "dlq"),
-        ):
-            if not getattr(self, field):
-                derived[field] = f"{self.name}.{suffix}"
-        for key, value in derived.items():
-            object.__setattr__(self, key, value)
-        names = [
-            *self.send_queues,
-            *self.receive_queues,
-            self.transfer_topic,
-            self.events_topic,
-            self.dead_letter_topic,
-        ]
-        bad = [n for n in names if not _TOPIC.match(n)]
-        if bad:
-            raise ConfigError(f"invalid Kafka topic names: {bad}")
-        if len(set(names)) != len(names):
-            raise ConfigError("send queues, receive queues and router topics must all differ")
-        return self
-
-    def room_topic(self, side: str) -> str:
-        """The waiting room of one side (`router.table.room`): parked messages of waiting groups."""
-        return f"{self.name}.room.{side}"
-
-    @property
-    def send_group(self) -> str:
-        """Consumer group of the send-side units (over the send queues)."""
-        return f"{self.name}.send-units"
-
-    @property
-    def receive_group(self) -> str:
-        """Consumer group of the receive-side units (over the transfer topic)."""
-        return f"{self.name}.receive-units"
 
 
 class RoutingSettings(_Section):
