@@ -17,7 +17,6 @@ import signal
 
 import pytest
 
-from ops.harness.stack.pipeline import PipelineSpec
 from ops.harness.traffic.progress import Collector
 from ops.harness.traffic.senders import Senders
 from ops.harness.traffic.workload import WorkloadSpec
@@ -25,6 +24,7 @@ from router.backends.redis.client import redis_client
 from router.topology.side import table_for
 from tests.fixtures.factories import PipelineFactory
 from tests.fixtures.helpers import stopped, unique, wait_until
+from tests.fixtures.zombies import receive_side_running
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -34,21 +34,7 @@ DELIVERY_S = 30.0  # well past a rebalance and a back-off
 def test_a_late_assignment_callback_does_not_stall_the_next_owner(
     pipeline: PipelineFactory,
 ) -> None:
-    p = pipeline(
-        PipelineSpec(
-            send_units=1,
-            receive_units=1,
-            send_queues=1,
-            send_queue_partitions=4,
-            transfer_partitions=3,
-            receive_queues=3,
-            extra_env={"ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": "6000"},
-        ),
-        start=False,
-    )
-    p.prepare()
-    p.fleet.start("receive-unit")
-    p.fleet.start("sweeper")
+    p = receive_side_running(pipeline)
     client = redis_client(p.settings.redis)
     table = table_for(p.settings, "send", client)
     late = p.fleet.start("send-unit", env={"ROUTER_FAULTS": "in_assign=1*1"})[0]

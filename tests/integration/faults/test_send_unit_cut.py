@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from ops.harness.scenarios.chaos_result import summary
-from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
+from ops.harness.scenarios.chaos_run import ChaosSpec
 from ops.harness.stack.localstack import LocalStack
 from ops.harness.stack.toxiproxy import Toxiproxy
 from router.config import RouterSettings
+from tests.fixtures.chaosruns import assert_clean, run_reported
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -60,16 +60,6 @@ def test_a_send_unit_cut_off_from_the_broker_and_a_receive_unit_from_redis_stall
         seed=5,
         catch_up_s=150,
     )
-    lines: list[str] = []
-    result = run_chaos(private_settings, private_stack, spec, tmp_path, say=lines.append)
-    report = "\n".join(lines + summary(result))
-    print(report)  # shown with pytest -rP
-    r = result.report
+    result, _lines, report = run_reported(private_settings, private_stack, spec, tmp_path)
     assert result.net_faults == Counter({"redis-cut": 1, "kafka-cut": 1}), report
-    assert (r.lost, r.duplicated, r.reordered, r.split_groups, r.unexpected) == (0,) * 5, report
-    assert r.groups_complete == r.groups_sent > 0, report
-    assert r.accounts is not None and r.received + r.accounts.expired == r.sent, report
-    assert r.send is not None and r.receive is not None, "both sides judged"
-    assert (r.send.interleaved, r.receive.interleaved) == (0, 0), report
-    assert result.crashes == [] and not result.sender_failures, report
-    assert result.violations() == [], report
+    assert_clean(result, report)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from ops.harness.scenarios.chaos_result import summary
-from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
+from ops.harness.scenarios.chaos_run import ChaosSpec
 from ops.harness.stack.localstack import LocalStack
 from ops.harness.stack.toxiproxy import Toxiproxy
 from router.config import RouterSettings
+from tests.fixtures.chaosruns import assert_clean, run_reported
 
 pytestmark = pytest.mark.slow
 
@@ -53,20 +53,10 @@ def test_a_receive_unit_cut_off_from_redis_and_one_from_the_broker_harm_nothing(
         seed=5,
         catch_up_s=150,
     )
-    lines: list[str] = []
-    result = run_chaos(private_settings, private_stack, spec, tmp_path, say=lines.append)
-    report = "\n".join(lines + summary(result))
-    print(report)  # shown with pytest -rP
-    r = result.report
+    result, lines, report = run_reported(private_settings, private_stack, spec, tmp_path)
     assert result.net_faults == Counter({"redis-cut": 1, "kafka-cut": 1}), report
     cut = [line for line in lines if "network fault:" in line]
     assert len(cut) == 2 and all("(nobody)" not in line for line in cut), report
     slots = {line.split("fault: ")[1].split()[0] for line in cut}
     assert len(slots) == 2, f"two units, not one:\n{report}"
-    assert (r.lost, r.duplicated, r.reordered, r.split_groups, r.unexpected) == (0,) * 5, report
-    assert r.groups_complete == r.groups_sent > 0, report
-    assert r.accounts is not None and r.received + r.accounts.expired == r.sent, report
-    assert r.send is not None and r.receive is not None, "both sides judged"
-    assert (r.send.interleaved, r.receive.interleaved) == (0, 0), report
-    assert result.crashes == [] and not result.sender_failures, report
-    assert result.violations() == [], report
+    assert_clean(result, report)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 
-from ops.harness.stack.pipeline import PipelineSpec
 from ops.harness.traffic.collect import read_sides, verdict
 from ops.harness.traffic.progress import Collector
 from ops.harness.traffic.senders import Senders
@@ -23,26 +22,13 @@ from router.backends.redis.client import redis_client
 from router.topology.side import table_for
 from tests.fixtures.factories import PipelineFactory
 from tests.fixtures.helpers import stopped, unique, wait_until
+from tests.fixtures.zombies import receive_side_running
 
 
 def test_a_zombie_resumed_with_a_stale_batch_changes_nothing_in_the_table(
     pipeline: PipelineFactory,
 ) -> None:
-    p = pipeline(
-        PipelineSpec(
-            send_units=1,
-            receive_units=1,
-            send_queues=1,
-            send_queue_partitions=4,
-            transfer_partitions=3,
-            receive_queues=3,
-            extra_env={"ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": "6000"},
-        ),
-        start=False,
-    )
-    p.prepare()
-    p.fleet.start("receive-unit")
-    p.fleet.start("sweeper")
+    p = receive_side_running(pipeline)
     workload = WorkloadSpec(
         run_id=p.name, senders=2, messages=1200, rate=400, max_group=8, open_per_sender=2
     )
