@@ -104,6 +104,7 @@ class TransferUnit(Recovery):
             u.batch_size,
             self.metrics,
             u.max_batch_bytes,
+            u.max_batch_size,
         )
         # A failed transaction's warning names partitions short of in-sync replicas.
         self.replicas = ReplicaCheck(

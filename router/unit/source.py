@@ -21,6 +21,7 @@ from confluent_kafka import (
 
 from router.errors import RouterError
 from router.metrics.registry import Metrics
+from router.unit.batching import BatchSizer
 from router.unit.steps.batch import TP
 
 log = logging.getLogger("router.source")
@@ -49,9 +50,10 @@ class Source:
         batch_size: int,
         metrics: Metrics,
         max_bytes: int = 1 << 62,
+        max_batch_size: int = 0,
     ) -> None:
         self.consumer = Consumer(config)
-        self.batch_size = batch_size
+        self.sizer = BatchSizer(batch_size, max_batch_size)
         self.max_bytes = max_bytes
         self.metrics = metrics
         self.assigned: set[TP] = set()
@@ -61,16 +63,18 @@ class Source:
 
     def poll(self, timeout: float) -> list[Message]:
         """Wait up to `timeout` s for one message, then take whatever else is already
-        fetched, up to batch_size messages and (about) max_bytes of values: large records
-        are taken a few at a time, by their average size so far. Messages of partitions
-        revoked meanwhile are dropped."""
+        fetched, up to the batch's size (`router.unit.batching`: `unit.batch_size`, more
+        under a backlog) and (about) max_bytes of values: large records are taken a few at
+        a time, by their average size so far. Messages of partitions revoked meanwhile are
+        dropped."""
         first = self.consumer.poll(timeout)
         if first is None:
             return []
         messages = [first]
         size = _size(first)
-        while len(messages) < self.batch_size and size < self.max_bytes:
-            want = self.batch_size - len(messages)
+        count = self.sizer.target
+        while len(messages) < count and size < self.max_bytes:
+            want = count - len(messages)
             if size:
                 want = min(want, max(1, (self.max_bytes - size) * len(messages) // size))
             more = self.consumer.consume(want, 0)
@@ -78,6 +82,7 @@ class Source:
                 break
             messages.extend(more)
             size += sum(_size(m) for m in more)
+        self.sizer.after(len(messages))
         good = []
         assigned = self.assigned
         for m in messages:

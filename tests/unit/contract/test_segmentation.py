@@ -22,6 +22,7 @@ from router.metrics.registry import Metrics
 from router.receiver.reassembly import Reassembler, SegmentError
 from router.receiver.received import Received
 from router.sender.groups import OpenGroups
+from router.unit.batching import BatchSizer
 from router.unit.source import Source
 from router.unit.steps.batch import Batch
 from router.unit.steps.classify import Classifier
@@ -470,7 +471,7 @@ def test_a_units_batch_stops_near_max_batch_bytes_whatever_the_record_size(
     small records: batch_size; a record larger than the bound: alone."""
     source = object.__new__(Source)
     source.consumer = _Fetched(600, size)  # type: ignore[assignment]
-    source.batch_size, source.max_bytes = 500, 8 * 1024 * 1024
+    source.sizer, source.max_bytes = BatchSizer(500, 500), 8 * 1024 * 1024
     source.metrics, source.assigned = Metrics(), {("in", 0)}
     batch = source.poll(0.1)
     assert len(batch) == expected
