@@ -252,6 +252,8 @@ class TransferUnit(Recovery):
             t0 = time.perf_counter_ns()
             out = self.steps.emit(batch, int(time.time() * 1000))
             t1 = time.perf_counter_ns()
+            if self.faults.hit("before_produce"):  # a batch outliving its leases (tests)
+                self.faults.freeze("before_produce")
             self._keep_leases(batch, out)
             session.produce(out.records, self._track, out.barriers)
             metrics.inc("time_emit_us", (t1 - t0) // 1000)

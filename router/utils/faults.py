@@ -14,6 +14,9 @@ rarely hit:
                   sends SIGCONT, and it resumes as a zombie holding that batch
   in_assign       partitions assigned, the rebalance callback not run yet (nothing claimed
                   in the table): FREEZES likewise; resumed, the callback runs late
+  before_produce  the table decided (leases taken), the records emitted, the leases not
+                  checked and nothing produced: FREEZES likewise; resumed, the batch may
+                  have outlived its leases (tests/integration/judge: the lease defects)
 """
 
 from __future__ import annotations
@@ -28,13 +31,16 @@ from router.errors import ConfigError
 
 log = logging.getLogger("router.faults")
 
-Point = Literal["after_route", "after_produce", "after_commit", "before_route", "in_assign"]
+Point = Literal[
+    "after_route", "after_produce", "after_commit", "before_route", "in_assign", "before_produce"
+]
 POINTS: tuple[Point, ...] = (
     "after_route",
     "after_produce",
     "after_commit",
     "before_route",
     "in_assign",
+    "before_produce",
 )
 # The points where the process kills itself; the others freeze it, for a test to resume it.
 DYING: tuple[Point, ...] = ("after_route", "after_produce", "after_commit")
