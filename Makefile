@@ -109,7 +109,7 @@ test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on
 test-faults: venv $(JARS) toxiproxy ## Fault kinds with open defects or long runs (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min); every network fault kind with unit kills (~2 min); a send unit cut off from the broker (~1-4 min)
 	ROUTER_TEST_FAULTS=1 $(BIN)/pytest tests/integration/faults -s
 
-test-judge: venv $(JARS) ## Broken builds through the short chaos (ops/harness/breakage): fencing off and records reordered, each must fail the verdict with its own kind of violation; a release before the commit and leases ignored (not reliably caught yet: xfails) (~7 min)
+test-judge: venv $(JARS) ## Broken builds (ops/harness/breakage), each must fail the verdict with its own kind of violation: fencing off and records reordered through the short chaos; a release before the commit, leases ignored and leases unchecked through a targeted scenario each, which the router must pass (~4 min)
 	ROUTER_TEST_JUDGE=1 $(BIN)/pytest tests/integration/judge -s
 
 test-sentinel: venv $(JARS) ## Redis failover tests: a primary SIGKILLed under a few thousand messages, and the cost of waiting for replicas (own servers, ~8 min)

@@ -10,21 +10,26 @@
                          owner: duplicates.
   release-before-commit  the table's release of a batch (its finals' groups released, its
                          leases and parks ended) runs before the Kafka commit, not after it.
-                         A replacement armed to die `after_produce` or `after_commit` dies
-                         with the release done and the transaction never committed: the
-                         replay finds its groups gone (split groups, interleavings,
-                         dead letters, losses).
+                         A unit armed to die `after_produce` dies with the release done and
+                         the transaction never committed: the replay finds its groups gone
+                         (split groups, interleavings, dead letters, losses). (Armed at
+                         `after_commit` it dies before the release, which that point
+                         precedes: nothing released, nothing committed, no harm.) Caught
+                         in every run of its targeted scenario, 3 of 6 of the short chaos.
   lease-ignored          the in-flight leases are never checked: the route decision and
                          the waiting room's admission take a destination to which another
                          batch's ordinary messages are still in flight as clean, so a new
                          group can open there before they are appended: interleavings
-                         under policy wait. Not reliably caught by the short chaos (1 of 6 runs:
-                         docs/explanation/guarantees.md, broken builds).
+                         under policy wait. Caught in every run of its targeted scenario (a
+                         unit frozen between route and produce within its lease), 1 of 7
+                         of the short chaos (docs/explanation/guarantees.md, broken builds).
   lease-unchecked        a unit never checks its batch's leases before producing (no
                          renewal, no `append_by`): a batch produced after its leases lapsed
                          (a commit held up by a broker restart, a paused unit) lands behind
-                         a group another unit opened there meanwhile. Not caught by the
-                         short chaos yet: none of its batches outlives its leases.
+                         a group another unit opened there meanwhile. Caught in every run
+                         of its targeted scenario (frozen between route and produce past
+                         its lease); never by the short chaos, none of whose batches
+                         outlives its leases.
   reorder                a receive unit swaps the first two records its batch writes to
                          each receive queue: reordered groups, with no fault at all (the
                          transfer topic is left intact: reordering it breaks the receive
