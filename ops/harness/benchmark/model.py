@@ -72,6 +72,8 @@ TRACED_10 = Workload(1_000, 0.5, 3, traced=0.1)
 # Redis capacity: the send and receive units' Redis cost on these (1 KB, 10,000 open).
 ORDINARY = Workload(1_000, 0.0, 10_000)
 GROUPED_ONLY = Workload(1_000, 1.0, 10_000)
+# Redis CPU per grouped message through both sides, µs (issue 30)
+SCRIPT_GOAL_US = 6.0
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,9 @@ class Results:
     rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     traces: list[Trace] = field(default_factory=list)
     batch_size: int = 500  # the units' unit.batch_size in this run
+    # The routing scripts' own cost, without Kafka (ops/harness/benchmark/scriptcost.py):
+    # its report's lines
+    scripts: list[str] = field(default_factory=list)
 
     def typical(self, stage: str, w: Workload, processes: int = 1) -> float:
         """The median msg/s of every run of a stage on a workload (0 if none)."""

@@ -3,13 +3,15 @@ the parts a run can be limited to (`python -m ops.bench --only java`):
 
     fill      the workloads' topics (added by itself for the parts that need them)
     relays    raw relays (both sides) and the Java relay, per message size
-    units     send and receive unit on every workload (the Redis cost is measured here)
+    units     send and receive unit on every workload (the Redis cost is measured here),
+              and the routing scripts' own cost without Kafka (ops/harness/benchmark/scriptcost.py)
     headline  the side-by-side rounds of each headline workload (the ratio line)
     chained   whole path against two chained raw relays and two chained Java relays
     scaling   1 against 2 processes
     latency   end-to-end latency over offered load (after a whole-path run for the maximum)
     java      the Java stages alone: relay and chained relays, at the key workload
-    redis     Redis's cost alone: send and receive unit on 1 KB ordinary and grouped traffic
+    redis     Redis's cost alone: send and receive unit on 1 KB ordinary and grouped traffic,
+              and the scripts' own cost
     ha        send unit against raw relay on a three-broker cluster (ops/harness/benchmark/ha.py)
     tracing   send and receive unit with tracing off and on, every message traced, and the send
               unit with one in ten; spans to a Jaeger of the run's own
@@ -37,6 +39,7 @@ from ops.harness.benchmark.model import (
     SEND,
     Workload,
 )
+from ops.harness.benchmark.scriptcost import script_costs
 from ops.harness.benchmark.trace import run_trace
 from ops.harness.benchmark.tracing import TRACING_STEPS, run_tracing
 
@@ -134,6 +137,8 @@ def plan(bench: Benching, only: Collection[str] = ()) -> list[Step]:
         for w in (ORDINARY, GROUPED_ONLY):
             stage(SEND, w)
             stage(RECEIVE, w)
+    if parts & {"units", "redis"}:
+        steps.append((1, lambda: results.scripts.extend(script_costs(bench.base.redis))))
     if "java" in parts:
         stage(JAVA_RELAY, key)
         stage(JAVA_CHAINED, key)

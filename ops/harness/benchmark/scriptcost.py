@@ -1,0 +1,399 @@
+"""The routing scripts' own cost on Redis, without Kafka: a driver that calls the send and
+the receive side's tables (`router.table.store.management.ManagementTable`) as their units
+do, batch after batch, and reads Redis's time inside each script call from `INFO
+commandstats` (the `EVALSHA` microseconds around every call).
+
+A unit's batch is one route call, then (after its commit) one settle call; the next batch
+is routed before the last one settles (the overlapped commit: `carried` finals, `earlier`
+batch). The send side routes messages from its source lanes to its destinations (transfer
+partitions); the receive side routes what the send side sent, from each transfer
+partition (its lanes) to the receive queues. Grouped messages carry their sequence number
+(lane order: `q<n>`, a continuation past the first) as the bench's Sender does; each
+unit claims its lanes, so every route call carries the lane fence.
+
+Under `wait` the waiting room's drain is stood in for by its settle: each batch settles
+the groups its side admitted since the last one, with the parks their entries hold (what
+a drain that forwarded them passes), so that admitted groups open again; the drain's own
+scripts (chained drains, the room's state) are not measured.
+
+    .venv/bin/python -m ops.harness.benchmark.scriptcost              # on the stack's Redis
+    .venv/bin/python -m ops.harness.benchmark.scriptcost --baseline main --rounds 3
+
+`--baseline <git revision>` measures that revision's scripts beside this checkout's, in
+alternating rounds on the same Redis with the same batches (the scripts' arguments must
+be the same: this checkout's Python calls both). The counters are server-wide: measure on
+a Redis nothing else uses (`--redis-url`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import redis
+
+from ops.harness.benchmark.model import MEAN_GROUP_LENGTH
+from ops.harness.benchmark.model import SCRIPT_GOAL_US as GOAL_US
+from router.backends.redis.client import redis_client
+from router.config.settings import RedisSettings
+from router.table.routing import Policy, RouteRequest
+from router.table.store.codec import TableKeys, decode_entry, script
+from router.table.store.codec import text as _text
+from router.table.store.management import ManagementTable
+
+ROOT = Path(__file__).resolve().parents[3]
+LUA = "router/table/store/lua"
+SCRIPTS = ("route", "settle")
+
+
+@dataclass(frozen=True)
+class ScriptLoad:
+    """A load for the scripts: `grouped` of the messages belong to one of `open_groups`
+    groups open at once (a new one as soon as one ends), group lengths `min_group` to
+    `max_group`; `warmup` batches first, not measured (the table fills)."""
+
+    name: str
+    grouped: float
+    open_groups: int
+    min_group: int
+    max_group: int
+    policy: Policy
+    batch_size: int = 500
+    batches: int = 100
+    warmup: int = 20
+    source_lanes: int = 4  # send-queue partitions: the send side's lanes
+    transfer: int = 12  # transfer partitions: the send side's destinations
+    queues: int = 16  # receive queues: the receive side's destinations
+    ttl_ms: int = 300_000
+    seed: int = 7
+
+    def label(self) -> str:
+        return (
+            f"{self.grouped:.0%} grouped, {self.open_groups:,} open groups of "
+            f"{self.min_group}-{self.max_group}"
+            f", batches of {self.batch_size}, {self.policy}"
+        )
+
+
+# The bench's grouped traffic (`ops.harness.benchmark.model.GROUPED_ONLY`, under `share`:
+# 10,000 groups open do not fit 12 destinations) and its unsaturated headline (under the
+# waiting room), group lengths as the bench's (`MEAN_GROUP_LENGTH`).
+LENGTHS = (MEAN_GROUP_LENGTH // 2, MEAN_GROUP_LENGTH * 3 // 2)
+GROUPED = ScriptLoad("grouped", 1.0, 10_000, *LENGTHS, "share")
+UNSATURATED = ScriptLoad("unsaturated", 0.5, 3, *LENGTHS, "wait")
+LOADS = {load.name: load for load in (GROUPED, UNSATURATED)}
+
+
+@dataclass
+class Cost:
+    """One side's script calls: Redis's main-thread CPU for them (µs: the command read,
+    run and answered), the time inside them (µs, commandstats: wall time, which on a busy
+    machine includes waiting for a core), calls and messages."""
+
+    cpu: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SCRIPTS, 0.0))
+    us: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SCRIPTS, 0.0))
+    calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SCRIPTS, 0))
+    messages: int = 0
+    grouped: int = 0
+
+    def add(self, name: str, cpu: float, us: float) -> None:
+        self.cpu[name] += cpu
+        self.us[name] += us
+        self.calls[name] += 1
+
+    def per_grouped(self, name: str | None = None, wall: bool = False) -> float:
+        of = self.us if wall else self.cpu
+        us = sum(of.values()) if name is None else of[name]
+        return us / self.grouped if self.grouped else 0.0
+
+
+class Probe:
+    """Redis's main-thread CPU and `EVALSHA`'s cumulative microseconds, read around each
+    call (`INFO cpu commandstats`), less what reading them costs (calibrated)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.overhead = 0.0
+        self.overhead = min(self.time(lambda: None)[1] for _ in range(20))
+
+    def read(self) -> tuple[float, float]:
+        info: dict[str, Any] = self.client.info("cpu", "commandstats")  # type: ignore[assignment]
+        usec = sum(float(info[k]["usec"]) for k in ("cmdstat_evalsha", "cmdstat_eval") if k in info)
+        cpu = float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
+        return cpu * 1e6, usec
+
+    def time(self, call: Callable[[], Any]) -> tuple[Any, float, float]:
+        """call's result, the CPU (µs) and script time (µs) it cost Redis."""
+        cpu0, us0 = self.read()
+        out = call()
+        cpu1, us1 = self.read()
+        return out, max(0.0, cpu1 - cpu0 - self.overhead), us1 - us0
+
+
+def git_scripts(revision: str) -> dict[str, str]:
+    """The route and settle scripts (each after the prelude) as they are at `revision`."""
+
+    def show(name: str) -> str:
+        return subprocess.run(
+            ["git", "show", f"{revision}:{LUA}/{name}.lua"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    prelude = show("prelude")
+    return {name: prelude + show(name) for name in SCRIPTS}
+
+
+def this_scripts() -> dict[str, str]:
+    return {name: script(name) for name in SCRIPTS}
+
+
+class Side:
+    """One side's table, driven as its unit drives it."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        probe: Probe,
+        topology: str,
+        side: str,
+        dests: list[str],
+        load: ScriptLoad,
+        scripts: dict[str, str],
+    ) -> None:
+        keys = TableKeys.of("bench-scripts", topology, "send" if side == "send" else "receive")
+        self.table = ManagementTable(client, keys, dests, load.policy)
+        self.table.drop()
+        self.table._route = client.register_script(scripts["route"])
+        self.table._settle = client.register_script(scripts["settle"])
+        self.probe = probe
+        self.cost = Cost()
+        self.dests = set(dests)
+        self.side = side
+        self.pending: tuple[str, set[str], list[tuple[str, str]]] | None = None
+        self.drains: list[tuple[str, int]] = []
+
+    def claim(self, lanes: list[str]) -> None:
+        self.table.claim(lanes)
+
+    def route(self, batch: str, requests: list[RouteRequest]) -> list[str]:
+        """Route a batch (the last one still unsettled: overlapped), then settle the last."""
+        earlier: list[str] = []
+        carried: list[tuple[str, str]] = []
+        if self.pending is not None:
+            earlier, carried = [self.pending[0]], self.pending[2]
+        result, cpu, us = self.probe.time(
+            lambda: self.table.route(requests, batch=batch, carried=carried, earlier=earlier)
+        )
+        self.cost.add("route", cpu, us)
+        self.cost.messages += len(requests)
+        self.cost.grouped += sum(1 for r in requests if r.guarantee_id is not None)
+        decisions: list[str] = result.decisions
+        ordinary: set[str] = set()
+        finals: list[tuple[str, str]] = []
+        for r, d in zip(requests, decisions, strict=True):
+            if d in self.dests:
+                if r.guarantee_id is None:
+                    ordinary.add(d)
+                elif r.final:
+                    finals.append((r.guarantee_id, r.token))
+        self.settle()
+        self.pending = (batch, ordinary, finals)
+        return decisions
+
+    def settle(self) -> None:
+        if self.pending is None:
+            return
+        batch, ordinary, finals = self.pending
+        drains = self.drains
+        _, cpu, us = self.probe.time(lambda: self.table.settle(batch, ordinary, finals, drains))
+        self.cost.add("settle", cpu, us)
+        self.pending = None
+        # the waiting room's drain, stood in for: the groups admitted since, with their parks
+        admitted = self.table._r.hkeys(self.table.keys.admitted)
+        self.drains = []
+        if admitted:
+            raws = self.table._r.hmget(self.table.keys.entries, admitted)
+            for gid, raw in zip(admitted, raws, strict=True):
+                if raw is not None:
+                    self.drains.append((_text(gid), decode_entry(raw).parks))
+
+
+class Traffic:
+    """The send side's source: messages of `load`, each group on one source lane."""
+
+    def __init__(self, load: ScriptLoad, topic: str) -> None:
+        self.load = load
+        self.rng = random.Random(load.seed)
+        self.topic = topic
+        self.counter = 0
+        self.offsets = [0] * load.source_lanes
+        self.slots = [self._new() for _ in range(load.open_groups)]
+
+    def _new(self) -> list[Any]:
+        self.counter += 1
+        return [f"g{self.counter}", 0, self.rng.randint(self.load.min_group, self.load.max_group)]
+
+    def lanes(self) -> list[str]:
+        return [f"{self.topic}/{p}" for p in range(self.load.source_lanes)]
+
+    def batch(self) -> list[RouteRequest]:
+        out = []
+        load = self.load
+        for i in range(load.batch_size):
+            if self.rng.random() >= load.grouped:
+                gid, final, seq = None, False, 0
+                p = (self.counter + i) % load.source_lanes
+            else:
+                k = self.rng.randrange(len(self.slots))
+                gid, seq, length = self.slots[k]
+                final = seq == length - 1
+                self.slots[k] = self._new() if final else [gid, seq + 1, length]
+                p = zlib.crc32(gid.encode()) % load.source_lanes
+            out.append(request(gid, final, seq, f"{self.topic}/{p}", self.offsets[p], load.ttl_ms))
+            self.offsets[p] += 1
+        return out
+
+
+def request(
+    gid: str | None, final: bool, seq: int, lane: str, offset: int, ttl: int
+) -> RouteRequest:
+    """As `router.unit.steps.route.request_for` makes it for a lane-order member."""
+    return RouteRequest(
+        gid,
+        final,
+        ttl,
+        f"{lane}/{offset}",
+        lane,
+        continuation=gid is not None and seq > 0,
+        lane_seq=seq if gid is not None else None,
+    )
+
+
+def forwarded(
+    requests: list[RouteRequest], decisions: list[str], offsets: dict[str, int], ttl: int
+) -> list[RouteRequest]:
+    """What the receive side reads of a send-side batch: each message routed straight, on
+    its transfer partition (the receive side's lane), in order."""
+    out = []
+    for r, d in zip(requests, decisions, strict=True):
+        if d.startswith("!"):
+            continue
+        seq = r.lane_seq or 0
+        out.append(request(r.guarantee_id, r.final, seq, d, offsets.get(d, 0), ttl))
+        offsets[d] = offsets.get(d, 0) + 1
+    return out
+
+
+def run(
+    client: redis.Redis, load: ScriptLoad, variants: dict[str, dict[str, str]], rounds: int
+) -> dict[str, list[tuple[Cost, Cost]]]:
+    """`rounds` runs of `load` per variant (name -> its scripts), alternating: per variant
+    and round, the send side's and the receive side's cost."""
+    probe = Probe(client)
+    out: dict[str, list[tuple[Cost, Cost]]] = {name: [] for name in variants}
+    for r in range(rounds):
+        for name, scripts in variants.items():
+            out[name].append(drive(client, probe, load, scripts, f"{name}-{r}"))
+    return out
+
+
+def drive(
+    client: redis.Redis, probe: Probe, load: ScriptLoad, scripts: dict[str, str], topology: str
+) -> tuple[Cost, Cost]:
+    transfer = [f"transfer/{i}" for i in range(load.transfer)]
+    queues = [f"queue/{i}" for i in range(load.queues)]
+    send = Side(client, probe, topology, "send", transfer, load, scripts)
+    receive = Side(client, probe, topology, "receive", queues, load, scripts)
+    traffic = Traffic(load, "sendq")
+    send.claim(traffic.lanes())
+    receive.claim(transfer)
+    offsets: dict[str, int] = {}
+    try:
+        for b in range(load.warmup + load.batches):
+            if b == load.warmup:
+                send.cost, receive.cost = Cost(), Cost()
+            requests = traffic.batch()
+            decisions = send.route(f"s{b}", requests)
+            onward = forwarded(requests, decisions, offsets, load.ttl_ms)
+            if onward:
+                receive.route(f"r{b}", onward)
+        send.settle()
+        receive.settle()
+    finally:
+        send.table.drop()
+        receive.table.drop()
+    return send.cost, receive.cost
+
+
+def figures(rounds: list[tuple[Cost, Cost]]) -> str:
+    """µs of Redis CPU per grouped message (medians of the rounds), both sides together
+    against the goal, the scripts' wall time, and route and settle per side."""
+    parts = []
+    for i, side in enumerate(("send", "receive")):
+        route = median(c[i].per_grouped("route") for c in rounds)
+        settle = median(c[i].per_grouped("settle") for c in rounds)
+        parts.append(f"{side} {route + settle:.2f} (route {route:.2f}, settle {settle:.2f})")
+    total = median(c[0].per_grouped() + c[1].per_grouped() for c in rounds)
+    wall = median(c[0].per_grouped(wall=True) + c[1].per_grouped(wall=True) for c in rounds)
+    return (
+        f"{total:.2f} us of Redis CPU per grouped message, both sides (goal <= {GOAL_US:g}; "
+        f"{wall:.2f} us in scripts, commandstats): " + "; ".join(parts)
+    )
+
+
+def lines(load: ScriptLoad, results: dict[str, list[tuple[Cost, Cost]]]) -> Iterator[str]:
+    """The load, then per variant its figures."""
+    yield f"{load.name}: {load.label()}"
+    for name, rounds in results.items():
+        yield f"  {name}: {figures(rounds)}"
+
+
+def script_costs(settings: RedisSettings, rounds: int = 1) -> list[str]:
+    """`make bench`'s lines: this checkout's scripts on every load, on the bench's Redis."""
+    client: Any = redis_client(settings)
+    out = []
+    for load in LOADS.values():
+        result = run(client, load, {"scripts": this_scripts()}, rounds)["scripts"]
+        out.append(f"{load.name} ({load.label()}): {figures(result)}")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--load", default="grouped,unsaturated", help=f"of {', '.join(LOADS)}")
+    parser.add_argument("--baseline", default=None, help="a git revision's scripts beside")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=None)
+    args = parser.parse_args()
+    client = redis.Redis.from_url(args.redis_url)
+    variants = {"this checkout": this_scripts()}
+    if args.baseline:
+        variants = {args.baseline: git_scripts(args.baseline), **variants}
+    started = time.monotonic()
+    for name in args.load.split(","):
+        load = LOADS[name.strip()]
+        if args.batches:
+            load = replace(load, batches=args.batches)
+        for line in lines(load, run(client, load, variants, args.rounds)):
+            print(line, flush=True)
+    print(f"({time.monotonic() - started:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
