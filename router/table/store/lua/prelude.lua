@@ -14,7 +14,11 @@
 -- staging bound, so that an aborted batch's replay counts no park twice (router/table/room.py
 -- `replayed`). Every shorter form, as earlier versions wrote it, still decodes, and an entry
 -- without them encodes as before (router/table/store/codec.py: the same codec).
-local function decode_entry(v)
+-- Decoding is most of a route call's time per message, so the forms are read field by
+-- field, each match anchored and succeeding (a failed match backtracks through every
+-- field): the first six, then the rest two or one at a time. A shape no version wrote
+-- goes to `decode_entry_any`, the general decoder (both give the same entry).
+local function decode_entry_any(v)
   local d, o, u, t, c, rest = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|?(.*)$')
   local l, s, p, n, f, g, r, pk, us = string.match(rest,
     '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
@@ -34,9 +38,44 @@ local function decode_entry(v)
     n, f, g = '-1', '', ''
   end
   if not l then l, s, p = rest, 'open', '0' end
+  local routed = tonumber(r or '')
   return { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c, lane = l,
            state = s, parks = tonumber(p), next = tonumber(n), fence = f, origin = g,
-           routed = tonumber(r or ''), parked = pk or '', unstaged = us or '' }
+           routed = routed, routed_s = routed and string.format('%.0f', routed),
+           parked = pk or '', unstaged = us or '' }
+end
+
+local function decode_entry(v)
+  local d, o, u, t, c, l, x = string.match(v,
+    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
+  if not d then return decode_entry_any(v) end
+  local s, p, n, f, g, r, pk, us = 'open', '0', '-1', '', '', nil, nil, nil
+  if x ~= '' then
+    s, p, x = string.match(x, '^|([^|]*)|([^|]*)(.*)$')
+    if s and x ~= '' then
+      n, f, x = string.match(x, '^|([^|]*)|([^|]*)(.*)$')
+      if n and x ~= '' then
+        g, x = string.match(x, '^|([^|]*)(.*)$')
+        if x ~= '' then
+          r, x = string.match(x, '^|([^|]*)(.*)$')
+          if x ~= '' then pk, us, x = string.match(x, '^|([^|]*)|([^|]*)(.*)$') end
+        end
+      end
+    end
+    if not (s and n and x == '') then return decode_entry_any(v) end
+  end
+  local routed = nil
+  if r and r ~= '' then
+    routed = tonumber(r)
+    -- kept as written if '%.0f' writes it back so (encode_entry): an integer under 1e15
+    if routed and not (#r < 16 and string.find(r, '^%-?[1-9]%d*$')) and r ~= '0' then r = nil end
+  else
+    r = nil
+  end
+  return { dest = d, opened = o, updated = u, ttl = t, closing = c, closing0 = c, lane = l,
+           state = s, parks = tonumber(p), next = tonumber(n), fence = f, origin = g,
+           routed = routed, routed_s = routed and (r or string.format('%.0f', routed)),
+           parked = pk or '', unstaged = us or '' }
 end
 
 local function encode_entry(e)
@@ -47,7 +86,7 @@ local function encode_entry(e)
     v = v .. '|' .. e.state .. '|' .. e.parks .. '|' .. e.next .. '|' .. e.fence .. '|'
       .. (e.origin or '')
     if e.routed then
-      v = v .. '|' .. string.format('%.0f', e.routed)
+      v = v .. '|' .. (e.routed_s or string.format('%.0f', e.routed))
     elseif marks then
       v = v .. '|'
     end
@@ -57,6 +96,11 @@ local function encode_entry(e)
   end
   return v
 end
+
+-- The deadlines set (gid -> update time + TTL) may hold a score up to TTL / DUE_STEPS
+-- earlier than its entry's deadline, never later (route.lua leaves a busy group's score
+-- while its deadline moves within one such step); sweep.lua checks its candidates.
+local DUE_STEPS = 16
 
 -- Logical order: whether source position `token` is on the lane of `fence` and not after.
 local function at_or_before(token, fence)

@@ -82,7 +82,35 @@ for i = 1, ndest do
   load[dests[i]] = 0
 end
 local function num(x) return string.format('%.0f', x) end
-local function has(flags, c) return string.find(flags, c, 1, true) ~= nil end
+-- A message's flags, read once per distinct flags string in a call (they repeat: 'c',
+-- 'cq7', 'fcq12', ...): whether it has flag c; its logical (l) and lane-order (q) numbers.
+local flagsets = {}
+local function flagset(flags)
+  local F = flagsets[flags]
+  if not F then
+    local seq = tonumber(string.match(flags, 'l(%-?%d+)'))
+    local q = nil
+    if not seq then q = string.match(flags, 'q(%d+)') end
+    local lane_seq = tonumber(q or '')
+    -- the entry's 'routed' as encode_entry writes it
+    local q_s = lane_seq and ((#q < 16 and string.find(q, '^[1-9]%d*$') or q == '0') and q
+      or string.format('%.0f', lane_seq))
+    -- `fast`: nothing in the flags but what a known open group's next member carries
+    F = { seq = seq, lane_seq = lane_seq, lane_seq_s = q_s,
+          fast = not seq and not string.find(flags, '[fpkgm]') }
+    flagsets[flags] = F
+  end
+  return F
+end
+local function has(flags, c)
+  local F = flagsets[flags] or flagset(flags)
+  local v = F[c]
+  if v == nil then
+    v = string.find(flags, c, 1, true) ~= nil
+    F[c] = v
+  end
+  return v
+end
 
 local base = 7 + ndest
 -- Finals routed before this call, in a transaction that commits first: a group of theirs
@@ -174,31 +202,43 @@ local nmsg = (#ARGV - base) / 5
 
 -- Fetch every known entry of the batch in one pass.
 local cache = {}
-local want = {}
+local want, nwant = {}, 0
 local last_final = {}  -- gid -> index of its last final in this call (choice.py `follow`)
+local lane_group = {}  -- lane -> its pseudo-group's ID
 for m = 0, nmsg - 1 do
   local gid = ARGV[base + m * 5 + 1]
   local flags = ARGV[base + m * 5 + 2]
-  if gid ~= '' and has(flags, 'f') and not has(flags, 'm') then last_final[gid] = m end
-  if has(flags, 'm') then  -- multicast: the copies pseudo-groups of its destinations
+  local multicast = has(flags, 'm')
+  if gid ~= '' and not multicast and has(flags, 'f') then last_final[gid] = m end
+  if multicast then  -- multicast: the copies pseudo-groups of its destinations
     for d in string.gmatch(ARGV[base + m * 5 + 4], '[^,]+') do
       if cache['~*' .. d] == nil then
         cache['~*' .. d] = false
-        want[#want + 1] = '~*' .. d
+        nwant = nwant + 1
+        want[nwant] = '~*' .. d
       end
     end
     gid = ''
   end
-  if gid == '' and wait then gid = '~' .. ARGV[base + m * 5 + 5] end  -- its lane's pseudo-group
+  if gid == '' and wait then  -- its lane's pseudo-group
+    local lane = ARGV[base + m * 5 + 5]
+    gid = lane_group[lane]
+    if not gid then
+      gid = '~' .. lane
+      lane_group[lane] = gid
+    end
+  end
   if gid ~= '' and cache[gid] == nil then
     cache[gid] = false
-    want[#want + 1] = gid
+    nwant = nwant + 1
+    want[nwant] = gid
   end
 end
 for _, c in ipairs(carried) do
   if cache[c[1]] == nil then
     cache[c[1]] = false
-    want[#want + 1] = c[1]
+    nwant = nwant + 1
+    want[nwant] = c[1]
   end
 end
 for s = 1, #want, 1000 do
@@ -207,8 +247,19 @@ for s = 1, #want, 1000 do
   local vals = redis.call('HMGET', K_ENTRIES, unpack(chunk))
   for j = 1, #chunk do
     local v = vals[j]
-    if v then cache[chunk[j]] = decode_entry(v) end
+    if v then cache[chunk[j]] = v end  -- decoded when needed (`entry`)
   end
+end
+
+-- cache: gid -> its entry, decoded (a table), or as stored (a string: not decoded yet,
+-- or updated by `fast` only).
+local function entry(gid)
+  local e = cache[gid]
+  if type(e) == 'string' then
+    e = decode_entry(e)
+    cache[gid] = e
+  end
+  return e
 end
 
 -- Groups per destination whose final was routed earlier in this batch: the rest of the
@@ -242,7 +293,7 @@ end
 -- A final routed before this call (`carried`) whose group is not released yet: closed
 -- earlier in this batch, as if routed in it (its transaction commits before this one's).
 for _, c in ipairs(carried) do
-  local e = cache[c[1]]
+  local e = entry(c[1])
   if e and e.state == 'open' and e.closing == c[2] and e.dest ~= '!' then
     local lane = string.match(c[2], '^(.*)/%d+$') or ''  -- the final's own lane
     close(c[1], e.dest, lane)
@@ -313,6 +364,7 @@ local held_lanes = {}
 local batch_dest = nil
 local marks, marked = {}, {}
 local now_s, lease_s = num(now), num(now + lease)
+local now_n = tonumber(now_s)
 local dirty = {}
 local function touch(gid) dirty[gid] = true end
 -- The waiting room: groups that join it, and the groups this batch parks (park leases).
@@ -365,7 +417,7 @@ local function parked_message(gid, e, flags, ttl, token)
       joined[gid] = true
       room_n = room_n + 1
     end
-  elseif e.closing ~= '' and not string.find(flags, 'l%-?%d') and not at_or_before(token, e.closing) then
+  elseif e.closing ~= '' and not flagset(flags).seq and not at_or_before(token, e.closing) then
     e.closing = ''  -- the ID reused (in logical order, members come in any order)
   end
   local decision = park(gid, e, token)
@@ -379,15 +431,66 @@ local function parked_message(gid, e, flags, ttl, token)
   end
   return decision
 end
+-- The common message, routed without decoding its entry (decode_entry and encode_entry
+-- are most of a call's time per message): a known group's next member on the group's own
+-- lane, the group open (not in the room, not closing, not stopped, no parks, no sequence
+-- rule) and the message neither final nor stopping it nor in logical order (F.fast). It
+-- goes to the group's destination, its entry updated as the general path below updates
+-- it (update time, TTL, the last lane-order number): the same entry, encoded, kept in the
+-- cache as a string. Returns false (nothing changed) for any other entry.
+-- Its deadline (update time + TTL) in the deadlines set is left as it is while the new
+-- one, with the same TTL, stays in the same step of a sixteenth of the TTL (DUE_STEPS):
+-- a score is then never later than its entry's deadline, and at most a step earlier
+-- (sweep.lua checks each candidate against its entry). Most of a busy group's messages
+-- write no score.
+local fast_due = {}  -- gid -> the TTL of an entry `fast` updated; false: its score stays
+local fast_dest = nil
+local steps = {}  -- TTL -> { TTL, step } as numbers
+local function fast(gid, ttl, lane, lane_seq_s)
+  local d, o, u, t, c, l, x = string.match(cache[gid],
+    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
+  if c ~= '' or l ~= lane or not (x == '' or string.find(x, '^|open|0|%-1|||%d*$')) then
+    return false
+  end
+  if lane_seq_s then
+    cache[gid] = d .. '|' .. o .. '|' .. now_s .. '|' .. ttl .. '||' .. l .. '|open|0|-1|||'
+      .. lane_seq_s
+  else
+    cache[gid] = d .. '|' .. o .. '|' .. now_s .. '|' .. ttl .. '||' .. l
+  end
+  local due, before = ttl, fast_due[gid]
+  if t == ttl and before ~= nil then
+    due = before  -- updated earlier in this call: the same deadline
+  elseif t == ttl then
+    local st = steps[ttl]
+    if not st then
+      local n = tonumber(ttl) or 0
+      st = { n, math.max(1, math.floor(n / DUE_STEPS)) }
+      steps[ttl] = st
+    end
+    local was = tonumber(u)
+    if was and was <= now_n
+        and math.floor((was + st[1]) / st[2]) == math.floor((now_n + st[1]) / st[2]) then
+      due = false
+    end
+  end
+  fast_due[gid] = due
+  dirty[gid] = true
+  fast_dest = d
+  return true
+end
 for m = 0, nmsg - 1 do
   local b = base + m * 5
   local gid, flags, ttl, token, lane = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-  local decision
-  local seq = tonumber(string.match(flags, 'l(%-?%d+)'))  -- logical order: its sequence number
-  local lane_seq = nil  -- lane order: its sequence number, if any (recorded, decides nothing)
-  if not seq then lane_seq = tonumber(string.match(flags, 'q(%d+)')) end
+  local decision = nil
+  local F = flagsets[flags] or flagset(flags)
+  local seq = F.seq  -- logical order: its sequence number
+  -- lane order: its sequence number, if any (recorded, decides nothing)
+  local lane_seq, lane_seq_s = F.lane_seq, F.lane_seq_s
   if held_lanes[lane] then
     decision = '!s'
+  elseif F.fast and type(cache[gid]) == 'string' and fast(gid, ttl, lane, lane_seq_s) then
+    decision = fast_dest
   elseif has(flags, 'm') then
     -- Multicast (router/table/multicast.py): a copy straight to each destination in charge of
     -- no group (but ones closed earlier in this batch) with no earlier copy waiting,
@@ -395,7 +498,7 @@ for m = 0, nmsg - 1 do
     local straight, parked_to = {}, {}
     for d in string.gmatch(token, '[^,]+') do
       local pg = '~*' .. d
-      local pe = cache[pg]
+      local pe = entry(pg)
       if not pe and eff(d) == 0 then
         straight[#straight + 1] = d
         if not marked[d] then
@@ -415,7 +518,7 @@ for m = 0, nmsg - 1 do
     decision = '!m' .. table.concat(straight, ',') .. '|' .. table.concat(parked_to, ',')
   else
     local e = false
-    if gid ~= '' then e = cache[gid] end
+    if gid ~= '' then e = entry(gid) end
     if e and e.state == 'pinned' then  -- its first message: an ordinary open entry now
       e.state = 'open'
       if seq then e.next, e.origin = 0, token end
@@ -502,7 +605,7 @@ for m = 0, nmsg - 1 do
         e.ttl = ttl
         -- the last routed, even if lower (a replay after an abort), and none if it carried
         -- none (a group without numbers, or the ID reused by one): what went there last
-        e.routed = lane_seq
+        e.routed, e.routed_s = lane_seq, lane_seq_s
         if e.next >= 0 and seq and (seq >= e.next or e.closing ~= '') then
           if e.closing ~= '' and seq < e.next then e.origin = token end  -- the ID reused
           e.next, e.fence = seq + 1, token  -- not a replay (or the ID reused)
@@ -555,7 +658,7 @@ for m = 0, nmsg - 1 do
           if seq then cache[gid].next, cache[gid].origin = 0, token end
         else
           local pg = '~' .. lane
-          local pe = cache[pg]
+          local pe = entry(pg)
           if pe then
             decision = parked_message(pg, pe, flags, ttl, token)
           else
@@ -583,7 +686,8 @@ for m = 0, nmsg - 1 do
           if final then c = token end
           cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
                          closing = c, closing0 = '', lane = lane, state = 'open',
-                         parks = 0, next = -1, fence = '', origin = '', routed = lane_seq }
+                         parks = 0, next = -1, fence = '', origin = '', routed = lane_seq,
+                         routed_s = lane_seq_s }
           if seq then
             cache[gid].next, cache[gid].fence, cache[gid].origin = seq + 1, token, token
           end
@@ -596,7 +700,7 @@ for m = 0, nmsg - 1 do
       end
     end
   end
-  out[#out + 1] = decision
+  out[9 + m] = decision  -- after the 8 leading values
 end
 
 -- Write back what changed, in chunks (unpack has a stack limit).
@@ -607,24 +711,51 @@ local function flush(cmd, key, args, force)
     for k in pairs(args) do args[k] = nil end
   end
 end
+-- An entry's deadline (update time + TTL); for one updated now, written once per TTL.
+local due_now = {}
+local function due_at(updated, ttl)
+  if updated ~= now_s then return num(tonumber(updated) + tonumber(ttl)) end
+  local due = due_now[ttl]
+  if not due then
+    due = num(tonumber(now_s) + tonumber(ttl))
+    due_now[ttl] = due
+  end
+  return due
+end
+local n, nz = 0, 0  -- entries in hset, scores in zadd
 for gid in pairs(dirty) do
   local e = cache[gid]
-  hset[#hset + 1] = gid
-  hset[#hset + 1] = encode_entry(e)
-  zadd[#zadd + 1] = num(tonumber(e.updated) + tonumber(e.ttl))
-  zadd[#zadd + 1] = gid
-  if e.closing ~= '' and e.closing ~= '!stop' and e.closing ~= e.closing0
-      and e.state == 'open' then
-    cadd[#cadd + 1] = num(now)
-    cadd[#cadd + 1] = gid
-  elseif (e.closing == '' or e.closing == '!stop' or e.state ~= 'open') and e.closing0 ~= ''
-      and e.closing0 ~= '!stop' then
-    crem[#crem + 1] = gid  -- no longer closing, or back in the room (logical order)
+  n = n + 1
+  hset[2 * n - 1] = gid
+  if type(e) == 'string' then  -- updated by `fast` only: now, its closing unchanged ('')
+    hset[2 * n] = e
+    local ttl = fast_due[gid]
+    if ttl then
+      nz = nz + 1
+      zadd[2 * nz - 1] = due_at(now_s, ttl)
+      zadd[2 * nz] = gid
+    end
+  else
+    hset[2 * n] = encode_entry(e)
+    nz = nz + 1
+    zadd[2 * nz - 1] = due_at(e.updated, e.ttl)
+    zadd[2 * nz] = gid
+    local closing = e.closing
+    if closing ~= '' and closing ~= '!stop' and closing ~= e.closing0 and e.state == 'open' then
+      cadd[#cadd + 1] = now_s
+      cadd[#cadd + 1] = gid
+      flush('ZADD', K_CLOSING, cadd, false)
+    elseif e.closing0 ~= '' and e.closing0 ~= '!stop'
+        and (closing == '' or closing == '!stop' or e.state ~= 'open') then
+      crem[#crem + 1] = gid  -- no longer closing, or back in the room (logical order)
+      flush('ZREM', K_CLOSING, crem, false)
+    end
   end
-  flush('HSET', K_ENTRIES, hset, false)
-  flush('ZADD', K_DEADLINES, zadd, false)
-  flush('ZADD', K_CLOSING, cadd, false)
-  flush('ZREM', K_CLOSING, crem, false)
+  if n == 1000 then
+    flush('HSET', K_ENTRIES, hset, true)
+    flush('ZADD', K_DEADLINES, zadd, true)
+    n, nz = 0, 0
+  end
 end
 flush('HSET', K_ENTRIES, hset, true)
 flush('ZADD', K_DEADLINES, zadd, true)

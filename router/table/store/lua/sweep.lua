@@ -29,10 +29,44 @@ local bound = now
 local horizon = tonumber(ARGV[3] or '')
 if horizon and horizon < bound then bound = horizon end
 local out = { snow }
-local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. string.format('%.0f', bound),
-  'LIMIT', 0, tonumber(ARGV[2]))
+-- A score may be earlier than its entry's deadline (prelude DUE_STEPS): the first `limit`
+-- candidates, in score order, are checked against their entries and a late one gets its
+-- entry's deadline as its score, until they all have theirs; so the entries removed are
+-- those the exact deadlines name (oldest first, ties by ID). At most RESCORE_MAX
+-- rescored per call (after that, only the candidates whose score is exact go this time).
+local RESCORE_MAX = 10000
+local limit = tonumber(ARGV[2])
+local range = { K_DEADLINES, '-inf', '(' .. string.format('%.0f', bound), 'WITHSCORES',
+                'LIMIT', 0, limit }
+local rescored = 0
+local due = {}  -- gid -> its entry, read, if its score is its deadline
+local cands
+repeat
+  cands = redis.call('ZRANGEBYSCORE', unpack(range))
+  local late = false
+  for i = 1, #cands, 2 do
+    local gid = cands[i]
+    local v = redis.call('HGET', K_ENTRIES, gid)
+    due[gid] = v or false
+    local u, t = nil, nil
+    if v then u, t = string.match(v, '^[^|]*|[^|]*|([^|]*)|([^|]*)|') end
+    local x = tonumber(u or '') and tonumber(t or '') and tonumber(u) + tonumber(t)
+    if x and x ~= tonumber(cands[i + 1]) then
+      due[gid] = nil  -- not this time
+      if rescored < RESCORE_MAX then
+        redis.call('ZADD', K_DEADLINES, string.format('%.0f', x), gid)
+        rescored = rescored + 1
+        late = true
+      end
+    end
+  end
+until not late
+local ids = {}
+for i = 1, #cands, 2 do
+  if due[cands[i]] ~= nil then ids[#ids + 1] = cands[i] end
+end
 for _, gid in ipairs(ids) do
-  local v = redis.call('HGET', K_ENTRIES, gid)
+  local v = due[gid] or nil
   redis.call('ZREM', K_DEADLINES, gid)
   if v then
     local d = string.match(v, '^([^|]*)|')
