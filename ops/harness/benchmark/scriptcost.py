@@ -360,11 +360,13 @@ def lines(load: ScriptLoad, results: dict[str, list[tuple[Cost, Cost]]]) -> Iter
         yield f"  {name}: {figures(rounds)}"
 
 
-def script_costs(settings: RedisSettings, rounds: int = 1) -> list[str]:
-    """`make bench`'s lines: this checkout's scripts on every load, on the bench's Redis."""
+def script_costs(settings: RedisSettings, batches: int = 100, rounds: int = 1) -> list[str]:
+    """`make bench`'s lines: this checkout's scripts on every load, on the bench's Redis,
+    `batches` measured after as many as 20 unmeasured."""
     client: Any = redis_client(settings)
     out = []
-    for load in LOADS.values():
+    for each in LOADS.values():
+        load = replace(each, batches=batches, warmup=min(each.warmup, batches))
         result = run(client, load, {"scripts": this_scripts()}, rounds)["scripts"]
         out.append(f"{load.name} ({load.label()}): {figures(result)}")
     return out

@@ -137,6 +137,13 @@ def test_bench_quick_run_reports_every_stage_and_ends_with_the_ratio(tmp_path: P
     # Redis's own cost per message, from INFO commandstats, and the ceiling it gives.
     redis_lines = re.findall(r"one Redis routes about ([\d,]+) msg/s", md)
     assert redis_lines and all(int(x.replace(",", "")) > 0 for x in redis_lines)
+    # The routing scripts' own cost (ops/harness/benchmark/scriptcost.py), against the goal.
+    for load in ("grouped", "unsaturated"):
+        assert re.search(
+            rf"the routing scripts alone, no Kafka, {load} \(.*\): \d+\.\d\d us of Redis CPU "
+            r"per grouped message, both sides \(goal <= 6;",
+            md,
+        ), load
     results = json.loads((out / "results.json").read_text())
     assert len(results["rounds"]["unsaturated"]) == len(results["rounds"]["saturated"]) == 1
     assert results["ratio"] == pytest.approx(float(lines[-1].rsplit(" ", 1)[1]), abs=0.006)
