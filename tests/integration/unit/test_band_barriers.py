@@ -81,14 +81,14 @@ def test_what_a_batch_decided_around_a_group_is_appended_in_that_order_on_every_
     dest = new_topic("band-dest", config=APPEND_TIME)
     band1 = f"{dest}.p1"
     admin.create_topics([NewTopic(band1, 1, 1, config=APPEND_TIME)])[band1].result(30)
-    wait_until(
-        lambda: (
-            band1 in admin.list_topics(band1, timeout=5).topics
-            and admin.list_topics(band1, timeout=5).topics[band1].partitions[0].leader >= 0
-        ),
-        30,
-        f"{band1} has a leader",
-    )
+
+    def led() -> bool:
+        # Just created, a topic's metadata may list it with no partition yet.
+        topic = admin.list_topics(band1, timeout=5).topics.get(band1)
+        partition = topic.partitions.get(0) if topic is not None else None
+        return partition is not None and partition.leader >= 0
+
+    wait_until(led, 30, f"{band1} has a leader")
     try:
         step = BandStep(2, (), [dest], None)
         config = clients.transactional_producer_config(kafka, txn_id, "test")
