@@ -19,8 +19,10 @@
 #
 # Settings (environment): ROUTER_HA_DIR, ROUTER_HA_CONTROLLER_PORT (9290),
 # ROUTER_HA_BROKER_PORTS (9291,9292,9293), ROUTER_HA_BROKER_HEAP (320m),
-# ROUTER_HA_CONTROLLER_HEAP (160m), and ops/stack.sh's ROUTER_CACHE_DIR, ROUTER_KAFKA_VERSION,
-# ROUTER_REDIS_PORT, ROUTER_STACK_START_TIMEOUT.
+# ROUTER_HA_CONTROLLER_HEAP (160m), ROUTER_HA_UNIT_LISTENERS (none: extra listeners for per-unit
+# fault proxies, one "PORT:ADVERTISED,PORT:ADVERTISED,PORT:ADVERTISED" per unit, a pair per
+# broker; see ops/stack.sh's ROUTER_KAFKA_UNIT_LISTENERS), and ops/stack.sh's ROUTER_CACHE_DIR,
+# ROUTER_KAFKA_VERSION, ROUTER_REDIS_PORT, ROUTER_STACK_START_TIMEOUT.
 set -euo pipefail
 
 # shellcheck source=ops/stack.sh
@@ -66,7 +68,7 @@ write_config() {  # <node id>
     echo "node.id=$id"
     echo "controller.quorum.voters=$CONTROLLER_ID@$HOST:$H_CONTROLLER_PORT"
     echo "controller.listener.names=CONTROLLER"
-    echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    [ "$id" = "$CONTROLLER_ID" ] && echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
     echo "log.dirs=$dir/data"
     if [ "$id" = "$CONTROLLER_ID" ]; then
       cat <<EOF
@@ -79,10 +81,12 @@ num.network.threads=1
 num.io.threads=1
 EOF
     else
+      unit_listeners "$id"
       cat <<EOF
 process.roles=broker
-listeners=PLAINTEXT://$HOST:$port
-advertised.listeners=PLAINTEXT://$HOST:$port
+listeners=PLAINTEXT://$HOST:$port$U_LISTENERS
+advertised.listeners=PLAINTEXT://$HOST:$port$U_ADVERTISED
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$U_PROTOCOLS
 inter.broker.listener.name=PLAINTEXT
 broker.heartbeat.interval.ms=500
 unclean.leader.election.enable=false
@@ -95,6 +99,23 @@ EOF
       kafka_common_properties 3 2 8
     fi
   } >"$dir/server.properties"
+}
+
+unit_listeners() {  # <broker n>: U_LISTENERS, U_ADVERTISED, U_PROTOCOLS for its unit listeners
+  # ROUTER_HA_UNIT_LISTENERS: per unit, UNIT0, UNIT1, ..., a listener on every broker (broker n
+  # takes the n-th PORT:ADVERTISED pair), advertised at a fault proxy that forwards to it: a
+  # client bootstrapped through its unit's proxies is told those proxies for every broker.
+  local n="$1" i=0 unit pair
+  local -a pairs
+  U_LISTENERS=""; U_ADVERTISED=""; U_PROTOCOLS=""
+  for unit in ${ROUTER_HA_UNIT_LISTENERS:-}; do
+    IFS=, read -r -a pairs <<<"$unit"
+    pair="${pairs[$((n - 1))]}"
+    U_LISTENERS+=",UNIT$i://$HOST:${pair%%:*}"
+    U_ADVERTISED+=",UNIT$i://$HOST:${pair##*:}"
+    U_PROTOCOLS+=",UNIT$i:PLAINTEXT"
+    i=$((i + 1))
+  done
 }
 
 cluster_id() {  # one ID for every node, made once
@@ -219,7 +240,7 @@ h_main() {
     env) h_env ;;
     broker-start) check_broker "${1:-}"; h_lock; need_java; fetch_kafka_jars; node_launch "$1"; node_wait "$1" ;;
     broker-stop) check_broker "${1:-}"; h_lock; node_stop "$1" "${2:-}" ;;
-    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
   esac
 }
 

@@ -32,10 +32,19 @@ class HaCluster:
     broker_ports: tuple[int, ...] = (9291, 9292, 9293)
     kills: int = 0
     restarts: dict[int, int] = field(default_factory=dict)
+    # Per unit, one extra listener on each broker, (port, advertised port) each: fault
+    # proxies on the advertised ports carry all of one unit's broker traffic
+    # (ROUTER_HA_UNIT_LISTENERS of ops/ha.sh; ops.harness.stack.netlinks).
+    unit_listeners: tuple[tuple[tuple[int, int], ...], ...] = ()
 
     @classmethod
-    def private(cls, script: Path, ha_dir: Path) -> HaCluster:
-        return cls(script, ha_dir, free_port(), (free_port(), free_port(), free_port()))
+    def private(cls, script: Path, ha_dir: Path, unit_links: int = 0) -> HaCluster:
+        """`unit_links`: how many units get listeners of their own (for fault proxies)."""
+        brokers = (free_port(), free_port(), free_port())
+        listeners = tuple(
+            tuple((free_port(), free_port()) for _ in brokers) for _ in range(unit_links)
+        )
+        return cls(script, ha_dir, free_port(), brokers, unit_listeners=listeners)
 
     @property
     def bootstrap(self) -> str:
@@ -50,6 +59,9 @@ class HaCluster:
             "ROUTER_HA_DIR": str(self.ha_dir),
             "ROUTER_HA_CONTROLLER_PORT": str(self.controller_port),
             "ROUTER_HA_BROKER_PORTS": ",".join(map(str, self.broker_ports)),
+            "ROUTER_HA_UNIT_LISTENERS": " ".join(
+                ",".join(f"{p}:{a}" for p, a in unit) for unit in self.unit_listeners
+            ),
         }
         done = subprocess.run(
             [str(self.script), *args], env=env, capture_output=True, text=True, check=False

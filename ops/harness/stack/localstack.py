@@ -105,16 +105,18 @@ class LocalStack:
         self.redis_start()
         self.restarts["redis"] += 1
 
-    def restart_kafka(self) -> None:
+    def restart_kafka(self) -> str:
         self.kafka_stop()
         self.kafka_start()
         self.restarts["kafka"] += 1
+        return "broker back"
 
-    def restart_redis(self) -> None:
+    def restart_redis(self) -> str:
         """Graceful: SHUTDOWN writes the append-only file, the restart reloads it."""
         self.redis_stop()
         self.redis_start()
         self.restarts["redis"] += 1
+        return "Redis back"
 
 
 def ensure_stack(settings: RouterSettings, say: Callable[[str], None]) -> None:

@@ -5,7 +5,10 @@ A *slot* ("send-unit.0", "receive-unit.1", ...) is a pair of proxies: one to Red
 one of the broker's extra listeners (`LocalStack.unit_listeners`). The broker advertises
 that listener at the proxy's own port, so a client bootstrapped through the proxy is sent
 back to it for every broker connection (metadata, produce, fetch, group and transaction
-coordinators): all of the unit's broker traffic goes through its slot. A unit process
+coordinators): all of the unit's broker traffic goes through its slot. On the replicated
+cluster (`ops.harness.stack.hastack`) every broker has such a listener per unit, and the
+slot has a proxy to each; a fault on "the broker" hits all three. There a slot has no
+Redis proxy: Sentinel hands every client the data node's own address. A unit process
 started by the fleet takes the slot of its role with the fewest live processes (a
 replacement takes the slot its killed predecessor left), `Fleet.placement`.
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from ops.harness.stack.fleet import Proc
+from ops.harness.stack.hastack import HaStack
 from ops.harness.stack.localstack import LocalStack, free_port
 from ops.harness.stack.netplan import SLOW_JITTER_MS, SLOW_LATENCY_MS, NetFault, Server
 from ops.harness.stack.toxiproxy import Stream, Toxiproxy
@@ -32,22 +36,30 @@ STREAMS: tuple[Stream, ...] = ("upstream", "downstream")
 class Link:
     slot: str
     role: str
-    redis_port: int  # the proxy's, forwarding to Redis
+    redis_port: int | None  # the proxy's, forwarding to Redis (None: no Redis link, Sentinel)
     kafka_port: int  # the proxy's = the advertised port of the slot's broker listener
+    more_kafka: tuple[int, ...] = ()  # a cluster's other brokers: their proxies' ports
 
     def proxy(self, server: Server) -> str:
         return f"{self.slot}.{server}"
 
+    def proxies(self, server: Server) -> list[str]:
+        """Every proxy of the link to `server` (one per broker of a cluster)."""
+        if server == "redis":
+            return [] if self.redis_port is None else [self.proxy("redis")]
+        more = [f"{self.slot}.kafka{n}" for n in range(2, 2 + len(self.more_kafka))]
+        return [self.proxy("kafka"), *more]
+
     def env(self, redis_url: str) -> dict[str, str]:
-        """The unit's settings: its Redis and its bootstrap server are its proxies."""
-        parts = urlsplit(redis_url)
-        netloc = parts.netloc.rpartition("@")
-        auth = netloc[0] + netloc[1]
-        url = urlunsplit(parts._replace(netloc=f"{auth}127.0.0.1:{self.redis_port}"))
-        return {
-            "ROUTER_REDIS__URL": url,
-            "ROUTER_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{self.kafka_port}",
-        }
+        """The unit's settings: its Redis and its bootstrap servers are its proxies."""
+        ports = (self.kafka_port, *self.more_kafka)
+        env = {"ROUTER_KAFKA__BOOTSTRAP_SERVERS": ",".join(f"127.0.0.1:{p}" for p in ports)}
+        if self.redis_port is not None:
+            parts = urlsplit(redis_url)
+            user, at, _ = parts.netloc.rpartition("@")
+            where = f"{user}{at}127.0.0.1:{self.redis_port}"
+            env["ROUTER_REDIS__URL"] = urlunsplit(parts._replace(netloc=where))
+        return env
 
 
 def choose_slot(role: str, links: Sequence[Link], procs: Sequence[Proc]) -> Link:
@@ -61,8 +73,15 @@ def choose_slot(role: str, links: Sequence[Link], procs: Sequence[Proc]) -> Link
 
 class UnitLinks:
     def __init__(
-        self, toxiproxy: Toxiproxy, stack: LocalStack, redis_url: str, counts: Mapping[str, int]
+        self,
+        toxiproxy: Toxiproxy,
+        stack: LocalStack | HaStack,
+        redis_url: str,
+        counts: Mapping[str, int],
     ) -> None:
+        """On a cluster (`HaStack`) each unit's listener on every broker gets a proxy, and
+        there is no Redis link: the Sentinels give each client the primary's own address,
+        which no per-unit proxy can stand in for."""
         wanted = sum(counts.values())
         if len(stack.unit_listeners) < wanted:
             raise ValueError(
@@ -72,19 +91,26 @@ class UnitLinks:
         self.toxiproxy = toxiproxy
         self.redis_url = redis_url
         self.links: list[Link] = []
-        listeners = iter(stack.unit_listeners)
+        listeners = iter(unit_brokers(stack))
         for role, n in counts.items():
             for i in range(n):
-                broker_port, advertised = next(listeners)
-                link = Link(f"{role}.{i}", role, free_port(), advertised)
-                toxiproxy.proxy(
-                    link.proxy("redis"),
-                    f"127.0.0.1:{link.redis_port}",
-                    f"127.0.0.1:{stack.redis_port}",
+                brokers = next(listeners)
+                redis_port = None if stack.redis_port is None else free_port()
+                link = Link(
+                    f"{role}.{i}",
+                    role,
+                    redis_port,
+                    brokers[0][1],
+                    tuple(advertised for _, advertised in brokers[1:]),
                 )
-                toxiproxy.proxy(
-                    link.proxy("kafka"), f"127.0.0.1:{advertised}", f"127.0.0.1:{broker_port}"
-                )
+                if redis_port is not None:
+                    toxiproxy.proxy(
+                        link.proxy("redis"),
+                        f"127.0.0.1:{redis_port}",
+                        f"127.0.0.1:{stack.redis_port}",
+                    )
+                for name, (port, advertised) in zip(link.proxies("kafka"), brokers, strict=True):
+                    toxiproxy.proxy(name, f"127.0.0.1:{advertised}", f"127.0.0.1:{port}")
                 self.links.append(link)
         self.by_slot = {link.slot: link for link in self.links}
 
@@ -100,13 +126,19 @@ class UnitLinks:
         return link.slot, link.env(self.redis_url)
 
     def apply(self, fault: NetFault) -> None:
-        proxy = self.by_slot[fault.slot].proxy(fault.server)
-        if fault.effect == "cut":
+        proxies = self.by_slot[fault.slot].proxies(fault.server)
+        if not proxies:
+            raise ValueError(f"{fault.slot} has no link to {fault.server} (Sentinel)")
+        for proxy in proxies:
+            self._apply(proxy, fault.effect)
+
+    def _apply(self, proxy: str, effect: str) -> None:
+        if effect == "cut":
             # Nothing through, either way; the connections stay open (a silent partition:
             # the client's own time-outs notice), and are closed when the toxic is removed.
             for stream in STREAMS:
                 self.toxiproxy.add_toxic(proxy, f"cut-{stream}", "timeout", {"timeout": 0}, stream)
-        elif fault.effect == "slow":
+        elif effect == "slow":
             attributes = {"latency": SLOW_LATENCY_MS, "jitter": SLOW_JITTER_MS}
             self.toxiproxy.add_toxic(proxy, "slow", "latency", attributes, "downstream")
         else:  # reset: the next byte either way resets the connection (RST)
@@ -116,9 +148,16 @@ class UnitLinks:
                 )
 
     def heal(self, fault: NetFault) -> None:
-        proxy = self.by_slot[fault.slot].proxy(fault.server)
-        for name in self.toxiproxy.toxics(proxy):
-            self.toxiproxy.remove_toxic(proxy, name)
+        for proxy in self.by_slot[fault.slot].proxies(fault.server):
+            for name in self.toxiproxy.toxics(proxy):
+                self.toxiproxy.remove_toxic(proxy, name)
 
     def occupants(self, slot: str, procs: Sequence[Proc]) -> list[str]:
         return [p.name for p in procs if p.alive and p.slot == slot]
+
+
+def unit_brokers(stack: LocalStack | HaStack) -> list[tuple[tuple[int, int], ...]]:
+    """Per unit, its listener on each broker: (port, advertised port) pairs."""
+    if isinstance(stack, HaStack):
+        return list(stack.unit_listeners)
+    return [(pair,) for pair in stack.unit_listeners]

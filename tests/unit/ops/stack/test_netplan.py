@@ -12,7 +12,7 @@ import pytest
 
 from ops.harness.stack.fleet import Proc
 from ops.harness.stack.netlinks import Link, choose_slot
-from ops.harness.stack.netplan import KINDS, RESET_HOLD_S, NetFault, plan
+from ops.harness.stack.netplan import HA_KINDS, KINDS, RESET_HOLD_S, NetFault, plan
 
 SLOTS = ["send-unit.0", "send-unit.1", "receive-unit.0"]
 
@@ -91,3 +91,21 @@ def test_a_links_settings_point_at_its_proxies() -> None:
     }
     assert link.env("redis://127.0.0.1:6379/0")["ROUTER_REDIS__URL"] == "redis://127.0.0.1:7001/0"
     assert link.proxy("kafka") == "send-unit.0.kafka"
+
+
+def test_a_link_on_the_replicated_cluster_has_a_proxy_per_broker_and_none_to_redis() -> None:
+    """--ha: every broker's listener of the unit through a proxy of its own; no Redis link
+    (Sentinel hands out the data node's own address), and only the broker kinds planned."""
+    link = Link("receive-unit.1", "receive-unit", None, 7002, (7004, 7006))
+    assert link.env("redis://127.0.0.1:6379/0") == {
+        "ROUTER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:7002,127.0.0.1:7004,127.0.0.1:7006"
+    }
+    assert link.proxies("kafka") == [
+        "receive-unit.1.kafka",
+        "receive-unit.1.kafka2",
+        "receive-unit.1.kafka3",
+    ]
+    assert link.proxies("redis") == []
+    assert HA_KINDS == ("kafka-cut", "kafka-slow", "kafka-reset")
+    faults = plan(random.Random(1), 3, 100.0, ["receive-unit.1"], HA_KINDS)
+    assert sorted(f.kind for f in faults) == sorted(HA_KINDS)
