@@ -91,6 +91,7 @@ class Senders:
             self._ready.wait(timeout=30)
         except threading.BrokenBarrierError:
             log.warning("sender %d: not every sender got ready in 30 s; starting anyway", index)
+        scattered: Scattered | None = None
         interval = 1 / self.spec.rate if self.spec.rate else 0.0
         next_at = time.monotonic()
         try:
@@ -119,7 +120,13 @@ class Senders:
                     expected.created_ms,
                 )
                 key = (expected.group or expected.event_id).encode()
-                if isinstance(sender, PlainSender):
+                if "scatter" in ctx:  # logical order: a member to a random partition
+                    if scattered is None:
+                        scattered = Scattered(
+                            self.settings, f"{self.spec.run_id}-s{index}-l", index
+                        )
+                    scattered.scatter(payload, ctx["scatter"], ctx["headers"], delivered)
+                elif isinstance(sender, PlainSender):
                     sender.send(
                         payload,
                         expected.group,
@@ -137,6 +144,7 @@ class Senders:
                         key=key,
                         on_delivery=delivered,
                         headers=ctx["headers"],
+                        delivery=ctx.get("delivery"),
                     )
                 with self._lock:
                     self.attempted += 1
@@ -146,6 +154,8 @@ class Senders:
                     if delay > 0:
                         time.sleep(delay)  # pacing the offered load
             sender.close(60)
+            if scattered is not None:
+                scattered.close(60)
         except DeliveryFailed as exc:
             with self._lock:
                 self.failures.extend(exc.failures)
@@ -247,3 +257,32 @@ class PlainSender:
         left = self.producer.flush(timeout)
         if left or self.failures:
             raise DeliveryFailed([*self.failures, *[f"{left} not delivered"] * bool(left)])
+
+
+class Scattered(PlainSender):
+    """The logical-order groups' producer: each member to the partition its plan drew
+    (`scatter` modulo the send queue's partitions), headers as planned."""
+
+    def __init__(self, settings: RouterSettings, client_id: str, index: int) -> None:
+        super().__init__(settings, client_id, index)
+        self.partitions = settings.topology.send_queue_partitions
+
+    def scatter(self, payload: bytes, scatter: int, headers: Headers, on_delivery: Any) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                self.failures.append(f"logical member: {err}")
+            on_delivery(err, msg)
+
+        while True:
+            try:
+                self.producer.produce(
+                    self.topic,
+                    payload,
+                    partition=scatter % self.partitions,
+                    headers=headers,
+                    on_delivery=delivered,
+                )
+                break
+            except BufferError:
+                self.producer.poll(0.1)
+        self.producer.poll(0)

@@ -27,6 +27,10 @@ carries a random different priority, which the router must ignore: the group kee
 first member's band. `Sent.priority` records the header each message carried; the verdict
 judges the bands from it (`ops.harness.verdict.bands`). Independent of the QoS shares: a
 multicast or expiring message may carry a priority too.
+
+The group kinds (`WorkloadSpec.whole_fraction`, `logical_fraction`), from a stream of their
+own: a share of the new groups asks for whole-group delivery, another share is in logical
+order, its members scattered (`logical_group`); `ops.harness.verdict.features` judges both.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 
 from ops.harness.verdict.accounts import EVENT_ID_HEADER
 from ops.harness.verdict.records import Sent
-from router.contract import lifetime, multicast, priority, schemas
+from router.contract import headers_for, lifetime, multicast, priority, schemas
 
 ORDER_EVENT = "router.demo.OrderEvent"
 
@@ -62,6 +66,13 @@ class WorkloadSpec:
     expiring_fraction: float = 0.0  # of the others (finals excepted): with a lifetime
     receive_queues: tuple[str, ...] = ()  # the topology's: multicast's targets
     priority_fraction: float = 0.0  # of the ordinary messages and of the groups: a priority
+    # Of the new groups (`plan`): with whole-group delivery (`guarantee-delivery: complete`
+    # on the first member), and in logical order (`guarantee-order: logical`, every member
+    # numbered, the whole group sent at once in shuffled order, each member to a random
+    # send-queue partition: `Senders` sends these with a plain producer). Neither carries
+    # a lifetime, a priority or multicast.
+    whole_fraction: float = 0.0
+    logical_fraction: float = 0.0
     # Every group open before any final (`phased`): each sender sends every group's first
     # member, then the middle members, then the finals (groups of 2..max_group messages;
     # ordinary messages spread over the three phases); QoS shares and priorities unused
@@ -206,6 +217,8 @@ def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]
     extra = random.Random(f"{spec.seed}-{index}-qos")  # QoS draws: the plan stays the same
     ranks = random.Random(f"{spec.seed}-{index}-priority")  # and the priority draws
     first: dict[str, int] = {}  # open group in the priority share -> its first's priority
+    kinds = random.Random(f"{spec.seed}-{index}-kind")  # whole and logical groups' draws
+    whole: set[str] = set()  # open groups with whole-group delivery
     shares = spec.multicast_fraction > 0 or spec.expiring_fraction > 0
     sender = f"s{index}"
     quota = spec.messages // spec.senders + (1 if index < spec.messages % spec.senders else 0)
@@ -227,6 +240,14 @@ def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]
                 group = f"{spec.run_id}-{sender}-o{groups}"
                 groups += 1
                 size = min(group_size(rng, spec.max_group), room_for_groups)
+                roll = kinds.random()
+                if roll < spec.logical_fraction and size > 1:
+                    for sent, ctx in logical_group(group, size, n, sender, rng, kinds):
+                        yield sent, ctx
+                        n += 1
+                    continue
+                if roll < spec.logical_fraction + spec.whole_fraction:
+                    whole.add(group)
                 open_groups[group] = [0, size]
             else:
                 group = rng.choice(sorted(open_groups))
@@ -236,14 +257,40 @@ def plan(spec: WorkloadSpec, index: int) -> Iterator[tuple[Sent, dict[str, Any]]
             if final:
                 del open_groups[group]
         event_id = f"{spec.run_id}-{sender}-{n}"
+        is_whole = group in whole
         headers, targets, expires = (
             qos(spec, extra, event_id, group, final) if shares else ([], None, False)
         )
         rank = ranked(spec, ranks, group, seq, first) if spec.priority_fraction else None
+        if is_whole:  # plain: no lifetime, no priority (the draws above keep the plan)
+            headers, targets, expires, rank = [], None, False, None
         if rank is not None:
             headers = [*headers, priority.header(rank)]
         if final:
             first.pop(group or "", None)
+            whole.discard(group or "")
         ctx = {"sender": sender, "rng": rng, "headers": headers}
-        yield Sent(event_id, group, seq, final, targets, expires, rank), ctx
+        if is_whole and seq == 0:
+            ctx["delivery"] = "complete"
+        yield Sent(event_id, group, seq, final, targets, expires, rank, whole=is_whole), ctx
         n += 1
+
+
+def logical_group(
+    group: str, size: int, n: int, sender: str, rng: random.Random, kinds: random.Random
+) -> Iterator[tuple[Sent, dict[str, Any]]]:
+    """A group in logical order, sent at once: its members shuffled, each to a random
+    send-queue partition (`ctx["scatter"]`, taken modulo the partitions), numbered."""
+    order = list(range(size))
+    kinds.shuffle(order)
+    for i, seq in enumerate(order):
+        final = seq == size - 1
+        event_id = f"{group.rsplit('-o', 1)[0]}-{n + i}"
+        headers = headers_for(group, seq=seq, final=final, order="logical")
+        ctx: dict[str, Any] = {
+            "sender": sender,
+            "rng": rng,
+            "headers": headers,
+            "scatter": kinds.randrange(1 << 16),
+        }
+        yield Sent(event_id, group, seq, final, logical=True, position=n + i), ctx

@@ -20,6 +20,11 @@ class Sent:
     expires: bool = False  # sent with a lifetime: delivered or expired, either is right
     priority: int | None = None  # its `message-priority` header (None: it had none)
     created_ms: int | None = None  # its create time (payload `created_at`), if recorded
+    # Whole-group delivery asked for (`guarantee-delivery: complete`, its group's);
+    # logical order (`guarantee-order: logical`), and where it was in its sender's order
+    whole: bool = False
+    logical: bool = False
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ counters or logs, so a router bug cannot hide itself. Counts, on the receive que
 * unexpected: received but never sent (leftovers of another run would show here);
 * interleaved: a message received inside another group's open span on its queue (with
   priority bands: its band topics merged by append time, `ops.harness.verdict.bands.merged`);
+* whole groups released before their final or not contiguous, logical-order groups not
+  restored to sequence (`ops.harness.verdict.features`);
 * wrong band (with priority bands): a record on a band topic other than the one its
   priority maps to, a group member's being its group's first member's
   (`ops.harness.verdict.bands.judge_bands`, both sides).
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from ops.harness.verdict.accounts import Accounts, ExpiredSeen, LetterSeen, account
 from ops.harness.verdict.bands import BandReport, judge_bands, lane_name, merged
 from ops.harness.verdict.capacity import SideReport
+from ops.harness.verdict.features import FeatureReport, judge_features
 from ops.harness.verdict.records import Seen, Sent, copy_id, first_copies
 from ops.harness.verdict.sides import CapacitySpec, judge_sides
 
@@ -73,6 +76,7 @@ class Report:
     receive: SideReport | None = None
     accounts: Accounts | None = None  # expired and dead-lettered (None: not read)
     bands: BandReport | None = None  # priority bands: where messages landed, wrong bands
+    features: FeatureReport | None = None  # whole groups, logical order (None: none sent)
 
     @property
     def sides(self) -> list[SideReport]:
@@ -93,6 +97,8 @@ class Report:
             out += self.accounts.violations()
         if self.bands is not None:
             out += self.bands.violations()
+        if self.features is not None:
+            out += self.features.violations()
         return out
 
     @property
@@ -219,6 +225,9 @@ def verify(
     of = {**{s.event_id: s for s in sent}, **expected}  # a multicast copy: its message
     upstream = None if forwarded is None else first_copies(forwarded)[0]
     report.bands = judge_bands(sent, of, firsts, upstream, bands)
+    if any(s.whole or s.logical for s in sent):
+        sides = [] if upstream is None else [("send", upstream)]
+        report.features = judge_features(sent, [*sides, ("receive", firsts)])
     if forwarded is not None and capacity is not None:
         origin = {copy_id(e, q): e for e, queues in copied.items() for q in queues}
         report.send, report.receive = judge_sides(firsts, list(forwarded), capacity, origin, sent)
