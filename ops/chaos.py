@@ -10,6 +10,8 @@
     .venv/bin/python -m ops.chaos --pauses 3         # also freeze units (SIGSTOP) and resume them
     .venv/bin/python -m ops.chaos --private-stack --net-faults 12   # network faults (Toxiproxy)
     .venv/bin/python -m ops.chaos --break reorder --private-stack   # a broken build: must FAIL
+    .venv/bin/python -m ops.chaos --all-features     # + whole groups, logical order (scattered)
+    .venv/bin/python -m ops.chaos --ha               # 3 brokers + Sentinel, every feature
 
 By default 5 % of the ordinary messages are multicast, 5 % of the messages have a
 lifetime, and the topology has 3 priority bands with 10 % of the ordinary messages and of
@@ -26,12 +28,32 @@ from the broker past its session, its Redis and its broker answers slowed by 100
 its connections to each reset; each unit's links run through its own Toxiproxy proxies
 (ops/toxiproxy.sh builds Toxiproxy with Go). The checkout's stack has no per-unit broker
 listeners: there, --net-faults needs --private-stack.
+
+--all-features: policy wait, and besides the shares above 10 % of the groups with
+whole-group delivery (`guarantee-delivery: complete`) and 10 % in logical order, each such
+group sent at once, its members shuffled over the send queue's partitions; the verdict
+judges that whole groups were released only after their final and arrived contiguous,
+and that logical groups came back in sequence (ops.harness.verdict.features).
+
+--ha: the run on replicated servers of its own (free ports, removed afterwards): three
+brokers (replication 3, min.insync.replicas 2) and Redis with Sentinel
+(redis.min_replica_acks 1). Its server faults: a broker SIGKILLed and started again twice
+(two different brokers), the Redis primary SIGKILLed once (Sentinel fails over), the
+Redis replica frozen once (no table write acknowledged meanwhile); plus 2 unit pauses and
+the broker network faults, one of each kind, on each unit's own listeners of all three
+brokers. The Redis network kinds cannot be per unit there: the Sentinels hand every client
+the data node's own address, so no proxy of one unit's stands in its path; the failover
+(every unit's connections dropped, the primary gone) and the replica pause (every table
+write unacknowledged) stand in for them. --ha implies --all-features (--no-all-features:
+not). The summary names every fault kind with its count; a kind asked for that never
+happened fails the run.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -40,8 +62,9 @@ from ops.harness.breakage import DEFECTS
 from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import SUMMARY_WIDTH, summary_rows
 from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
+from ops.harness.stack.hastack import HaStack
 from ops.harness.stack.localstack import LocalStack
-from ops.harness.stack.netplan import KINDS
+from ops.harness.stack.netplan import HA_KINDS, KINDS
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,9 +82,10 @@ def main() -> int:
     parser.add_argument(
         "--pauses",
         type=int,
-        default=0,
+        default=None,
         help="unit processes frozen (SIGSTOP) for --pause-s, past their consumer session "
-        "and leases, then resumed (SIGCONT): zombies (default 0; docs/explanation/guarantees.md)",
+        "and leases, then resumed (SIGCONT): zombies (default 0, with --ha 2; "
+        "docs/explanation/guarantees.md)",
     )
     parser.add_argument("--pause-s", type=float, default=d.pause_s)
     parser.add_argument(
@@ -133,17 +157,52 @@ def main() -> int:
         help="run a deliberately broken build (ops/harness/breakage): the verdict must FAIL "
         "(docs/explanation/guarantees.md, how a run is judged)",
     )
+    parser.add_argument(
+        "--all-features",
+        action="store_true",
+        help="every feature at once: policy wait, whole groups and logical order (scattered "
+        "members) besides multicast, lifetimes and priority bands",
+    )
+    parser.add_argument(
+        "--no-all-features", action="store_true", help="with --ha: not --all-features"
+    )
+    parser.add_argument(
+        "--ha",
+        action="store_true",
+        help="three brokers and Redis with Sentinel of the run's own: two broker SIGKILLs, a "
+        "Redis failover, a replica pause; implies --all-features",
+    )
+    parser.add_argument(
+        "--catch-up-s",
+        type=float,
+        default=d.catch_up_s,
+        help="once all is sent, how long the units get to deliver everything before the "
+        "run is judged as it stands",
+    )
     parser.add_argument("--run-dir", type=Path, default=ROOT / ".results" / "chaos")
     args = parser.parse_args()
+    if args.ha and not args.no_all_features:
+        args.all_features = True
+    if args.all_features:
+        args.policy = "wait"
+    if args.pauses is None:
+        args.pauses = 2 if args.ha else 0
     if args.whole:
         args.policy = "wait"
-    if args.net_faults is None:
-        args.net_faults = len(KINDS) if args.private_stack else 0
-    if args.net_faults and not args.private_stack:
-        parser.error("--net-faults needs --private-stack (per-unit broker listeners)")
     kinds = tuple(k for k in args.net_kinds.split(",") if k)
     if set(kinds) - set(KINDS) or not kinds:
         parser.error(f"--net-kinds: choose among {','.join(KINDS)}")
+    if args.ha:
+        if args.net_kinds != parser.get_default("net_kinds") and set(kinds) - set(HA_KINDS):
+            parser.error(
+                f"--ha: the Redis network kinds cannot hit one unit (Sentinel hands out the "
+                f"data node's own address); choose among {','.join(HA_KINDS)}"
+            )
+        kinds = tuple(k for k in kinds if k in HA_KINDS)
+    if args.net_faults is None:
+        args.net_faults = len(kinds) if args.private_stack or args.ha else 0
+    if args.net_faults and not (args.private_stack or args.ha):
+        parser.error("--net-faults needs --private-stack or --ha (per-unit broker listeners)")
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -159,6 +218,11 @@ def main() -> int:
         net_kinds=kinds,
         restart_broker=not args.no_broker_restart,
         restart_redis=not args.no_redis_restart,
+        broker_restarts=2 if args.ha else 1,
+        redis_at=0.45 if args.ha else 0.65,
+        replica_pauses=1 if args.ha else 0,
+        whole_fraction=0.1 if args.all_features else 0.0,
+        logical_fraction=0.1 if args.all_features else 0.0,
         send_units=args.send_units,
         receive_units=args.receive_units,
         seed=args.seed,
@@ -172,28 +236,38 @@ def main() -> int:
         receive_queues=3 if args.policy == "wait" else d.receive_queues,
         open_per_sender=3 if args.policy == "wait" else d.open_per_sender,
         breakage=args.breakage,
+        catch_up_s=args.catch_up_s,
     )
     console = Console()
     script = ROOT / "ops" / "stack.sh"
     private_dir = None
-    if args.private_stack:
-        private_dir = Path(tempfile.mkdtemp(prefix="router-chaos-stack-"))
-        stack = LocalStack.private(
-            script, private_dir, unit_links=args.send_units + args.receive_units
+    links = args.send_units + args.receive_units
+    stack: LocalStack | HaStack
+    if args.ha:
+        private_dir = Path(tempfile.mkdtemp(prefix="router-chaos-ha-"))
+        stack = HaStack.private(private_dir, unit_links=links)
+        base = RouterSettings(
+            kafka=stack.kafka_settings(), redis=stack.redis_settings(key_prefix="router-chaos")
         )
     else:
-        stack = LocalStack(script)
-    stack.up()
-    try:
+        if args.private_stack:
+            private_dir = Path(tempfile.mkdtemp(prefix="router-chaos-stack-"))
+            stack = LocalStack.private(script, private_dir, unit_links=links)
+        else:
+            stack = LocalStack(script)
         base = RouterSettings(
             kafka=KafkaSettings(bootstrap_servers=stack.bootstrap),
             redis=RedisSettings(url=stack.redis_url, key_prefix="router-chaos"),
         )
+    console.say(f"chaos: starting {'the replicated servers' if args.ha else 'the stack'}")
+    stack.up()
+    try:
         args.run_dir.mkdir(parents=True, exist_ok=True)
         result = run_chaos(base, stack, spec, args.run_dir, say=console)
     finally:
         if private_dir is not None:
             stack.down()
+            shutil.rmtree(private_dir, ignore_errors=True)
     console.summary(summary_rows(result), SUMMARY_WIDTH)
     return 0 if not result.violations() else 1
 

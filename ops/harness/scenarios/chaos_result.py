@@ -24,6 +24,9 @@ class ChaosResult:
     policy: str = "share"
     pauses: int = 0  # unit processes SIGSTOPped, then SIGCONTed (zombies)
     net_faults: Counter[str] = field(default_factory=Counter)  # kind -> healed faults
+    # Every fault kind the run asked for: (requested, happened); one that never happened
+    # fails the run (the run did not prove what it was asked to)
+    faults: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def kills(self) -> int:
@@ -45,6 +48,11 @@ class ChaosResult:
             out.append(f"undecodable={self.undecodable}")
         if self.crashes:
             out.append(f"unexpected unit exits={len(self.crashes)}")
+        out += [
+            f"fault kind {kind} requested {asked}, happened 0"
+            for kind, (asked, done) in self.faults.items()
+            if asked and not done
+        ]
         return out
 
 
@@ -91,6 +99,20 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
         ),
         Row("duration", f"{result.seconds:>9.1f} s"),
     ]
+    if result.faults:
+        items.insert(
+            -1,
+            Row(
+                "fault kinds",
+                f"{sum(1 for _, done in result.faults.values() if done)} of "
+                f"{sum(1 for asked, _ in result.faults.values() if asked)}",
+                ", ".join(
+                    f"{kind}: {done}" + (f" of {asked}" if asked != done else "")
+                    for kind, (asked, done) in result.faults.items()
+                    if asked or done
+                ),
+            ),
+        )
     if result.crashes:
         items.append(Row("unexpected exits", f"{len(result.crashes)} (see below)"))
         items.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])
@@ -98,6 +120,8 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
         items.extend(f"    {e}" for e in r.accounts.examples)
     if r.bands is not None:
         items.extend(f"    {e}" for e in r.bands.examples)
+    if r.features is not None:
+        items.extend(f"    {e}" for e in r.features.examples)
     v = result.violations()
     items.append(
         "RESULT: "
@@ -137,6 +161,8 @@ def qos_rows(r: Report) -> list[SummaryItem]:
         rows.append(Row("dead-lettered", f"{a.dead_lettered}", _reasons(a.dead_reasons)))
     if r.bands is not None:
         rows += [Row(*row) for row in r.bands.rows()]
+    if r.features is not None:
+        rows += [Row(*row) for row in r.features.rows()]
     return rows
 
 

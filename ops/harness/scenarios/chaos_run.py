@@ -36,9 +36,11 @@ from pathlib import Path
 from ops.harness import breakage
 from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import ChaosResult
-from ops.harness.scenarios.supervisor import UNIT_ROLES, Supervisor, server_away
+from ops.harness.scenarios.server_faults import REPLICA_PAUSE, SERVER_FAULTS, ServerFaults
+from ops.harness.scenarios.supervisor import UNIT_ROLES, Supervisor
 from ops.harness.scenarios.table_dump import dump_tables
 from ops.harness.stack.fleet import Proc
+from ops.harness.stack.hastack import HaStack
 from ops.harness.stack.localstack import LocalStack
 from ops.harness.stack.netlinks import UnitLinks
 from ops.harness.stack.netplan import KINDS, NetFault, plan
@@ -55,6 +57,16 @@ from router.utils.faults import DYING
 
 # The fault points at which an armed replacement SIGKILLs itself; the others (before_route,
 # in_assign) freeze it (SIGSTOP) for a caller that resumes it, which the kill events do not.
+
+
+def replication_env(base: RouterSettings) -> dict[str, str]:
+    """The replication of `base` (if set), for the processes."""
+    k, env = base.kafka, {}
+    if k.replication_factor:
+        env["ROUTER_KAFKA__REPLICATION_FACTOR"] = str(k.replication_factor)
+    if k.min_insync_replicas:
+        env["ROUTER_KAFKA__MIN_INSYNC_REPLICAS"] = str(k.min_insync_replicas)
+    return env
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,17 @@ class ChaosSpec:
     net_slow_s: float = 10.0
     restart_broker: bool = True
     restart_redis: bool = True
+    # How many (on the replicated servers, `HaStack`: a broker SIGKILLed and started again,
+    # the brokers in turn; the Redis primary SIGKILLed, Sentinel failing over), and when
+    # the Redis one comes (share of the sending time); the broker ones are spread over
+    # 25-70 % of it (one: at 35 %).
+    broker_restarts: int = 1
+    redis_restarts: int = 1
+    redis_at: float = 0.65
+    # The Redis replica frozen (SIGSTOP) for `replica_pause_s`, then let go (HaStack only:
+    # with redis.min_replica_acks no table write is acknowledged meanwhile).
+    replica_pauses: int = 0
+    replica_pause_s: float = 10.0
     send_units: int = 2
     receive_units: int = 3
     transfer_partitions: int = 8
@@ -97,6 +120,10 @@ class ChaosSpec:
     # groups, the share with a `message-priority` header (ops.harness.traffic.workload).
     bands: int = 3
     priority_fraction: float = 0.1
+    # Of the new groups: with whole-group delivery, and in logical order with their members
+    # scattered (ops.harness.traffic.workload; judged by ops.harness.verdict.features).
+    whole_fraction: float = 0.0
+    logical_fraction: float = 0.0
     # How long the units get, once all is sent, to deliver (or expire) every message;
     # then the run is judged as it stands. Tests keep it well inside their own timeout so
     # a stall is reported with its verdict and the units' logs, not killed unexplained.
@@ -109,7 +136,7 @@ class ChaosSpec:
 
 def run_chaos(
     base: RouterSettings,
-    stack: LocalStack,
+    stack: LocalStack | HaStack,
     spec: ChaosSpec,
     run_dir: Path,
     say: Console | Callable[[str], None] | None = None,
@@ -128,6 +155,7 @@ def run_chaos(
             "ROUTER_KAFKA__TRANSACTION_TIMEOUT_MS": str(spec.transaction_timeout_ms),
             "ROUTER_ROUTING__DEFAULT_DELIVERY": spec.delivery,
             "ROUTER_PRIORITY__BANDS": str(spec.bands),
+            **replication_env(base),
         },
     )
     # The seed fixes the workload and the kills; the name is new each run, so a run
@@ -146,9 +174,20 @@ def run_chaos(
         f"{t.receive_units} transfer partitions, {len(t.receive_queues)} receive queues, "
         f"{spec.bands} priority bands; "
         f"{spec.kills} kill events, {spec.pauses} pauses of {spec.pause_s:.0f} s, "
-        f"{spec.net_faults} network faults, "
-        f"broker restart: {spec.restart_broker}, "
-        f"Redis restart: {spec.restart_redis}"
+        f"{spec.net_faults} network faults; "
+        + (
+            f"{spec.broker_restarts * spec.restart_broker} broker SIGKILLs, "
+            f"{spec.redis_restarts * spec.restart_redis} Redis failovers, "
+            f"{spec.replica_pauses} Redis replica pauses (3 brokers, Sentinel)"
+            if isinstance(stack, HaStack)
+            else f"broker restart: {spec.restart_broker}, Redis restart: {spec.restart_redis}"
+        )
+        + (
+            f"; whole groups {spec.whole_fraction:.0%}, logical order {spec.logical_fraction:.0%}"
+            " of the groups"
+            if spec.whole_fraction or spec.logical_fraction
+            else ""
+        )
         + (f"; BROKEN BUILD: {spec.breakage} (the verdict must fail)" if spec.breakage else "")
     )
     toxiproxy = Toxiproxy.start(run_dir / "toxiproxy") if spec.net_faults else None
@@ -181,16 +220,26 @@ def run_chaos(
         expiring_fraction=spec.expiring_fraction,
         receive_queues=tuple(t.receive_queues),
         priority_fraction=spec.priority_fraction,
+        whole_fraction=spec.whole_fraction,
+        logical_fraction=spec.logical_fraction,
     )
     collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
     collector.start()
     senders = Senders(pipeline.settings, workload)
     restarts_before = dict(stack.restarts)  # a stack may serve several runs
+    servers = ServerFaults(
+        stack,
+        supervisor,
+        server_recover_ms,
+        spec.replica_pause_s,
+        lambda: time.monotonic() - t0,
+        say,
+    )
     t0 = time.monotonic()
     senders.start()
     duration = spec.messages / (spec.senders * spec.rate)
     # Chaos events spread over the sending time; server restarts at 35% and 65% of it.
-    events: list[tuple[float, str, Proc | NetFault | None]] = [
+    events: list[tuple[float, str, Proc | NetFault | int | None]] = [
         (duration * (0.05 + 0.9 * (i + rng.random()) / spec.kills), "kill", None)
         for i in range(spec.kills)
     ]
@@ -198,6 +247,7 @@ def run_chaos(
         (duration * (0.1 + 0.7 * (i + rng.random()) / spec.pauses), "pause", None)
         for i in range(spec.pauses)
     ]
+    faults: list[NetFault] = []
     if links is not None:
         faults = plan(
             rng,
@@ -210,13 +260,21 @@ def run_chaos(
         )
         events += [(f.at_s, "net", f) for f in faults]
     if spec.restart_broker:
-        events.append((duration * 0.35, "broker", None))
+        nb = spec.broker_restarts
+        events += [
+            (duration * (0.35 if nb == 1 else 0.25 + 0.45 * i / (nb - 1)), "broker", None)
+            for i in range(nb)
+        ]
     if spec.restart_redis:
-        events.append((duration * 0.65, "redis", None))
+        events += [(duration * spec.redis_at, "redis", None)] * spec.redis_restarts
+    events += [
+        (duration * (0.15 + 0.7 * (i + rng.random()) / spec.replica_pauses), "replica", None)
+        for i in range(spec.replica_pauses)
+    ]
     events.sort(key=lambda e: e[0])
     try:
         with console.progress("sent", spec.messages) as bar:
-            while events or not senders.join(timeout=0):
+            while events or not senders.join(timeout=0) or not servers.idle:
                 now = time.monotonic() - t0
                 supervisor.check()
                 if events and now >= events[0][0]:
@@ -257,16 +315,8 @@ def run_chaos(
                             + (f", its replacement armed to die {arm}" if arm else "")
                         )
                         supervisor.kill(victim, arm)
-                    elif what == "broker":
-                        say(f"   [{now:6.1f}s] restarting the Kafka broker")
-                        with server_away(supervisor, server_recover_ms, "broker restart"):
-                            stack.restart_kafka()
-                        say(f"   [{time.monotonic() - t0:6.1f}s] broker back")
-                    else:
-                        say(f"   [{now:6.1f}s] restarting Redis (append-only file kept)")
-                        with server_away(supervisor, server_recover_ms, "Redis restart"):
-                            stack.restart_redis()
-                        say(f"   [{time.monotonic() - t0:6.1f}s] Redis back")
+                    else:  # broker, redis, replica: on the server faults' own thread
+                        servers.submit(what)
                 bar.update(
                     senders.attempted,
                     f"received {collector.count()}, kills {sum(supervisor.deaths.values())}",
@@ -322,6 +372,22 @@ def run_chaos(
             supervisor.pauses,
             supervisor.net_faults,
         )
+        restarts = result.restarts
+        kinds = SERVER_FAULTS[type(stack)]
+        result.faults = {
+            "unit SIGKILL": (spec.kills, supervisor.deaths["SIGKILL from outside"]),
+            "unit pause": (spec.pauses, supervisor.pauses),
+            **{
+                k: (sum(f.kind == k for f in faults), supervisor.net_faults[k])
+                for k in spec.net_kinds
+                if any(f.kind == k for f in faults)
+            },
+            kinds[2]: (spec.broker_restarts * spec.restart_broker, restarts.get("kafka", 0)),
+            kinds[3]: (spec.redis_restarts * spec.restart_redis, restarts.get("redis", 0)),
+        }
+        if spec.replica_pauses:
+            result.faults[REPLICA_PAUSE] = (spec.replica_pauses, servers.done[REPLICA_PAUSE])
+        result.crashes += [f"server fault {e}" for e in servers.errors]
         # At the final stop every process must exit 0; -9 only from an armed fault point
         # firing in its last batch (Proc.stop's own SIGKILL after its timeout is a crash).
         armed = {p.name for p in pipeline.fleet.procs if p.popen.pid in supervisor.armed}
@@ -333,6 +399,7 @@ def run_chaos(
             result.crashes.append(f"at the final stop: {bad_exit}")
         return result
     finally:
+        servers.close()
         pipeline.stop()
         pipeline.cleanup()
         if toxiproxy is not None:
