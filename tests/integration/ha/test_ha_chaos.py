@@ -1,0 +1,97 @@
+"""The short version of `make chaos ARGS="--ha --all-features"` (make test-ha; the long one is
+100,000 messages): every feature in one workload (the waiting room, whole groups, logical
+order with scattered members, priority bands, multicast, lifetimes) on three brokers
+(replication 3, min.insync.replicas 2) and Redis with Sentinel (min_replica_acks 1) of the
+run's own, under unit SIGKILLs, a unit pause, the three broker network faults on a unit's
+own listeners, a broker SIGKILLed and started again, the Redis primary SIGKILLed (Sentinel
+fails over) and the replica paused. Judged from the destinations: nothing lost,
+duplicated, reordered, split, no interleaving at all (policy wait), whole groups whole,
+logical groups in sequence, and every fault kind asked for happened. About 4 to 6 minutes
+on a loaded 2-core machine (the servers' start included), too long for `make test`."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ops.harness.scenarios.chaos_result import summary
+from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
+from ops.harness.stack.hastack import HaStack
+from ops.harness.stack.netplan import HA_KINDS
+from ops.harness.stack.toxiproxy import ToxiproxyMissing, ensure_binary
+from router.config import RouterSettings
+
+pytestmark = [pytest.mark.slow, pytest.mark.ha]
+
+SPEC = ChaosSpec(
+    messages=3_000,
+    senders=4,
+    rate=100.0,
+    kills=4,
+    pauses=1,
+    net_faults=len(HA_KINDS),
+    net_kinds=HA_KINDS,
+    broker_restarts=1,
+    redis_restarts=1,
+    redis_at=0.6,
+    replica_pauses=1,
+    seed=5,
+    busy_policy="wait",
+    transfer_partitions=3,
+    receive_queues=3,
+    open_per_sender=3,
+    whole_fraction=0.15,
+    logical_fraction=0.15,
+    catch_up_s=300,
+)
+
+
+@pytest.fixture
+def ha_stack() -> Iterator[HaStack]:
+    try:
+        ensure_binary()
+    except ToxiproxyMissing as exc:
+        pytest.skip(f"Toxiproxy cannot be built here (ops/toxiproxy.sh): {exc}")
+    with tempfile.TemporaryDirectory(prefix="router-ha-chaos-") as folder:
+        stack = HaStack.private(Path(folder), unit_links=SPEC.send_units + SPEC.receive_units)
+        stack.up()
+        try:
+            yield stack
+        finally:
+            stack.down()
+
+
+def test_short_ha_chaos_with_every_feature_passes_with_every_fault_kind(
+    ha_stack: HaStack, tmp_path: Path
+) -> None:
+    base = RouterSettings(
+        kafka=ha_stack.kafka_settings(), redis=ha_stack.redis_settings(key_prefix="router-test")
+    )
+    lines: list[str] = []
+    result = run_chaos(base, ha_stack, SPEC, tmp_path, say=lines.append)
+    report = "\n".join(lines + summary(result))
+    print(report)  # shown with pytest -rP
+    r = result.report
+    assert (r.lost, r.duplicated, r.reordered, r.split_groups, r.unexpected) == (0, 0, 0, 0, 0), (
+        report
+    )
+    assert r.interleaved == 0 and all(s.interleaved == 0 for s in r.sides), report
+    f = r.features
+    assert f is not None and f.whole_sent > 0 and f.whole_ok == f.whole_sent, report
+    assert f.logical_scattered > 0 and f.logical_restored == f.logical_sent, report
+    assert r.bands is not None and r.bands.prioritised > 0, report
+    assert r.multicast_sent > 0 and r.accounts is not None and r.accounts.expiring_sent > 0
+    kinds = {k for k, (_, done) in result.faults.items() if done}
+    assert kinds == {
+        "unit SIGKILL",
+        "unit pause",
+        *HA_KINDS,
+        "broker SIGKILL",
+        "Redis failover",
+        "Redis replica pause",
+    }, report
+    assert result.restarts == {"kafka": 1, "redis": 1}, report
+    assert result.violations() == [], report
