@@ -238,8 +238,9 @@ def run_chaos(
     t0 = time.monotonic()
     senders.start()
     duration = spec.messages / (spec.senders * spec.rate)
-    # Chaos events spread over the sending time; server restarts at 35% and 65% of it.
-    events: list[tuple[float, str, Proc | NetFault | int | None]] = [
+    # Chaos events spread over the sending time; server restarts at 35% and 65% of it (the
+    # broker ones over 25-70 % if there are several, the Redis one at `redis_at`).
+    events: list[tuple[float, str, Proc | NetFault | None]] = [
         (duration * (0.05 + 0.9 * (i + rng.random()) / spec.kills), "kill", None)
         for i in range(spec.kills)
     ]
