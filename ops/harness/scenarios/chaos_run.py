@@ -306,8 +306,14 @@ def run_chaos(
                         if supervisor.resume(target):
                             say(f"   [{now:6.1f}s] SIGCONT {target.name}")
                     elif what == "kill":
+                        # Not a frozen one: killed before its SIGCONT, its pause would
+                        # never end, and a run whose pauses all end so has had none.
                         victims = [
-                            p for p in pipeline.fleet.procs if p.role in UNIT_ROLES and p.alive
+                            p
+                            for p in pipeline.fleet.procs
+                            if p.role in UNIT_ROLES
+                            and p.alive
+                            and p.popen.pid not in supervisor.paused
                         ]
                         victim = rng.choice(victims)
                         arm = rng.choice([None, *DYING])
