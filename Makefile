@@ -103,7 +103,7 @@ bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Ja
 test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Redis ACL + TLS (own servers, ~1 min)
 	ROUTER_TEST_SECURE=1 $(BIN)/pytest tests/integration/secure tests/unit/security
 
-test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster, and the short chaos --ha --all-features (3,000 messages, a broker kill, a Redis failover) (own servers, ~10 min)
+test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster, and the short chaos --ha --all-features (3,000 messages, a broker kill, a Redis failover) (own servers, ~8 min)
 	ROUTER_TEST_HA=1 $(BIN)/pytest tests/integration/ha
 
 test-faults: venv $(JARS) toxiproxy ## Fault kinds with open defects or long runs (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min); every network fault kind with unit kills (~2 min); a send unit cut off from the broker (~1-4 min)
