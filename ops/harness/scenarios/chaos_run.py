@@ -192,11 +192,11 @@ def run_chaos(
     )
     toxiproxy = Toxiproxy.start(run_dir / "toxiproxy") if spec.net_faults else None
     links = None
-    if toxiproxy is not None:
-        counts = {"send-unit": spec.send_units, "receive-unit": spec.receive_units}
-        links = UnitLinks(toxiproxy, stack, base.redis.url, counts)
-        pipeline.fleet.placement = links.place
     try:
+        if toxiproxy is not None:
+            counts = {"send-unit": spec.send_units, "receive-unit": spec.receive_units}
+            links = UnitLinks(toxiproxy, stack, base.redis.url, counts)
+            pipeline.fleet.placement = links.place
         pipeline.start()
     except BaseException:
         if toxiproxy is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from ops.harness.stack.localstack import free_port
+from ops.harness.stack.localstack import free_port, listener_port
 from router.config import KafkaSettings
 
 _quiet = logging.getLogger("ops.hacluster.quiet-librdkafka")
@@ -42,7 +42,7 @@ class HaCluster:
         """`unit_links`: how many units get listeners of their own (for fault proxies)."""
         brokers = (free_port(), free_port(), free_port())
         listeners = tuple(
-            tuple((free_port(), free_port()) for _ in brokers) for _ in range(unit_links)
+            tuple((listener_port(), listener_port()) for _ in brokers) for _ in range(unit_links)
         )
         return cls(script, ha_dir, free_port(), brokers, unit_listeners=listeners)
 

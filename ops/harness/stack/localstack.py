@@ -8,6 +8,7 @@ the stack that answers, or start the checkout's (`ensure_stack`).
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 from collections.abc import Callable
@@ -31,6 +32,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listener_port() -> int:
+    """A free TCP port of 127.0.0.1 below the ephemeral range, for a listener bound only
+    much later (a unit's fault proxy, once the servers are up): an ephemeral port free now
+    may meanwhile become the local port of some client's connection, and the bind fails
+    (seen: "address already in use" for a --ha run's proxy)."""
+    rng = random.SystemRandom()
+    low = ephemeral_low()
+    for _ in range(200):
+        port = rng.randrange(10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
+def ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The lowest port the kernel gives outgoing connections (32768 if unknown)."""
+    try:
+        low = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+    return max(low, 10_001)
+
+
 @dataclass
 class LocalStack:
     script: Path  # ops/stack.sh
@@ -47,7 +75,7 @@ class LocalStack:
     @classmethod
     def private(cls, script: Path, stack_dir: Path, unit_links: int = 0) -> LocalStack:
         """`unit_links`: how many extra listeners for per-unit fault proxies."""
-        listeners = tuple((free_port(), free_port()) for _ in range(unit_links))
+        listeners = tuple((listener_port(), listener_port()) for _ in range(unit_links))
         return cls(
             script, stack_dir, free_port(), free_port(), free_port(), unit_listeners=listeners
         )

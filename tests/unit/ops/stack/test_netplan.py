@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import itertools
 import random
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ops.harness.stack.fleet import Proc
+from ops.harness.stack.localstack import ephemeral_low, listener_port
 from ops.harness.stack.netlinks import Link, choose_slot
 from ops.harness.stack.netplan import HA_KINDS, KINDS, RESET_HOLD_S, NetFault, plan
 
@@ -109,3 +111,18 @@ def test_a_link_on_the_replicated_cluster_has_a_proxy_per_broker_and_none_to_red
     assert HA_KINDS == ("kafka-cut", "kafka-slow", "kafka-reset")
     faults = plan(random.Random(1), 3, 100.0, ["receive-unit.1"], HA_KINDS)
     assert sorted(f.kind for f in faults) == sorted(HA_KINDS)
+
+
+def test_a_listener_port_is_free_and_below_the_ephemeral_range(tmp_path: Path) -> None:
+    """A unit's fault-proxy port is bound only once the servers are up: below the range
+    the kernel gives outgoing connections, no client's connection takes it meanwhile."""
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("40000\t60999\n")
+    assert ephemeral_low(ranges) == 40_000
+    assert ephemeral_low(tmp_path / "missing") == 32_768
+    ranges.write_text("1024 65535\n")
+    assert ephemeral_low(ranges) == 10_001  # a range from 1024: still room below it
+    port = listener_port()
+    assert 10_000 <= port < ephemeral_low()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free
