@@ -24,6 +24,7 @@ from router.table.routing import DUPLICATE, NO_DEST, ORPHAN, PARKED, SPANS, STOP
 from router.topology.side import SideSpec
 from router.unit.steps.batch import Batch, Item, where
 from router.unit.steps.emit import fanout, letters, markers
+from router.unit.steps.emit.reasons import gid_of, late_member, spans_partitions, token_of
 from router.unit.steps.emit.records import TRACK_DELIVERY_BYTES, Output, Record, new_record
 
 log = logging.getLogger("router.emit")
@@ -77,7 +78,7 @@ class Emitter:
             if item.close:  # the send side ended this group: release it, forward nothing
                 out.closes += 1
                 if dest and dest[0] != "!" and item.routing is not None:
-                    out.finals.append((item.routing.guarantee_id or "", _token(item)))
+                    out.finals.append((item.routing.guarantee_id or "", token_of(item)))
                 continue
             if dest in (PARKED, ORPHAN):
                 self._park(item, dest == ORPHAN, now_ms, out)
@@ -88,13 +89,13 @@ class Emitter:
                     records.append(self.close_marker(item, dest[2:], out))
                 continue
             if dest == SPANS:
-                out.lettered(item.bad or _spans(item))
-                records.append(self.dead_letter(item, item.bad or _spans(item), now_ms))
+                out.lettered(item.bad or spans_partitions(item))
+                records.append(self.dead_letter(item, item.bad or spans_partitions(item), now_ms))
                 continue
             if dest == DUPLICATE:  # logical order: a late member of a finished group
-                out.lettered(item.bad or _late(item))
+                out.lettered(item.bad or late_member(item))
                 out.seq_duplicates += item.bad is None
-                records.append(self.dead_letter(item, item.bad or _late(item), now_ms))
+                records.append(self.dead_letter(item, item.bad or late_member(item), now_ms))
                 continue
             if dest in (WAIT, UNSTAGED):  # a bad one too: dead-lettered in its place
                 records.append(self.park_in_room(item))
@@ -102,7 +103,7 @@ class Emitter:
                 if item.stop and item.bad is not None:
                     # it stopped an admitted group in the room: announced here, the drain
                     # dead-letters it and closes the group (router.unit.steps.drain.step)
-                    self._stopped(item, _gid(item), now_ms, out)
+                    self._stopped(item, gid_of(item), now_ms, out)
                 if item.routing is not None and item.routing.complete:
                     out.staged_bytes += len(item.m.value() or b"")
                 if dest == UNSTAGED:
@@ -114,7 +115,7 @@ class Emitter:
                 r, bad = item.routing, item.bad
                 gid, final = (r.guarantee_id, r.final) if r else (bad.guarantee_id, bad.final)
                 if final and gid and dest and dest[0] != "!":
-                    out.finals.append((gid, _token(item)))
+                    out.finals.append((gid, token_of(item)))
                     if add_origin:
                         records.append(self.close_marker(item, dest, out))
                 elif gid and dest and dest[0] != "!" and add_origin:
@@ -152,7 +153,7 @@ class Emitter:
             else:
                 out.grouped += 1
                 if r.final:
-                    out.finals.append((r.guarantee_id, _token(item)))
+                    out.finals.append((r.guarantee_id, token_of(item)))
         return out
 
     def dead_letter(
@@ -203,7 +204,7 @@ class Emitter:
         """A message of a stopped group, or an orphan: dead-lettered, in order, and
         forwarded nowhere. A malformed one keeps its own reason; an expired one (its own
         reason too) is an ExpiredMessage event, counted as expired, not parked."""
-        gid = _gid(item)
+        gid = gid_of(item)
         if orphan:
             out.orphans_parked += 1
             reason = item.bad or BadInput(
@@ -299,44 +300,3 @@ class Emitter:
     def event(self, schema: str, key: bytes | None, record: bytes) -> Record:
         headers = [(schemas.SCHEMA_HEADER, schema.encode())]
         return Record(self.events_topic, -1, key, record, headers, 0, None)
-
-
-def _gid(item: Item) -> str:
-    """The guarantee ID of an item, from its routing headers or its bad input's."""
-    return (
-        (item.routing.guarantee_id if item.routing else None)
-        or (item.bad.guarantee_id if item.bad else None)
-        or ""
-    )
-
-
-def _token(item: Item) -> str:
-    """A final's source position, as the route step gave it to the table."""
-    m = item.m
-    return f"{m.topic()}/{m.partition()}/{m.offset()}"
-
-
-def _spans(item: Item) -> BadInput:
-    m, r = item.m, item.routing
-    gid = r.guarantee_id if r is not None else None
-    bad = BadInput(
-        "group-spans-partitions",
-        f"group {gid!r} is open on another partition than {m.topic()}[{m.partition()}]: a "
-        "group's messages must come from one send-queue partition, in order (the sender "
-        "library keeps a group on one); routing this one could split the group",
-    )
-    bad.guarantee_id = gid
-    bad.seq = r.seq if r is not None else None
-    return bad
-
-
-def _late(item: Item) -> BadInput:
-    r = item.routing
-    gid, seq = (r.guarantee_id, r.seq) if r is not None else (None, None)
-    bad = BadInput(
-        "duplicate-seq",
-        f"group {gid!r} finished before sequence number {seq} came (a retry, or a member "
-        "skipped past a gap): not delivered after the group",
-    )
-    bad.guarantee_id, bad.seq = gid, seq
-    return bad
