@@ -15,6 +15,13 @@ from tests.fixtures.factories import TopologyFactory
 from tests.fixtures.helpers import unique, wait_until
 
 
+def measured(sender: Sender, queue: str) -> None:
+    """Until a sender's first measure of the backlog succeeds (partition 0 holds 10 old
+    records): on a broker just started a new admin client's first request may time out,
+    and a sender whose measure failed keeps its estimates (0 everywhere) and backs off."""
+    wait_until(lambda: sender.backlog()[(queue, 0)] == 10, 90, "the sender's backlog measure")
+
+
 def test_sender_picks_the_least_backlog_partition_and_keeps_a_group_on_it(
     topology: TopologyFactory,
 ) -> None:
@@ -28,6 +35,7 @@ def test_sender_picks_the_least_backlog_partition_and_keeps_a_group_on_it(
 
     # Backlog measured once, then estimated locally; no slack: strictly the least backlog.
     sender = Sender.from_settings(s, backlog_refresh_s=3600, sticky_slack=0)
+    measured(sender, queue)
     receipts = [sender.send(b"line", guarantee_id="g1", final=i == 19) for i in range(20)]
     assert {(r.topic, r.partition) for r in receipts} == {(queue, 2)}
     assert [r.seq for r in receipts] == list(range(20))
@@ -45,6 +53,7 @@ def test_sender_picks_the_least_backlog_partition_and_keeps_a_group_on_it(
     # partition's backlog is within the slack of the least.
     # backlog_refresh_s=0: measures on every new group
     sticky = Sender.from_settings(s, backlog_refresh_s=0, sticky_slack=20)
+    measured(sticky, queue)
     assert sticky.send(b"a", guarantee_id="s1", final=True).partition == 1  # 6: the least
     sticky.flush(10)
     for _ in range(5):
@@ -53,6 +62,7 @@ def test_sender_picks_the_least_backlog_partition_and_keeps_a_group_on_it(
     # Backlogs now 10, 12, 20: partition 0 is least, but 12 <= 10 + 20 keeps partition 1.
     assert sticky.send(b"b", guarantee_id="s2", final=True).partition == 1
     strict = Sender.from_settings(s, backlog_refresh_s=0, sticky_slack=0)
+    measured(strict, queue)
     strict.send(b"c", guarantee_id="s3", final=True)
     assert strict.send(b"d", guarantee_id="s4", final=True).partition == 0
     sticky.flush(10)
