@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from ops.harness.scenarios.chaos_result import summary
-from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
+from ops.harness.scenarios.chaos_run import ChaosSpec
 from ops.harness.stack.hastack import HaStack
 from ops.harness.stack.netplan import HA_KINDS
 from ops.harness.stack.toxiproxy import ToxiproxyMissing, ensure_binary
 from router.config import RouterSettings
+from tests.fixtures.chaosruns import run_reported
 
 pytestmark = [pytest.mark.slow, pytest.mark.ha]
 
@@ -71,10 +71,7 @@ def test_short_ha_chaos_with_every_feature_passes_with_every_fault_kind(
     base = RouterSettings(
         kafka=ha_stack.kafka_settings(), redis=ha_stack.redis_settings(key_prefix="router-test")
     )
-    lines: list[str] = []
-    result = run_chaos(base, ha_stack, SPEC, tmp_path, say=lines.append)
-    report = "\n".join(lines + summary(result))
-    print(report)  # shown with pytest -rP
+    result, _lines, report = run_reported(base, ha_stack, SPEC, tmp_path)
     r = result.report
     assert (r.lost, r.duplicated, r.reordered, r.split_groups, r.unexpected) == (0, 0, 0, 0, 0), (
         report
