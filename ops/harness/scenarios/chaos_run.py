@@ -46,9 +46,10 @@ from ops.harness.stack.netlinks import UnitLinks
 from ops.harness.stack.netplan import KINDS, NetFault, plan
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from ops.harness.stack.toxiproxy import Toxiproxy
-from ops.harness.traffic.collect import read_accounts, read_sides, verdict
+from ops.harness.traffic.collect import lanes, read_accounts, read_sides, verdict
 from ops.harness.traffic.progress import Collector
 from ops.harness.traffic.senders import Senders
+from ops.harness.traffic.visibility import LsoSampler
 from ops.harness.traffic.workload import WorkloadSpec
 from ops.harness.verdict.capacity import LOADED_RELEASE_SLACK_MS
 from ops.harness.verdict.records import deliveries
@@ -225,6 +226,10 @@ def run_chaos(
     )
     collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
     collector.start()
+    # when each record became visible: the judge counts a group's release slack from its
+    # final's (ops.harness.verdict.visibility)
+    sampler = LsoSampler(pipeline.settings.kafka, lanes(pipeline.settings))
+    sampler.start()
     senders = Senders(pipeline.settings, workload)
     restarts_before = dict(stack.restarts)  # a stack may serve several runs
     servers = ServerFaults(
@@ -350,6 +355,7 @@ def run_chaos(
         # final stop take every process down gracefully.
         collector.stop()
         exit_codes = pipeline.stop()
+        sampler.stop()
         supervisor.check()
         assert pipeline.stopped_at is not None
         say(
@@ -366,6 +372,7 @@ def run_chaos(
                 # Replacements join while traffic flows: the loaded machine's slack.
                 release_slack_ms=LOADED_RELEASE_SLACK_MS,
                 disturbances=tuple(supervisor.disturbances),
+                visibility=sampler.visibility(),
                 accounts=accounts,
             ),
             supervisor.deaths,
@@ -407,6 +414,7 @@ def run_chaos(
         return result
     finally:
         servers.close()
+        sampler.stop()
         pipeline.stop()
         pipeline.cleanup()
         if toxiproxy is not None:

@@ -40,9 +40,10 @@ from ops.harness.scenarios.supervisor import Supervisor
 from ops.harness.stack.fleet import Proc
 from ops.harness.stack.localstack import LocalStack
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
-from ops.harness.traffic.collect import read_accounts, read_sides, verdict
+from ops.harness.traffic.collect import lanes, read_accounts, read_sides, verdict
 from ops.harness.traffic.progress import Collector
 from ops.harness.traffic.senders import Senders
+from ops.harness.traffic.visibility import LsoSampler
 from ops.harness.traffic.workload import WorkloadSpec
 from ops.harness.verdict.capacity import LOADED_RELEASE_SLACK_MS
 from ops.harness.verdict.records import deliveries
@@ -136,6 +137,10 @@ def run_soak(
     )
     collector = Collector(pipeline.settings, group_id=f"{pipeline.name}.progress")
     collector.start()
+    # when each record became visible: the judge counts a group's release slack from its
+    # final's (ops.harness.verdict.visibility)
+    lso = LsoSampler(pipeline.settings.kafka, lanes(pipeline.settings))
+    lso.start()
     senders = Senders(pipeline.settings, workload)
     faults: list[tuple[float, str]] = []
     resume: list[tuple[float, Proc]] = []
@@ -189,6 +194,7 @@ def run_soak(
             bar.update(collector.accounted())
         collector.stop()
         exit_codes = pipeline.stop()
+        lso.stop()
         supervisor.check()
         assert pipeline.stopped_at is not None
         say(f"   [{time.monotonic() - t0:7.1f}s] units stopped; reading both sides")
@@ -200,6 +206,7 @@ def run_soak(
                 receive,
                 release_slack_ms=LOADED_RELEASE_SLACK_MS,
                 disturbances=tuple(supervisor.disturbances),
+                visibility=lso.visibility(),
                 accounts=read_accounts(pipeline.settings),
             ),
             supervisor.deaths,
@@ -233,6 +240,7 @@ def run_soak(
         say(f"   [{time.monotonic() - t0:7.1f}s] judged, samples and plots written")
         return result
     finally:
+        lso.stop()
         sampler.close()
         pipeline.stop()
         pipeline.cleanup()

@@ -37,6 +37,7 @@ from ops.harness.verdict.capacity import RELEASE_SLACK_MS, Disturbance
 from ops.harness.verdict.records import Seen, Sent
 from ops.harness.verdict.sides import CapacitySpec
 from ops.harness.verdict.verify import Report, verify
+from ops.harness.verdict.visibility import Visibility
 from router import contract
 from router.config import RouterSettings
 from router.contract import events, schemas
@@ -87,6 +88,27 @@ def order_event(dest: str, m: Message) -> Seen | None:
     return to_seen(dest, m.offset(), m.value(), m.timestamp()[1])
 
 
+def destinations(settings: RouterSettings) -> dict[str, dict[str, tuple[str, int]]]:
+    """Each side's destinations, each as (topic, partition): send side, the partitions of
+    the transfer topic, named "transfer[<partition>]"; receive side, the receive queues."""
+    t = settings.topology
+    return {
+        "send": {f"transfer[{p}]": (t.transfer_topic, p) for p in range(t.receive_units)},
+        "receive": {q: (q, 0) for q in t.receive_queues},
+    }
+
+
+def lanes(settings: RouterSettings) -> dict[str, TopicPartition]:
+    """Every destination's partition on each of its band topics, by a name of its own
+    (`lane_name`)."""
+    return {
+        lane_name(d, b): TopicPartition(band_topic(topic, b), p)
+        for side in destinations(settings).values()
+        for d, (topic, p) in side.items()
+        for b in range(settings.priority.bands)
+    }
+
+
 def read_sides(
     settings: RouterSettings,
     stopped_at: float,
@@ -98,20 +120,9 @@ def read_sides(
     since `stopped_at` (see the module's docstring): every band topic of every destination.
     Every record must carry the broker's append time (`Pipeline.start` sets LogAppendTime
     on these topics, their band topics included)."""
-    t, bands = settings.topology, settings.priority.bands
-    dests = {
-        "send": {f"transfer[{p}]": (t.transfer_topic, p) for p in range(t.receive_units)},
-        "receive": {q: (q, 0) for q in t.receive_queues},
-    }
-    # every destination's partition on each band topic, read under a name of its own
-    lanes = {
-        lane_name(d, b): TopicPartition(band_topic(topic, b), p)
-        for side in dests.values()
-        for d, (topic, p) in side.items()
-        for b in range(bands)
-    }
+    dests, bands = destinations(settings), settings.priority.bands
     wait_out_transactions(settings.kafka.transaction_timeout_ms, stopped_at)
-    messages = read_to_end(settings.kafka, lanes, timeout)
+    messages = read_to_end(settings.kafka, lanes(settings), timeout)
     reads = []
     for side, partitions in dests.items():
         read = SideRead(side, tuple(partitions), bands=bands)
@@ -142,12 +153,18 @@ def verdict(
     release_slack_ms: int = RELEASE_SLACK_MS,
     disturbances: Sequence[Disturbance] = (),
     accounts: tuple[list[ExpiredSeen], list[LetterSeen]] | None = None,
+    visibility: Visibility | None = None,
 ) -> Report:
     """`verify` over both sides' final reads, interleavings judged by the capacity rule
-    (`disturbances`: what the driver did that may have held releases up); with
+    (`disturbances`: what the driver did that may have held releases up; `visibility`:
+    when records became visible, if the run sampled it: `.visibility.LsoSampler`); with
     `accounts` (`read_accounts`), every message delivered, expired or dead-lettered."""
     capacity = CapacitySpec(
-        send.destinations, receive.destinations, release_slack_ms, tuple(disturbances)
+        send.destinations,
+        receive.destinations,
+        release_slack_ms,
+        tuple(disturbances),
+        visibility,
     )
     expired, dead = accounts if accounts is not None else (None, None)
     return verify(

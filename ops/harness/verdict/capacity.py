@@ -45,17 +45,21 @@ resolved leniently, a group's final (and its later members) before, and a group'
 record after, the other records of that millisecond; so a record of another band counts
 as inside a group's span only if no order of the tie puts it outside.
 
-Why the windows and occupancies are sound (the rule never fails a router that shared
-only when its table had every other destination busy): the table counts a destination
-busy from the decision of a group's first message, which is not before that record's
-from_ms, until the group's release, which comes after the commit of the transaction that
-carried its final, so after the final's append time; and each decision lies in its
-record's window. The one gap is the release: it follows the final's append by the rest of
-that transaction plus one Redis call, an amount the data cannot show. `RELEASE_SLACK_MS`
-covers it as measured (see its comment); a release that came later still (a unit killed
-between its commit and its settle leaves the release to the sweeper, seconds later) can
-make the rule disallow a share the table did make with every destination busy. A driver
-that causes such delays itself says when (`Disturbance`: a unit killed, a server
+Why the windows and occupancies are sound (the rule never fails a router that shared only
+when its table had every other destination busy): the table counts a destination busy
+from the decision of a group's first message, which is not before that record's from_ms,
+until the group's release, which comes after the commit of the transaction that carried
+its final, so after the final's append time; and each decision lies in its record's
+window. The one gap is the release: it follows the final's append by the rest of that
+transaction plus one Redis call. Where a run sampled when each record became visible to
+read_committed readers (`Placed.visible_ms`, `ops.harness.verdict.visibility`), the rest
+of the transaction is in the data: the commit returned before the final was seen visible,
+so the release lags that instant by the Redis call alone, and the slack is counted from
+it. Without the samples the slack is counted from the append time. `RELEASE_SLACK_MS`
+covers the lag as measured (see its comment); a release that came later still (a unit
+killed between its commit and its settle leaves the release to the sweeper, seconds
+later) can make the rule disallow a share the table did make with every destination busy.
+A driver that causes such delays itself says when (`Disturbance`: a unit killed, a server
 restarted), and an occupancy whose final's release could have been held up by one lasts
 until that disturbance ended plus its recovery bound. Any other late release shows in the
 verdict, which names the free destination and when it was freed, for a reader to check.
@@ -137,6 +141,14 @@ class Placed:
     append_ms: int
     copy: bool = False  # a multicast copy (router/table/multicast.py)
     band: int = 0  # the band topic of `dest` it is on (router.priority: 0 = dest itself)
+    # when it became visible to read_committed readers, as sampled (None: not sampled)
+    visible_ms: int | None = None
+
+    @property
+    def committed_ms(self) -> int:
+        """The latest instant its transaction can have committed by, as far as the data
+        shows: when it was seen visible, else (not sampled) its append time."""
+        return self.append_ms if self.visible_ms is None else max(self.append_ms, self.visible_ms)
 
 
 @dataclass
@@ -223,7 +235,7 @@ def occupancy(
             continue
         first.setdefault(r.group, r)
         if r.final and r.group not in end:
-            end[r.group], late = release_by(r.append_ms, release_slack_ms, disturbances)
+            end[r.group], late = release_by(r.committed_ms, release_slack_ms, disturbances)
             held += late
     since = opened_from or {}
     return (

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ops.harness.verdict.bands import lane_name
 from ops.harness.verdict.capacity import (
     RELEASE_SLACK_MS,
     Disturbance,
@@ -16,18 +17,22 @@ from ops.harness.verdict.capacity import (
     judge_side,
 )
 from ops.harness.verdict.records import Seen, Sent, first_copies
+from ops.harness.verdict.visibility import Visibility
 
 
 @dataclass(frozen=True)
 class CapacitySpec:
     """Every destination of each side (one that received nothing is never occupied, so
-    it disallows every interleaving of its side), the release slack, and what the driver
-    did that may have held releases up (kills, server restarts)."""
+        it disallows every interleaving of its side), the release slack, and what the driver
+        did that may have held releases up (kills, server restarts), and, if the run sampled
+    them, when records became visible to read_committed readers."""
 
     send_destinations: tuple[str, ...]
     receive_destinations: tuple[str, ...]
     release_slack_ms: int = RELEASE_SLACK_MS
     disturbances: tuple[Disturbance, ...] = ()
+    # when each record became visible (a run's LSO samples): releases counted from there
+    visibility: Visibility | None = None
 
 
 def judge_sides(
@@ -66,7 +71,7 @@ def judge_sides(
             receive_from[r.group] = min(receive_from.get(r.group, _appended(r)), _appended(r))
     send = judge_side(
         "send",
-        [_placed(r, _created(r)) for r in upstream],
+        [_placed(r, _created(r), visible=capacity.visibility) for r in upstream],
         capacity.send_destinations,
         capacity.release_slack_ms,
         capacity.disturbances,
@@ -76,7 +81,12 @@ def judge_sides(
     receive = judge_side(
         "receive",
         [
-            _placed(r, appended.get(copies.get(r.event_id, r.event_id), _created(r)), copies)
+            _placed(
+                r,
+                appended.get(copies.get(r.event_id, r.event_id), _created(r)),
+                copies,
+                capacity.visibility,
+            )
             for r in first_copies(received)[0]
         ],
         capacity.receive_destinations,
@@ -97,8 +107,16 @@ def _created(r: Seen) -> int:
     return r.created_ms if r.created_ms is not None else _appended(r)
 
 
-def _placed(r: Seen, from_ms: int, copies: Mapping[str, str] | None = None) -> Placed:
+def _placed(
+    r: Seen,
+    from_ms: int,
+    copies: Mapping[str, str] | None = None,
+    visible: Visibility | None = None,
+) -> Placed:
+    """A first copy as the capacity rule places it; a final's visibility if sampled (the
+    only records whose visibility the rule uses: their groups' releases follow it)."""
     copy = copies is not None and r.event_id in copies
+    seen = visible.at(lane_name(r.queue, r.band), r.offset) if visible and r.final else None
     return Placed(
-        r.queue, r.offset, r.event_id, r.group, r.final, from_ms, _appended(r), copy, r.band
+        r.queue, r.offset, r.event_id, r.group, r.final, from_ms, _appended(r), copy, r.band, seen
     )
