@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ops.harness.console import Row, SummaryItem, summary_lines
 from ops.harness.scenarios.demo_run import interleaving_rows
+from ops.harness.verdict.rest import RestReport
 from ops.harness.verdict.verify import Report
 
 
@@ -27,6 +28,8 @@ class ChaosResult:
     # Every fault kind the run asked for: (requested, happened); one that never happened
     # fails the run (the run did not prove what it was asked to)
     faults: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # both sides' tables once every unit stopped (ops.harness.verdict.rest); empty: not read
+    rest: list[RestReport] = field(default_factory=list)
 
     @property
     def kills(self) -> int:
@@ -99,6 +102,15 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
         ),
         Row("duration", f"{result.seconds:>9.1f} s"),
     ]
+    if result.rest:
+        items.insert(
+            -1,
+            Row(
+                "tables at rest",
+                "clean" if all(x.clean for x in result.rest) else "NOT CLEAN",
+                "; ".join(x.line() for x in result.rest),
+            ),
+        )
     if result.faults:
         items.insert(
             -1,
@@ -122,6 +134,7 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
         items.extend(f"    {e}" for e in r.bands.examples)
     if r.features is not None:
         items.extend(f"    {e}" for e in r.features.examples)
+    items.extend(f"    {e}" for x in result.rest for e in x.examples)
     v = result.violations()
     items.append(
         "RESULT: "

@@ -38,7 +38,7 @@ from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import ChaosResult
 from ops.harness.scenarios.server_faults import REPLICA_PAUSE, SERVER_FAULTS, ServerFaults
 from ops.harness.scenarios.supervisor import UNIT_ROLES, Supervisor
-from ops.harness.scenarios.table_dump import dump_tables
+from ops.harness.scenarios.table_dump import dump_tables, tables_at_rest
 from ops.harness.stack.fleet import Proc
 from ops.harness.stack.hastack import HaStack
 from ops.harness.stack.localstack import LocalStack
@@ -386,6 +386,9 @@ def run_chaos(
             supervisor.pauses,
             supervisor.net_faults,
         )
+        result.rest, _ = tables_at_rest(pipeline.settings)
+        if not all(x.clean for x in result.rest):
+            dump_tables(pipeline.settings, run_dir / "tables-at-rest.json")
         restarts = result.restarts
         kinds = SERVER_FAULTS[type(stack)]
         result.faults = {

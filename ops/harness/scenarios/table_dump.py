@@ -1,6 +1,7 @@
-"""Evidence for a run that did not catch up: every Redis key of the topology's tables
-(both sides) written as JSON beside the run's logs, so that what held a destination, or
-what a waiting group waits behind, can be read after the servers are gone."""
+"""The topology's tables read after a run: every Redis key of both sides written as JSON
+beside the run's logs (evidence for a run that did not catch up, or whose tables were not
+clean at rest: what held a destination, what a waiting group waits behind, readable after
+the servers are gone), and both sides judged at rest (`ops.harness.verdict.rest`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from ops.harness.verdict.rest import EMPTY, LEASES, RestReport, Snapshot, at_rest
 from router.backends.redis.client import redis_client
 from router.config import RouterSettings
 from router.table.store.codec import TableKeys
@@ -53,3 +55,31 @@ def dump_tables(settings: RouterSettings, path: Path) -> int:
                 out[key] = _plain(_value(r, key))
     path.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
     return len(out)
+
+
+def _pairs(r: Any, key: str) -> list[tuple[str, str]]:
+    """A key's contents as (member, value) pairs of text (`ops.harness.verdict.rest`)."""
+    value = _plain(_value(r, key))
+    kind, contents = next(iter(value.items()))
+    if kind == "hash":
+        return [(str(k), str(v)) for k, v in contents.items()]
+    if kind == "zset":
+        return [(str(m), str(score)) for m, score in contents]
+    if kind in ("set", "list"):
+        return [(str(m), "") for m in contents]
+    return [] if contents is None else [(str(contents), "")]
+
+
+def tables_at_rest(settings: RouterSettings) -> tuple[list[RestReport], int]:
+    """Both sides' tables judged at rest (call it once every unit stopped), and the Redis
+    clock (ms) they were judged at: leases live past it are leftovers."""
+    r: Any = redis_client(settings.redis)
+    seconds, micros = r.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    reports = []
+    for side in SIDES:
+        keys = TableKeys.of(settings.redis.key_prefix, settings.topology.name, side)
+        names = (*EMPTY, *LEASES, "load")
+        snapshot = Snapshot(side, {n: _pairs(r, getattr(keys, n)) for n in names})
+        reports.append(at_rest(snapshot, now_ms))
+    return reports, now_ms
