@@ -91,7 +91,7 @@ toxiproxy: ## Build Toxiproxy with Go from the Go module proxy, once (cached in 
 demo: venv $(JARS) stack-up ## Run the whole system end to end and check every guarantee
 	$(BIN)/python -m ops.demo $(ARGS)
 
-chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a lifetime, 10% with a priority over 3 bands), 20+ SIGKILLs, a broker and a Redis restart; ARGS=--private-stack adds the network faults (Toxiproxy); ARGS=--all-features adds whole groups and scattered logical order; ARGS=--ha runs on 3 brokers + Redis Sentinel of its own (2 broker SIGKILLs, a failover, a replica pause; implies --all-features)
+chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a lifetime, 10% with a priority over 3 bands), 20+ SIGKILLs, a broker and a Redis restart; ARGS=--private-stack adds the network faults (Toxiproxy); ARGS=--all-features adds whole groups and scattered logical order; ARGS=--ha runs on 3 brokers + Redis Sentinel of its own (2 broker SIGKILLs, a failover, a replica pause, the 6 network faults; implies --all-features)
 	$(BIN)/python -m ops.chaos $(ARGS)
 
 soak: venv jars ## Soak: 30 min at a steady load (4 x 25 msg/s) with a fault a minute, sampled every 5 s (RSS, Redis memory and keys, tables, topics, lag); fails on growth; own servers; .results/soak
@@ -103,7 +103,7 @@ bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Ja
 test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Redis ACL + TLS (own servers, ~1 min)
 	ROUTER_TEST_SECURE=1 $(BIN)/pytest tests/integration/secure tests/unit/security
 
-test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster, and the short chaos --ha --all-features (3,000 messages, a broker kill, a Redis failover) (own servers, ~8 min)
+test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster, and the short chaos --ha --all-features (3,000 messages, a broker kill, a Redis failover, the 6 network faults) (own servers, ~9 min)
 	ROUTER_TEST_HA=1 $(BIN)/pytest tests/integration/ha
 
 test-faults: venv $(JARS) toxiproxy ## Fault kinds with open defects or long runs (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min); every network fault kind with unit kills (~2 min); a send unit cut off from the broker (~1-4 min)

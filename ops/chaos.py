@@ -40,13 +40,13 @@ brokers (replication 3, min.insync.replicas 2) and Redis with Sentinel
 (redis.min_replica_acks 1). Its server faults: a broker SIGKILLed and started again twice
 (two different brokers), the Redis primary SIGKILLed once (Sentinel fails over), the
 Redis replica frozen once (no table write acknowledged meanwhile); plus 2 unit pauses and
-the broker network faults, one of each kind, on each unit's own listeners of all three
-brokers. The Redis network kinds cannot be per unit there: the Sentinels hand every client
-the data node's own address, so no proxy of one unit's stands in its path; the failover
-(every unit's connections dropped, the primary gone) and the replica pause (every table
-write unacknowledged) stand in for them. --ha implies --all-features (--no-all-features:
-not). The summary names every fault kind with its count; a kind asked for that never
-happened fails the run.
+the network faults, one of each kind: on each unit's own listeners of all three brokers,
+and on its own proxies to both Redis data nodes and the three Sentinels (each unit started
+with redis.address_map mapping the nodes' announced addresses to its proxies, so that its
+connection to the primary, after a failover too, goes through them; a Redis fault hits
+the Sentinel proxies as well: the unit can neither reach a node nor ask where one is).
+--ha implies --all-features (--no-all-features: not). The summary names every fault kind
+with its count; a kind asked for that never happened fails the run.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from ops.harness.scenarios.chaos_result import SUMMARY_WIDTH, summary_rows
 from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
 from ops.harness.stack.hastack import HaStack
 from ops.harness.stack.localstack import LocalStack
-from ops.harness.stack.netplan import HA_KINDS, KINDS
+from ops.harness.stack.netplan import KINDS
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,8 +93,8 @@ def main() -> int:
         type=int,
         default=None,
         help="network faults, each on one unit's own Toxiproxy link, the kinds in turn "
-        "(default: 6 with --private-stack, one of each kind; else 0, and more needs "
-        "--private-stack)",
+        "(default: 6 with --private-stack or --ha, one of each kind; else 0, and more needs "
+        "--private-stack or --ha)",
     )
     parser.add_argument(
         "--net-kinds",
@@ -192,13 +192,6 @@ def main() -> int:
     kinds = tuple(k for k in args.net_kinds.split(",") if k)
     if set(kinds) - set(KINDS) or not kinds:
         parser.error(f"--net-kinds: choose among {','.join(KINDS)}")
-    if args.ha:
-        if args.net_kinds != parser.get_default("net_kinds") and set(kinds) - set(HA_KINDS):
-            parser.error(
-                f"--ha: the Redis network kinds cannot hit one unit (Sentinel hands out the "
-                f"data node's own address); choose among {','.join(HA_KINDS)}"
-            )
-        kinds = tuple(k for k in kinds if k in HA_KINDS)
     if args.net_faults is None:
         args.net_faults = len(kinds) if args.private_stack or args.ha else 0
     if args.net_faults and not (args.private_stack or args.ha):

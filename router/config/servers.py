@@ -161,6 +161,10 @@ class RedisSettings(_Credentials):
     # password and TLS settings above apply to the Sentinels and the data nodes alike.
     sentinels: tuple[str, ...] = ()
     sentinel_service: str | None = None
+    # Sentinel behind NAT or port forwarding: "announced host:port" -> "reachable host:port".
+    # A data node the Sentinels announce at a key (the primary, a replica) is connected to
+    # at its value instead; others as announced. The Sentinels' own addresses are not mapped.
+    address_map: dict[str, str] = Field(default_factory=dict)
     # Redis Cluster (README: "Redis Cluster"): "host:port" of some of its nodes (any role; the
     # client learns the rest and the slots from them, and again after a failover). Every
     # table's keys share one hash slot, so each script runs on the primary holding it; `url`
@@ -199,6 +203,11 @@ class RedisSettings(_Credentials):
             raise ConfigError("redis.sentinels need a redis:// or rediss:// URL, not unix://")
         if self.cluster_nodes:
             self._check_cluster()
+        if self.address_map and not self.sentinels:
+            raise ConfigError(
+                "redis.address_map maps the data nodes' addresses the Sentinels announce: "
+                "it needs redis.sentinels (with redis.url, name the reachable address there)"
+            )
         if self.replica_ack_timeout_ms >= self.socket_timeout_s * 1000:
             raise ConfigError(
                 f"redis.replica_ack_timeout_ms ({self.replica_ack_timeout_ms}) must be below "
@@ -208,6 +217,11 @@ class RedisSettings(_Credentials):
         return self
 
     def _check_cluster(self) -> None:
+        if self.address_map:
+            raise ConfigError(
+                "redis.address_map applies to Sentinel only: a Redis Cluster's slot map and "
+                "redirects would bypass it (not with redis.cluster_nodes)"
+            )
         if self.sentinels:
             raise ConfigError(
                 "set redis.cluster_nodes (Redis Cluster) or redis.sentinels (Sentinel), not both"
@@ -232,6 +246,21 @@ class RedisSettings(_Credentials):
     def _node_host_ports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for address in value:
             sentinel_address(address, "redis.cluster_nodes")
+        return value
+
+    @field_validator("address_map")
+    @classmethod
+    def _mapped_host_ports(cls, value: dict[str, str]) -> dict[str, str]:
+        seen: dict[tuple[str, int], str] = {}
+        for announced, reachable in value.items():
+            host, port = sentinel_address(announced, "redis.address_map")
+            key = (host.lower(), port)
+            sentinel_address(reachable, "redis.address_map")
+            if key in seen:
+                raise ConfigError(
+                    f"redis.address_map: {seen[key]!r} and {announced!r} are the same address"
+                )
+            seen[key] = announced
         return value
 
     def sentinel_addresses(self) -> list[tuple[str, int]]:

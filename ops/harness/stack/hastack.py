@@ -62,8 +62,18 @@ class HaStack:
     @property
     def redis_port(self) -> None:
         """No one Redis for a unit's own proxy: the Sentinels hand every client the data
-        node's own address (ops.harness.stack.netlinks)."""
+        node's own address; a unit's proxies are to each data node and Sentinel
+        (`node_ports`, `sentinel_ports`; ops.harness.stack.netlinks)."""
         return None
+
+    @property
+    def node_ports(self) -> tuple[int, ...]:
+        """The Redis data nodes' (each announced at 127.0.0.1 and its port)."""
+        return tuple(self.sentinels.node_ports)
+
+    @property
+    def sentinel_ports(self) -> tuple[int, ...]:
+        return tuple(self.sentinels.sentinel_ports)
 
     def kafka_settings(self) -> KafkaSettings:
         return KafkaSettings(

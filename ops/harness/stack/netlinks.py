@@ -1,16 +1,22 @@
 """Each unit's own links to Redis and to the broker, through Toxiproxy, so that ONE unit can be
 cut off, slowed or have its connections reset while the others are not.
 
-A *slot* ("send-unit.0", "receive-unit.1", ...) is a pair of proxies: one to Redis, one to
+A *slot* ("send-unit.0", "receive-unit.1", ...) is a set of proxies: to Redis, and to
 one of the broker's extra listeners (`LocalStack.unit_listeners`). The broker advertises
 that listener at the proxy's own port, so a client bootstrapped through the proxy is sent
 back to it for every broker connection (metadata, produce, fetch, group and transaction
 coordinators): all of the unit's broker traffic goes through its slot. On the replicated
-cluster (`ops.harness.stack.hastack`) every broker has such a listener per unit, and the
-slot has a proxy to each; a fault on "the broker" hits all three. There a slot has no
-Redis proxy: Sentinel hands every client the data node's own address. A unit process
-started by the fleet takes the slot of its role with the fewest live processes (a
-replacement takes the slot its killed predecessor left), `Fleet.placement`.
+servers (`ops.harness.stack.hastack`) every broker has such a listener per unit, and the
+slot has a proxy to each; a fault on "the broker" hits all three. There Redis is reached
+through Sentinel, which hands every client the data node's own (announced) address: the
+slot has a proxy to each data node (primary and replica) and to each Sentinel, and the
+unit is started with `redis.sentinels` naming its Sentinel proxies and `redis.address_map`
+mapping each data node's announced address to its proxy, so that its connection to
+whichever node is primary, before or after a failover, goes through its slot. A fault on
+"Redis" hits them all: a unit cut off from Redis can neither reach a data node nor ask a
+Sentinel (as a unit on the far side of a partition). A unit process started by the
+fleet takes the slot of its role with the fewest live processes (a replacement takes the
+slot its killed predecessor left), `Fleet.placement`.
 
     links = UnitLinks(toxiproxy, stack, redis_url, {"send-unit": 2, "receive-unit": 3})
     pipeline.fleet.placement = links.place
@@ -19,6 +25,7 @@ replacement takes the slot its killed predecessor left), `Fleet.placement`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -36,9 +43,13 @@ STREAMS: tuple[Stream, ...] = ("upstream", "downstream")
 class Link:
     slot: str
     role: str
-    redis_port: int | None  # the proxy's, forwarding to Redis (None: no Redis link, Sentinel)
+    redis_port: int | None  # the proxy's, forwarding to Redis (None: Sentinel, below)
     kafka_port: int  # the proxy's = the advertised port of the slot's broker listener
     more_kafka: tuple[int, ...] = ()  # a cluster's other brokers: their proxies' ports
+    # Redis with Sentinel: per data node, (its announced port, its proxy's port) on
+    # 127.0.0.1; and the ports of the proxies to each Sentinel
+    redis_nodes: tuple[tuple[int, int], ...] = ()
+    sentinels: tuple[int, ...] = ()
 
     def proxy(self, server: Server) -> str:
         return f"{self.slot}.{server}"
@@ -46,7 +57,10 @@ class Link:
     def proxies(self, server: Server) -> list[str]:
         """Every proxy of the link to `server` (one per broker of a cluster)."""
         if server == "redis":
-            return [] if self.redis_port is None else [self.proxy("redis")]
+            if self.redis_port is not None:
+                return [self.proxy("redis")]
+            nodes = [f"{self.slot}.redis{n}" for n in range(1, 1 + len(self.redis_nodes))]
+            return nodes + [f"{self.slot}.sentinel{n}" for n in range(1, 1 + len(self.sentinels))]
         more = [f"{self.slot}.kafka{n}" for n in range(2, 2 + len(self.more_kafka))]
         return [self.proxy("kafka"), *more]
 
@@ -59,6 +73,12 @@ class Link:
             user, at, _ = parts.netloc.rpartition("@")
             where = f"{user}{at}127.0.0.1:{self.redis_port}"
             env["ROUTER_REDIS__URL"] = urlunsplit(parts._replace(netloc=where))
+        if self.sentinels:
+            env["ROUTER_REDIS__SENTINELS"] = json.dumps([f"127.0.0.1:{p}" for p in self.sentinels])
+        if self.redis_nodes:
+            env["ROUTER_REDIS__ADDRESS_MAP"] = json.dumps(
+                {f"127.0.0.1:{node}": f"127.0.0.1:{proxy}" for node, proxy in self.redis_nodes}
+            )
         return env
 
 
@@ -79,9 +99,8 @@ class UnitLinks:
         redis_url: str,
         counts: Mapping[str, int],
     ) -> None:
-        """On a cluster (`HaStack`) each unit's listener on every broker gets a proxy, and
-        there is no Redis link: the Sentinels give each client the primary's own address,
-        which no per-unit proxy can stand in for."""
+        """On the replicated servers (`HaStack`) each unit's listener on every broker gets
+        a proxy, and each data node and Sentinel one (see above)."""
         wanted = sum(counts.values())
         if len(stack.unit_listeners) < wanted:
             raise ValueError(
@@ -96,19 +115,24 @@ class UnitLinks:
             for i in range(n):
                 brokers = next(listeners)
                 redis_port = None if stack.redis_port is None else free_port()
+                nodes, sentinels = redis_upstreams(stack)
                 link = Link(
                     f"{role}.{i}",
                     role,
                     redis_port,
                     brokers[0][1],
                     tuple(advertised for _, advertised in brokers[1:]),
+                    tuple((node, free_port()) for node in nodes),
+                    tuple(free_port() for _ in sentinels),
                 )
-                if redis_port is not None:
-                    toxiproxy.proxy(
-                        link.proxy("redis"),
-                        f"127.0.0.1:{redis_port}",
-                        f"127.0.0.1:{stack.redis_port}",
-                    )
+                listens = [redis_port] if redis_port is not None else []
+                listens += [proxy for _, proxy in link.redis_nodes] + list(link.sentinels)
+                upstreams = [stack.redis_port] if stack.redis_port is not None else []
+                upstreams += [*nodes, *sentinels]
+                for name, listen, upstream in zip(
+                    link.proxies("redis"), listens, upstreams, strict=True
+                ):
+                    toxiproxy.proxy(name, f"127.0.0.1:{listen}", f"127.0.0.1:{upstream}")
                 for name, (port, advertised) in zip(link.proxies("kafka"), brokers, strict=True):
                     toxiproxy.proxy(name, f"127.0.0.1:{advertised}", f"127.0.0.1:{port}")
                 self.links.append(link)
@@ -128,7 +152,7 @@ class UnitLinks:
     def apply(self, fault: NetFault) -> None:
         proxies = self.by_slot[fault.slot].proxies(fault.server)
         if not proxies:
-            raise ValueError(f"{fault.slot} has no link to {fault.server} (Sentinel)")
+            raise ValueError(f"{fault.slot} has no link to {fault.server}")
         for proxy in proxies:
             self._apply(proxy, fault.effect)
 
@@ -161,3 +185,10 @@ def unit_brokers(stack: LocalStack | HaStack) -> list[tuple[tuple[int, int], ...
     if isinstance(stack, HaStack):
         return list(stack.unit_listeners)
     return [(pair,) for pair in stack.unit_listeners]
+
+
+def redis_upstreams(stack: LocalStack | HaStack) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """With Sentinel: the data nodes' ports and the Sentinels' (none on one Redis)."""
+    if isinstance(stack, HaStack):
+        return stack.node_ports, stack.sentinel_ports
+    return (), ()

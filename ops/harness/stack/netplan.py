@@ -24,9 +24,6 @@ from typing import Literal
 Server = Literal["redis", "kafka"]
 
 KINDS = ("redis-cut", "kafka-cut", "redis-slow", "kafka-slow", "redis-reset", "kafka-reset")
-# On the replicated servers (ops.harness.stack.hastack): one unit's Redis link cannot be
-# cut alone under Sentinel (ops.harness.stack.netlinks), only its links to the brokers.
-HA_KINDS = tuple(k for k in KINDS if k.startswith("kafka"))
 SLOW_LATENCY_MS = 300  # +- SLOW_JITTER_MS: 100-500 ms
 SLOW_JITTER_MS = 200
 RESET_HOLD_S = 1.0

@@ -9,7 +9,9 @@ whichever primary the Sentinels name for `redis.sentinel_service` (redis-py's
 `Sentinel.master_for`): every new connection asks them, a connection to a former primary
 is dropped when it answers READONLY (redis-py turns that into a ConnectionError), so after
 a failover the units' retry reconnects to the new primary by itself. The ACL user,
-password and TLS settings apply to the Sentinels and the data connections alike.
+password and TLS settings apply to the Sentinels and the data connections alike. With
+`redis.address_map`, every data-node address the Sentinels announce is mapped first
+(`router.backends.redis.addressmap`: NAT, port forwarding).
 
 Every client fails fast (no retries inside redis-py: the units decide when to retry) and
 counts the connections it makes (`connects`), so that a unit can tell whether its WAIT runs
@@ -26,13 +28,12 @@ from urllib.parse import urlsplit
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel
 
+from router.backends.redis.addressmap import AddressMap, MappedSentinel
 from router.backends.redis.cluster import RouterCluster, cluster_client
 from router.config.servers import RedisSettings
 from router.errors import ConfigError
 
-_Sentinel: Any = Sentinel  # untyped in redis-py
 log = logging.getLogger("router.redis")
 
 # What `redis_client` returns: one Redis (or Sentinel's primary), or a Redis Cluster.
@@ -65,8 +66,9 @@ def redis_client(settings: RedisSettings) -> RedisClient:
         return redis.Redis.from_url(settings.url, redis_connect_func=Connects(), **options)
     assert settings.sentinel_service is not None  # the settings require it with sentinels
     tls = {"ssl": True} if settings.tls else {}
-    sentinel = _Sentinel(
+    sentinel: Any = MappedSentinel(  # redis-py leaves master_for untyped
         settings.sentinel_addresses(),
+        AddressMap.parse(settings.address_map),
         sentinel_kwargs={**options, **tls},
         **options,
         **tls,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import random
 import socket
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from ops.harness.stack.fleet import Proc
 from ops.harness.stack.localstack import ephemeral_low, listener_port
 from ops.harness.stack.netlinks import Link, choose_slot
-from ops.harness.stack.netplan import HA_KINDS, KINDS, RESET_HOLD_S, NetFault, plan
+from ops.harness.stack.netplan import KINDS, RESET_HOLD_S, NetFault, plan
 
 SLOTS = ["send-unit.0", "send-unit.1", "receive-unit.0"]
 
@@ -95,22 +96,43 @@ def test_a_links_settings_point_at_its_proxies() -> None:
     assert link.proxy("kafka") == "send-unit.0.kafka"
 
 
-def test_a_link_on_the_replicated_cluster_has_a_proxy_per_broker_and_none_to_redis() -> None:
-    """--ha: every broker's listener of the unit through a proxy of its own; no Redis link
-    (Sentinel hands out the data node's own address), and only the broker kinds planned."""
-    link = Link("receive-unit.1", "receive-unit", None, 7002, (7004, 7006))
-    assert link.env("redis://127.0.0.1:6379/0") == {
-        "ROUTER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:7002,127.0.0.1:7004,127.0.0.1:7006"
+def test_a_link_on_the_replicated_servers_has_a_proxy_per_broker_data_node_and_sentinel() -> None:
+    """--ha: every broker's listener of the unit through a proxy of its own; Redis through
+    Sentinel: the unit asks its own proxies to the Sentinels, and maps each data node's
+    announced address to its own proxy (redis.address_map); every kind can be planned."""
+    link = Link(
+        "receive-unit.1",
+        "receive-unit",
+        None,
+        7002,
+        (7004, 7006),
+        redis_nodes=((6391, 7101), (6392, 7102)),
+        sentinels=(7201, 7202, 7203),
+    )
+    env = link.env("redis://127.0.0.1:6379/0")
+    assert env == {
+        "ROUTER_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:7002,127.0.0.1:7004,127.0.0.1:7006",
+        "ROUTER_REDIS__SENTINELS": json.dumps(
+            ["127.0.0.1:7201", "127.0.0.1:7202", "127.0.0.1:7203"]
+        ),
+        "ROUTER_REDIS__ADDRESS_MAP": json.dumps(
+            {"127.0.0.1:6391": "127.0.0.1:7101", "127.0.0.1:6392": "127.0.0.1:7102"}
+        ),
     }
     assert link.proxies("kafka") == [
         "receive-unit.1.kafka",
         "receive-unit.1.kafka2",
         "receive-unit.1.kafka3",
     ]
-    assert link.proxies("redis") == []
-    assert HA_KINDS == ("kafka-cut", "kafka-slow", "kafka-reset")
-    faults = plan(random.Random(1), 3, 100.0, ["receive-unit.1"], HA_KINDS)
-    assert sorted(f.kind for f in faults) == sorted(HA_KINDS)
+    assert link.proxies("redis") == [
+        "receive-unit.1.redis1",
+        "receive-unit.1.redis2",
+        "receive-unit.1.sentinel1",
+        "receive-unit.1.sentinel2",
+        "receive-unit.1.sentinel3",
+    ]
+    faults = plan(random.Random(1), len(KINDS), 100.0, ["receive-unit.1"], KINDS)
+    assert sorted(f.kind for f in faults) == sorted(KINDS)
 
 
 def test_a_listener_port_is_free_and_below_the_ephemeral_range(tmp_path: Path) -> None:
