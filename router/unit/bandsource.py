@@ -32,6 +32,8 @@ WATERMARK_TIMEOUT_S = 2.0
 # librdkafka waits this long (default 1 s) to fetch a partition again once the prefetch
 # queue is full: with priority bands, a higher band's new message would wait that long.
 FETCH_QUEUE_BACKOFF_MS = 10
+COMPLAIN_S = 30.0  # between two warnings about one partition's failed broker calls
+NEVER = float("-inf")  # a time.monotonic() long ago (it starts near 0 on a fresh machine)
 
 
 class BandSource:
@@ -55,6 +57,8 @@ class BandSource:
         self._start: dict[TP, int] = {}  # where a partition starts (nothing consumed yet)
         self._asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.turn: Turn | None = None
+        self._complained: dict[TP, float] = {}
+        self._starts_asked = NEVER  # time.monotonic() of the last committed-offsets request
 
     @staticmethod
     def tuned(settings: RouterSettings, config: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +96,7 @@ class BandSource:
             self._high.pop(tp, None)
             self._start.pop(tp, None)
             self._asked.pop(tp, None)
+            self._complained.pop(tp, None)
 
     def before_poll(self, assigned: Iterable[TP], waiting: Iterable[TP]) -> Turn:
         """Pause and resume for the next batch; the turn taken."""
@@ -123,12 +128,13 @@ class BandSource:
         except KafkaException as exc:
             log.warning("cannot read positions: %s", exc)
             return out
+        self._ask_starts([(t.topic, t.partition) for t in positions if t.offset < 0], now)
         for tpp in positions:
             tp = (tpp.topic, tpp.partition)
-            pos = tpp.offset if tpp.offset >= 0 else self._start_of(tp)
+            pos = tpp.offset if tpp.offset >= 0 else self._start.get(tp, -1)
             high = self._high.get(tp, -1)
             if tp in self.paused:
-                if high <= pos and now - self._asked.get(tp, 0.0) >= self.refresh_s:
+                if high <= pos and now - self._asked.get(tp, NEVER) >= self.refresh_s:
                     self._asked[tp] = now
                     high = self._watermark(tpp, cached=False)
             else:
@@ -145,24 +151,42 @@ class BandSource:
             else:
                 _, high = self.consumer.get_watermark_offsets(tp, WATERMARK_TIMEOUT_S)
         except KafkaException as exc:
-            log.debug("no watermark for %s[%d]: %s", tp.topic, tp.partition, exc)
+            self._complain((tp.topic, tp.partition), "no watermark", exc)
             return -1
         return int(high)
 
-    def _start_of(self, tp: TP) -> int:
-        """Where a partition the unit consumed nothing of starts: its committed offset,
-        else (nothing committed) its low watermark. -1 if the broker does not say yet."""
-        start = self._start.get(tp)
-        if start is not None:
-            return start
-        part = TopicPartition(*tp)
+    def _complain(self, tp: TP, what: str, exc: KafkaException) -> None:
+        """A broker call for a band's backlog failed (each waits up to
+        `WATERMARK_TIMEOUT_S`, on the unit's loop): said once per `COMPLAIN_S` a partition."""
+        now = time.monotonic()
+        if now - self._complained.get(tp, NEVER) >= COMPLAIN_S:
+            self._complained[tp] = now
+            log.warning("%s for %s[%d] (its band's backlog left out): %s", what, *tp, exc)
+
+    def _ask_starts(self, tps: list[TP], now: float) -> None:
+        """Learn where partitions the unit consumed nothing of start: their committed
+        offsets, else (nothing committed) their low watermarks. One request for all of
+        them, at most once per `refresh_s`: a coordinator that does not answer (seen after
+        a broker restart) costs the loop one `WATERMARK_TIMEOUT_S` a second at most, not
+        one per partition per batch; until it answers, their backlog is left out."""
+        unknown = [tp for tp in tps if tp not in self._start]
+        if not unknown or now - self._starts_asked < self.refresh_s:
+            return
+        self._starts_asked = now
+        parts = [TopicPartition(*tp) for tp in unknown]
         try:
-            (got,) = self.consumer.committed([part], timeout=WATERMARK_TIMEOUT_S)
-            start = got.offset
-            if start < 0:
-                start, _ = self.consumer.get_watermark_offsets(part, WATERMARK_TIMEOUT_S)
+            got = self.consumer.committed(parts, timeout=WATERMARK_TIMEOUT_S)
         except KafkaException as exc:
-            log.debug("no start for %s[%d]: %s", tp[0], tp[1], exc)
-            return -1
-        self._start[tp] = int(start)
-        return int(start)
+            for tp in unknown:
+                self._complain(tp, "no committed offset", exc)
+            return
+        for tpp in got:
+            tp = (tpp.topic, tpp.partition)
+            start = tpp.offset
+            if start < 0:
+                try:
+                    start, _ = self.consumer.get_watermark_offsets(tpp, WATERMARK_TIMEOUT_S)
+                except KafkaException as exc:
+                    self._complain(tp, "no low watermark", exc)
+                    continue
+            self._start[tp] = int(start)

@@ -183,6 +183,7 @@ class TransferUnit(Recovery):
             self._back_off()
         else:
             self._next_batch()
+        self._unstrand()
         self.session.poll()
         if self.session.state is TxnState.BROKEN and self.backoff.until is None:
             self._fail(f"transactional producer failed: {self.session.failure}", None)

@@ -112,6 +112,25 @@ class Recovery:
             self.bands.reset()
         log.info("resuming after back-off")
 
+    def _unstrand(self) -> None:
+        """Assign again the partitions whose fetcher never started (`router.unit.stalls`:
+        librdkafka left their committed-offset query unanswered)."""
+        now = time.monotonic()
+        stranded = self.source.stranded(now)
+        if not stranded:
+            return
+        log.warning(
+            "%d partitions assigned %.0f s ago or more never started fetching (their "
+            "committed offsets were never read): assigning them again: %s",
+            len(stranded),
+            self.source.stalls.after_s,
+            ", ".join(f"{t}[{p}]" for t, p in stranded),
+        )
+        self.source.reassign(stranded, self.backoff.until is not None, now)
+        if self.bands is not None:
+            self.bands.forget(TopicPartition(t, p) for t, p in stranded)
+        self.metrics.inc("stranded_reassigned", len(stranded))
+
     # ------------------------------------------------------------------ rebalancing
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -8,6 +8,7 @@ flight before partitions move on; this class only keeps the assignment.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from confluent_kafka import (
@@ -22,6 +23,7 @@ from confluent_kafka import (
 from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.batching import BatchSizer
+from router.unit.stalls import STATS_INTERVAL_MS, StallGuard, fetch_states
 from router.unit.steps.batch import TP
 
 log = logging.getLogger("router.source")
@@ -52,11 +54,41 @@ class Source:
         max_bytes: int = 1 << 62,
         max_batch_size: int = 0,
     ) -> None:
+        # librdkafka's statistics show each partition's fetcher (`router.unit.stalls`)
+        self.stalls = StallGuard()
+        self._stats: str | None = None
+        config = {
+            "statistics.interval.ms": STATS_INTERVAL_MS,
+            **config,
+            "stats_cb": self._on_stats,
+        }
         self.consumer = Consumer(config)
         self.sizer = BatchSizer(batch_size, max_batch_size)
         self.max_bytes = max_bytes
         self.metrics = metrics
         self.assigned: set[TP] = set()
+
+    def _on_stats(self, stats_json: str) -> None:
+        self._stats = stats_json  # parsed by `stranded`, on the unit's thread as well
+
+    def stranded(self, now: float) -> list[TP]:
+        """Assigned partitions whose fetcher never started (`router.unit.stalls`)."""
+        if self._stats is not None:
+            self.stalls.statistics(fetch_states(self._stats), now)
+            self._stats = None
+        return self.stalls.stranded(now)
+
+    def reassign(self, partitions: list[TP], paused: bool, now: float) -> None:
+        """Assign stranded partitions again: librdkafka then queries their committed
+        offsets afresh. Nothing of them was consumed since they were assigned."""
+        ps = tps(partitions)
+        self.consumer.incremental_unassign(ps)
+        self.consumer.incremental_assign(ps)
+        if paused:
+            self.consumer.pause(ps)
+        else:
+            self.consumer.resume(ps)
+        self.stalls.assigned(partitions, now)
 
     def subscribe(self, topics: list[str], on_assign: Callback, on_revoke: Callback) -> None:
         self.consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
@@ -92,6 +124,8 @@ class Source:
                     good.append(m)
             elif err.code() != KafkaError._PARTITION_EOF:
                 self.error(err)
+        if self.stalls.unconsumed:
+            self.stalls.took({(m.topic(), m.partition()) for m in good})
         return good
 
     def drain_paused(self, timeout: float) -> None:
@@ -158,6 +192,7 @@ class Source:
         it, so say explicitly what it should be."""
         for tp in partitions:
             self.assigned.add((tp.topic, tp.partition))
+        self.stalls.assigned([(tp.topic, tp.partition) for tp in partitions], time.monotonic())
         self.consumer.incremental_assign(partitions)
         if partitions:
             if paused:
@@ -168,6 +203,7 @@ class Source:
     def revoke(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.assigned.discard((tp.topic, tp.partition))
+        self.stalls.revoked((tp.topic, tp.partition) for tp in partitions)
 
     def group_metadata(self) -> object:
         return self.consumer.consumer_group_metadata()

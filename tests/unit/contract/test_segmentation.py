@@ -24,6 +24,7 @@ from router.receiver.received import Received
 from router.sender.groups import OpenGroups
 from router.unit.batching import BatchSizer
 from router.unit.source import Source
+from router.unit.stalls import StallGuard
 from router.unit.steps.batch import Batch
 from router.unit.steps.classify import Classifier
 from tests.fixtures.fakes import FakeMessage
@@ -473,6 +474,7 @@ def test_a_units_batch_stops_near_max_batch_bytes_whatever_the_record_size(
     source.consumer = _Fetched(600, size)  # type: ignore[assignment]
     source.sizer, source.max_bytes = BatchSizer(500, 500), 8 * 1024 * 1024
     source.metrics, source.assigned = Metrics(), {("in", 0)}
+    source.stalls = StallGuard()
     batch = source.poll(0.1)
     assert len(batch) == expected
     assert sum(len(m.value() or b"") for m in batch) < 8 * 1024 * 1024 + size
