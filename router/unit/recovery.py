@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from router.metrics.registry import Metrics
 from router.unit.bandsource import BandSource
@@ -126,7 +126,12 @@ class Recovery:
             self.source.stalls.after_s,
             ", ".join(f"{t}[{p}]" for t, p in stranded),
         )
-        self.source.reassign(stranded, self.backoff.until is not None, now)
+        try:
+            self.source.reassign(stranded, self.backoff.until is not None, now)
+        except KafkaException as exc:  # mid-rebalance, say: the next statistics tell again
+            self.source.stalls.assigned(stranded, now)
+            log.warning("could not assign them again yet: %s", exc)
+            return
         if self.bands is not None:
             self.bands.forget(TopicPartition(t, p) for t, p in stranded)
         self.metrics.inc("stranded_reassigned", len(stranded))

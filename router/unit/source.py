@@ -82,7 +82,10 @@ class Source:
         """Assign stranded partitions again: librdkafka then queries their committed
         offsets afresh. Nothing of them was consumed since they were assigned."""
         ps = tps(partitions)
-        self.consumer.incremental_unassign(ps)
+        try:
+            self.consumer.incremental_unassign(ps)
+        except KafkaException as exc:  # not assigned any more (an earlier try failed half-way)
+            log.warning("unassigning %d stranded partitions: %s", len(ps), exc)
         self.consumer.incremental_assign(ps)
         if paused:
             self.consumer.pause(ps)
