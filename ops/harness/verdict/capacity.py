@@ -55,14 +55,16 @@ transaction plus one Redis call. Where a run sampled when each record became vis
 read_committed readers (`Placed.visible_ms`, `ops.harness.verdict.visibility`), the rest
 of the transaction is in the data: the commit returned before the final was seen visible,
 so the release lags that instant by the Redis call alone, and the slack is counted from
-it. Without the samples the slack is counted from the append time. `RELEASE_SLACK_MS`
-covers the lag as measured (see its comment); a release that came later still (a unit
-killed between its commit and its settle leaves the release to the sweeper, seconds
-later) can make the rule disallow a share the table did make with every destination busy.
-A driver that causes such delays itself says when (`Disturbance`: a unit killed, a server
-restarted), and an occupancy whose final's release could have been held up by one lasts
-until that disturbance ended plus its recovery bound. Any other late release shows in the
-verdict, which names the free destination and when it was freed, for a reader to check.
+it, as far as `VISIBLE_BOUND_MS` past the append (another producer's open transaction
+holds the LSO back too). Without the samples the slack is counted from the append time.
+`RELEASE_SLACK_MS` covers the lag as measured (see its comment); a release that came
+later still (a unit killed between its commit and its settle leaves the release to the
+sweeper, seconds later) can make the rule disallow a share the table did make with every
+destination busy. A driver that causes such delays itself says when (`Disturbance`: a
+unit killed, a server restarted), and an occupancy whose final's release could have been
+held up by one lasts until that disturbance ended plus its recovery bound. Any other late
+release shows in the verdict, which names the free destination and when it was freed, for
+a reader to check.
 """
 
 from __future__ import annotations
@@ -107,6 +109,17 @@ RELEASE_SLACK_MS = 200
 # 243 ms, max 303-486 ms (table polled every 5 ms). 600 ms covers these; a placement on a
 # destination free for longer than that is still disallowed.
 LOADED_RELEASE_SLACK_MS = 600
+
+# How far past a final's append the slack may start from its sampled visibility
+# (`Placed.visible_ms`). The LSO is held back by the oldest open transaction of ANY
+# producer on the partition: a unit killed with a transaction open (ended by the broker
+# only after `transaction.timeout.ms` plus its abort check) keeps every other unit's
+# finals there from being seen visible for seconds, although their commits and releases
+# came at once. Unbounded, that would excuse placements on destinations that were free.
+# 2 s covers the slow commits seen (a CI run's catch-up after the broker restart: finals
+# released 645-664 ms after their append, beyond the loaded slack); a release later than
+# that is still disallowed unless a disturbance explains it.
+VISIBLE_BOUND_MS = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +248,9 @@ def occupancy(
             continue
         first.setdefault(r.group, r)
         if r.final and r.group not in end:
-            end[r.group], late = release_by(r.committed_ms, release_slack_ms, disturbances)
+            end[r.group], late = release_by(
+                r.append_ms, release_slack_ms, disturbances, r.committed_ms
+            )
             held += late
     since = opened_from or {}
     return (
@@ -277,12 +292,19 @@ def fenced(
 
 
 def release_by(
-    final_ms: int, release_slack_ms: int, disturbances: Sequence[Disturbance]
+    final_ms: int,
+    release_slack_ms: int,
+    disturbances: Sequence[Disturbance],
+    committed_ms: int | None = None,
 ) -> tuple[int, bool]:
-    """The latest a group whose final was appended at `final_ms` may be released, and
-    whether a disturbance (sorted by start) pushed it past the slack. A disturbance that
-    begins while the release is still due pushes it on, so chains of them add up."""
-    due = final_ms + release_slack_ms
+    """The latest a group whose final was appended at `final_ms` (and seen committed by
+    `committed_ms`, if sampled) may be released, and whether a disturbance (sorted by
+    start) pushed it past the slack. The slack counts from the commit, as far as
+    `VISIBLE_BOUND_MS` past the append; a disturbance is judged against the append time,
+    so a sampled commit never shortens what one held up. A disturbance that begins while
+    the release is still due pushes it on, so chains of them add up."""
+    committed = final_ms if committed_ms is None else committed_ms
+    due = max(final_ms, min(committed, final_ms + VISIBLE_BOUND_MS)) + release_slack_ms
     late = False
     for x in disturbances:
         if x.start_ms > due:

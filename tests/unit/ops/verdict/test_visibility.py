@@ -4,7 +4,13 @@ from there."""
 
 from __future__ import annotations
 
-from ops.harness.verdict.capacity import Placed, judge_side, occupancy
+from ops.harness.verdict.capacity import (
+    VISIBLE_BOUND_MS,
+    Disturbance,
+    Placed,
+    judge_side,
+    occupancy,
+)
 from ops.harness.verdict.visibility import Visibility, record_change
 
 
@@ -75,3 +81,38 @@ def test_a_share_after_a_slow_commit_is_allowed_and_after_a_quick_one_is_not() -
     assert run_with_late_commit(2_010) == (1, 1)
     # not sampled: the slack counts from the append time, as before
     assert run_with_late_commit(None) == (1, 1)
+
+
+def test_a_sampled_commit_never_shortens_an_occupancy_a_disturbance_held_up() -> None:
+    """A final appended at 1,000 just before a broker restart [1,100, 5,000] (recovery
+    8,000), seen visible once the broker was back (5,100): its release may still come as
+    late as the restart allows (reviewed: the overlap was tested against the visibility,
+    which ended the occupancy at 5,700)."""
+    restart = Disturbance(1_100, 5_000, 8_000, None, "broker restart")
+    first = rec("q1", 0, "a0", "A", False, 500)
+    plain = occupancy([first, rec("q1", 1, "a1", "A", True, 1_000)], 600, [restart])
+    seen = occupancy([first, rec("q1", 1, "a1", "A", True, 1_000, 5_100)], 600, [restart])
+    assert plain == ([(495, 13_000)], 1)
+    assert seen == plain
+
+
+def test_an_lso_held_back_by_another_producer_excuses_no_more_than_the_bound() -> None:
+    """A killed unit's open transaction holds q1's LSO for seconds: group A's final,
+    committed at once, is first seen visible 10 s after its append. The slack then counts
+    from the append + VISIBLE_BOUND_MS at most, so a share 4 s later, q1 long free, is
+    still disallowed."""
+
+    def run(visible: int | None) -> int:
+        records = [
+            rec("q1", 0, "a0", "A", False, 1_000),
+            rec("q1", 2, "a1", "A", True, 2_000, visible),
+            rec("q2", 0, "b0", "B", False, 1_100),
+            rec("q2", 1, "x", None, False, 6_000),
+            rec("q2", 2, "b1", "B", True, 9_000),
+        ]
+        return judge_side("send", records, ("q1", "q2"), release_slack_ms=600).disallowed
+
+    assert run(None) == run(2_010) == run(12_000) == 1
+    assert occupancy([rec("q1", 0, "a", "A", True, 2_000, 12_000)], 600)[0] == [
+        (1_995, 2_000 + VISIBLE_BOUND_MS + 600)
+    ]
