@@ -17,6 +17,7 @@ from router.state.store import find_group
 from router.table import steer
 from router.table import view as tableview
 from router.table.store.management import ManagementTable
+from router.topology import cells
 from router.topology.side import table_for
 
 NOT_CONFIRMED = 3  # exit code: a steering command without --yes (nothing changed)
@@ -37,6 +38,7 @@ def table() -> None:
 
 def _table(ctx: click.Context, side: str) -> ManagementTable:
     settings: RouterSettings = ctx.obj["settings"]
+    cells.not_built(settings, "router table")
     return table_for(settings, side, redis_client(settings.redis))  # type: ignore[arg-type]
 
 

@@ -32,6 +32,7 @@ from router.console.snapshot import Sample, SideSnapshot, rates
 from router.console.view import status
 from router.metrics.registry import read_all
 from router.table import view as tableview
+from router.topology import cells
 from router.topology.side import table_for
 
 log = logging.getLogger("router.console")
@@ -49,6 +50,7 @@ class Console:
     """Reads the tables and counters; keeps recent counter samples for throughput."""
 
     def __init__(self, settings: RouterSettings, client: RedisClient | None = None) -> None:
+        cells.not_built(settings, "the console")
         self.settings = settings
         self.client = client or redis_client(settings.redis)
         self._samples: deque[Sample] = deque()

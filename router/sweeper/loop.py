@@ -48,6 +48,7 @@ from router.sweeper.horizon import NEVER, HorizonReader, Horizons, HorizonUnknow
 from router.sweeper.publish import BROKER_TIMEOUT_S
 from router.table.gauges import open_groups
 from router.table.store.management import ManagementTable, Side
+from router.topology import cells
 from router.topology.side import side_spec, table_for
 
 log = logging.getLogger("router.sweeper")
@@ -78,6 +79,7 @@ class Sweeper:
         redis_client: RedisClient | None = None,
         horizons: HorizonReader | None = None,
     ):
+        cells.not_built(settings, "the sweeper")
         self.settings = settings
         self.instance = clients.instance_id()
         self._redis = redis_client or redisclient.redis_client(settings.redis)

@@ -19,6 +19,7 @@ from router.config.settings import RouterSettings
 from router.metrics.registry import Metrics
 from router.table.routing import STOPPED
 from router.table.store.management import ManagementTable
+from router.topology import cells
 from router.topology.side import SideSpec, table_for
 from router.unit.steps.bands import BandStep, GroupBands
 from router.unit.steps.batch import TP, Batch
@@ -185,6 +186,7 @@ class UnitContext:
 def routing_steps(ctx: UnitContext) -> RoutingSteps:
     """The steps of a transfer unit of `ctx.spec.side`."""
     s = ctx.settings
+    cells.not_built(s, "the transfer units' routing")
     table = table_for(s, ctx.spec.side, ctx.redis)
     claims = LaneClaims(table)  # its coordinator view is set by the unit (router.unit.loop)
     emitter = Emitter(s, ctx.spec, ctx.instance)
