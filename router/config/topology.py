@@ -95,13 +95,21 @@ class TopologySettings(_Section):
         return f"{self.name}.receive-units"
 
 
-def check_cells(topology: TopologySettings, room_partitions: int) -> None:
+def check_cells(topology: TopologySettings, room_partitions: int, gap_policy: str) -> None:
     """ConfigError unless every cell owns at least one partition or queue of each kind: cell
     `c` owns the send-queue partitions, transfer partitions, receive queues and room partitions
-    whose number (index) is `c` modulo the cell count."""
+    whose number (index) is `c` modulo the cell count. And not with gap policy "deliver": a
+    gap in one cell may be a logical group's members sent to another cell's partitions, and
+    delivering past it would split the group over two cells' destinations."""
     cells = topology.cells
     if cells == 1:
         return
+    if gap_policy == "deliver":
+        raise ConfigError(
+            f'topology.cells = {cells} needs routing.gap_policy = "park": a sequence gap in '
+            "one cell may be members sent to another cell's send-queue partitions, and "
+            "delivering past it would split the group"
+        )
     short = [
         f"{what} ({setting} = {have})"
         for what, setting, have in (

@@ -14,6 +14,9 @@ is another topology's). With `topology.cells = 1` nothing differs from a topolog
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
+
 from router.config.settings import RouterSettings
 from router.errors import ConfigError
 from router.table.store.management import Side
@@ -40,13 +43,24 @@ def owned(n: int, cell: int, cells: int) -> list[int]:
     return list(range(cell, n, cells))
 
 
-def destinations(settings: RouterSettings, side: Side, cell: int = 0) -> tuple[str, ...]:
-    """The names a cell's table of `side` routes to: transfer partitions ('0', '3', ...) on
-    the send side, receive queues on the receive side."""
+def destinations(settings: RouterSettings, side: Side, cell: int | None = 0) -> tuple[str, ...]:
+    """The names a cell's table of `side` routes to (None: every cell's): transfer
+    partitions ('0', '3', ...) on the send side, receive queues on the receive side."""
+    t = settings.topology
+    step, first = (1, 0) if cell is None else (t.cells, cell)
+    if side == "send":
+        return tuple(str(p) for p in owned(t.receive_units, first, step))
+    return tuple(t.receive_queues[i] for i in owned(len(t.receive_queues), first, step))
+
+
+def cell_of_destination(settings: RouterSettings, side: Side, dest: str) -> int | None:
+    """The cell whose table routes to `dest` (None: no destination of that side)."""
     t = settings.topology
     if side == "send":
-        return tuple(str(p) for p in owned(t.receive_units, cell, t.cells))
-    return tuple(t.receive_queues[i] for i in owned(len(t.receive_queues), cell, t.cells))
+        return int(dest) % t.cells if dest.isdigit() and int(dest) < t.receive_units else None
+    if dest not in t.receive_queues:
+        return None
+    return t.receive_queues.index(dest) % t.cells
 
 
 def room_partitions(settings: RouterSettings, cell: int = 0) -> list[int]:
@@ -70,13 +84,21 @@ def tag(topology: str, cell: int = 0) -> str:
     return topology if cell == 0 else f"{topology}/{cell}"
 
 
-def not_built(settings: RouterSettings, what: str) -> None:
-    """ConfigError if the topology has more than one cell: `what` does not work by cell yet."""
-    cells = settings.topology.cells
-    if cells > 1:
+def units_can_route(settings: RouterSettings) -> None:
+    """ConfigError for what units cannot do yet over several cells: wait for replicas on a
+    Redis Cluster (a unit's `WAIT` runs on one node; its cells' tables are on several)."""
+    r = settings.redis
+    if settings.topology.cells > 1 and r.cluster_nodes and r.min_replica_acks:
         raise ConfigError(
-            f"topology.cells = {cells}: not built yet for {what} (issue 30, item 3: built "
-            "are the settings, each cell's destinations and table keys; not yet the units' "
-            "routing by cell, the waiting room's cell partitions, the sweeper and the operators' "
-            "tools per cell); set topology.cells = 1"
+            f"topology.cells = {settings.topology.cells} with redis.cluster_nodes: not built "
+            "yet for redis.min_replica_acks (a unit waits for the replicas of one node only)"
         )
+
+
+def room_partition(gid: str, partitions: int | Sequence[int]) -> int:
+    """Where a group's parked records go: all of one group on one partition, in order; one of
+    `partitions` (a count: 0 .. count - 1; or the room partitions of the group's cell,
+    `router.topology.cells`)."""
+    if isinstance(partitions, int):
+        return zlib.crc32(gid.encode()) % partitions
+    return partitions[zlib.crc32(gid.encode()) % len(partitions)]

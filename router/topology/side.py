@@ -33,9 +33,9 @@ class SideSpec:
         return dest, 0
 
 
-def side_spec(settings: RouterSettings, side: Side, cell: int = 0) -> SideSpec:
-    """One side of the topology; its destinations are those of `cell`
-    (`router.topology.cells`: every destination with one cell, the default)."""
+def side_spec(settings: RouterSettings, side: Side, cell: int | None = None) -> SideSpec:
+    """One side of the topology: its destinations are every one of the side, or those of
+    `cell` (`router.topology.cells`; with one cell, the same)."""
     t, n = settings.topology, settings.priority.bands
     if side == "send":  # every band's topic of each source (router.contract.priority)
         return SideSpec(

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from router.config import RouterSettings
 from router.errors import ConfigError
+from router.security.redis import key_patterns
 from router.table.store.management import TableKeys
 from router.topology import cells
 from router.topology.side import side_spec, table_for
@@ -91,6 +92,9 @@ def test_each_cell_has_its_own_keys_and_slot_tag() -> None:
     assert receive.keys.owners == "router:{cellt/2:receive}:owners"
     assert receive.destinations == ["cellt.recv.3"]
     assert side_spec(s, "receive", 1).sources == side_spec(s, "receive", 0).sources
+    # no cell: every destination of the side (what a unit, the relay and the harness see)
+    assert side_spec(s, "send").destinations == tuple(str(t) for t in range(7))
+    assert len(side_spec(s, "receive").destinations) == 5
     assert cells.tag("cellt") == "cellt"
     assert cells.tag("cellt", 4) == "cellt/4"
 
@@ -129,7 +133,59 @@ def test_every_cell_needs_one_of_each_kind(overrides: dict[str, object], short: 
         settings(cells=2, **counts)  # two cells fit in two of each
 
 
-def test_several_cells_are_refused_where_not_built() -> None:
-    cells.not_built(settings(), "the units")  # one cell: nothing to refuse
-    with pytest.raises(ConfigError, match=r"cells = 3: not built yet for the units \(issue"):
-        cells.not_built(three(), "the units")
+def test_units_refuse_replica_acks_on_a_cluster_with_several_cells() -> None:
+    cluster = {"cluster_nodes": ["127.0.0.1:7000"], "min_replica_acks": 1}
+    cells.units_can_route(settings())  # one cell: nothing to refuse
+    s = RouterSettings(
+        topology={"name": "cellt", "cells": 2},
+        redis=cluster,
+        routing={"room_partitions": 4},
+    )
+    with pytest.raises(ConfigError, match=r"not built yet for redis\.min_replica_acks"):
+        cells.units_can_route(s)
+
+
+def test_the_cell_of_a_destination() -> None:
+    s = three()
+    assert [cells.cell_of_destination(s, "send", str(t)) for t in range(7)] == [0, 1, 2] * 2 + [0]
+    assert cells.cell_of_destination(s, "send", "7") is None
+    assert cells.cell_of_destination(s, "send", "x") is None
+    assert cells.cell_of_destination(s, "receive", "cellt.recv.5") == 1
+    assert cells.cell_of_destination(s, "receive", "nowhere") is None
+
+
+def test_a_group_parks_in_a_room_partition_of_its_cell() -> None:
+    s = three()
+    for c in range(3):
+        parts = cells.room_partitions(s, c)
+        assert {cells.room_partition(f"g{i}", parts) for i in range(100)} == set(parts)
+    # one cell: the same partition as a count gives (today's)
+    assert all(
+        cells.room_partition(f"g{i}", [0, 1, 2, 3]) == cells.room_partition(f"g{i}", 4)
+        for i in range(100)
+    )
+
+
+def test_the_acl_covers_every_cells_tables() -> None:
+    assert key_patterns(settings()) == [
+        "router:{cellt:send}:*",
+        "router:{cellt:receive}:*",
+        "router:metrics:cellt:*",
+    ]
+    assert key_patterns(three())[:6] == [
+        "router:{cellt:send}:*",
+        "router:{cellt:receive}:*",
+        "router:{cellt/1:send}:*",
+        "router:{cellt/1:receive}:*",
+        "router:{cellt/2:send}:*",
+        "router:{cellt/2:receive}:*",
+    ]
+
+
+def test_several_cells_never_deliver_past_a_gap() -> None:
+    with pytest.raises(ValidationError, match=r"cells = 3 needs routing.gap_policy = \"park\""):
+        RouterSettings(
+            topology={"name": "cellt", "cells": 3},
+            routing={"room_partitions": 4, "gap_policy": "deliver"},
+        )
+    RouterSettings(topology={"name": "cellt"}, routing={"gap_policy": "deliver"})  # one cell
