@@ -29,7 +29,7 @@ from router.topology.side import SideSpec, table_for
 from router.unit.bandsource import BandSource
 from router.unit.commit.bookkeeping import count_committed, forget_committed, tracker
 from router.unit.commit.insync import ReplicaCheck
-from router.unit.commit.leases import CellLeases, LeaseLost, Leases
+from router.unit.commit.leases import LeaseLost, leases_of
 from router.unit.commit.replicawait import ReplicaAcks
 from router.unit.commit.session import TransactionalSession
 from router.unit.commit.txnstate import TxnFailed, TxnState
@@ -77,11 +77,9 @@ class TransferUnit(Recovery):
             self.rejected,
         )  # fmt: skip
         self.steps = steps(ctx)
-        metrics = self.metrics
         tables = [table_for(settings, spec.side, self.redis, c) for c in all_cells(settings)]
-        table = tables[0]  # and each cell's (router.unit.steps.cells)
-        self.leases = CellLeases(tables, self.metrics) if tables[1:] else Leases(table, metrics)
-        self.acks = ReplicaAcks(self.redis, settings.redis, self.metrics, table.keys.entries)
+        self.leases = leases_of(tables, self.metrics)  # each cell's (router.unit.steps.cells)
+        self.acks = ReplicaAcks(self.redis, settings.redis, self.metrics, tables[0].keys.entries)
         self._track = tracker(self.rejected)
         self.publisher = MetricsPublisher(
             self.metrics,

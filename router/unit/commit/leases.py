@@ -107,6 +107,11 @@ class CellLeases(Leases):
         )
 
 
+def leases_of(tables: list[ManagementTable], metrics: Metrics) -> Leases:
+    """A unit's leases on its one table, or on each of its cells' tables."""
+    return CellLeases(tables, metrics) if len(tables) > 1 else Leases(tables[0], metrics)
+
+
 def appended_by(producer: Producer, deadline: float) -> None:
     """Every record of the open transaction on the broker before `deadline` (monotonic),
     or an abortable KafkaException (the transaction is aborted: its records are never
