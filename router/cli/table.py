@@ -5,29 +5,31 @@ without `--yes` (exit code 3); a refusal exits 1 with the reason."""
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from router.backends.redis.client import redis_client
+from router.cli.tables import (
+    _ANY_SIDE,
+    _CELL,
+    _JSON,
+    _SIDE,
+    _YES,
+    NOT_CONFIRMED,
+    SIDES,
+    _emit,
+    _fail,
+    _plan_or_stop,
+    _steer,
+    _tables,
+)
 from router.config.settings import RouterSettings
 from router.state.store import find_group
 from router.table import steer
 from router.table import view as tableview
-from router.table.store.management import ManagementTable
-from router.topology.side import table_for
 
-NOT_CONFIRMED = 3  # exit code: a steering command without --yes (nothing changed)
-SIDES = ("send", "receive")
-
-_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-_YES = click.option("--yes", is_flag=True, help="Do it (without: print the plan, exit 3).")
-_SIDE = click.option("--side", type=click.Choice(SIDES), required=True, help="Which side's table.")
-_ANY_SIDE = click.option(
-    "--side", type=click.Choice(SIDES), default=None, help="One side's table (default: both)."
-)
+__all__ = ["NOT_CONFIRMED", "table"]
 
 
 @click.group()
@@ -35,43 +37,12 @@ def table() -> None:
     """Inspect and steer the management tables in Redis."""
 
 
-def _table(ctx: click.Context, side: str) -> ManagementTable:
-    settings: RouterSettings = ctx.obj["settings"]
-    return table_for(settings, side, redis_client(settings.redis))  # type: ignore[arg-type]
-
-
-def _emit(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
-
-
-def _fail(message: str, as_json: bool) -> NoReturn:
-    if as_json:
-        _emit({"error": message})
-    raise click.ClickException(message)
-
-
-def _plan_or_stop(plan: steer.Plan, yes: bool, as_json: bool) -> None:
-    """Print the plan; without --yes, exit NOT_CONFIRMED having changed nothing."""
-    if not as_json:
-        click.echo(f"{plan.action} on the {plan.side} table ({plan.target}):")
-        for line in plan.does:
-            click.echo(f"  will: {line}")
-        for line in plan.consequences:
-            click.echo(f"  then: {line}")
-        for line in plan.warnings:
-            click.echo(f"  warning: {line}")
-    if not yes:
-        if as_json:
-            _emit({"plan": plan.as_json(), "applied": False})
-        click.echo("nothing changed: add --yes to do it", err=True)
-        sys.exit(NOT_CONFIRMED)
-
-
 # ---------------------------------------------------------------------- reading
 
 
 @table.command("list")
 @_ANY_SIDE
+@_CELL
 @click.option("--destination", default=None, help="Only entries on this destination.")
 @click.option("--state", type=click.Choice(tableview.STATES), default=None, help="Only this state.")
 @click.option("--limit", default=50, show_default=True, help="At most this many entries (text).")
@@ -80,6 +51,7 @@ def _plan_or_stop(plan: steer.Plan, yes: bool, as_json: bool) -> None:
 def table_list(
     ctx: click.Context,
     side: str | None,
+    cell: int | None,
     destination: str | None,
     state: str | None,
     limit: int,
@@ -88,11 +60,11 @@ def table_list(
     """Entries (guarantee ID -> destination, idle time, TTL, state), loads, draining
     destinations, counters and the waiting room, of one side or both."""
     out: dict[str, Any] = {}
-    for s in [side] if side else SIDES:
-        t = _table(ctx, s)
+    named = [(s, n) for s in ([side] if side else SIDES) for n in _tables(ctx, s, cell)]
+    for s, (key, t) in named:
         views = tableview.entries(t, s, destination, state)
         if as_json:
-            out[s] = {
+            out[key] = {
                 "entries": [v.as_json() for v in views],
                 "load": t.loads(),
                 "draining": sorted(t.draining()),
@@ -102,6 +74,7 @@ def table_list(
             }
         else:
             name = ctx.obj["settings"].topology.name
+            name += "" if key == s else f" cell {key.rsplit('/', 1)[1]}"
             filtered = bool(destination or state)
             click.echo("\n".join(tableview.list_lines(t, s, name, views, limit, filtered)))
     if as_json:
@@ -111,16 +84,22 @@ def table_list(
 @table.command("show")
 @click.argument("guarantee_id")
 @_ANY_SIDE
+@_CELL
 @_JSON
 @click.pass_context
-def table_show(ctx: click.Context, guarantee_id: str, side: str | None, as_json: bool) -> None:
+def table_show(
+    ctx: click.Context, guarantee_id: str, side: str | None, cell: int | None, as_json: bool
+) -> None:
     """One group end to end: a sender's record of it (lane, next seq as of its last
     checkpoint: docs/explanation/resume.md), its entry on each side (state, destination, lane, age,
     idle time, TTL, parked messages, waiting room) and receivers' statuses (last seq done,
     complete). The end records exist for clients with a sender ID or receiver state.
     Exit 1 if none of them has the group."""
-    sides = [side] if side else SIDES
-    found = {s: tableview.show(_table(ctx, s), s, guarantee_id) for s in sides}
+    found = {
+        key: tableview.show(t, s, guarantee_id)
+        for s in ([side] if side else SIDES)
+        for key, t in _tables(ctx, s, cell)
+    }
     settings: RouterSettings = ctx.obj["settings"]
     client = redis_client(settings.redis)
     ends = find_group(client, guarantee_id, settings.redis.key_prefix)
@@ -129,8 +108,8 @@ def table_show(ctx: click.Context, guarantee_id: str, side: str | None, as_json:
         out.update(tableview.ends_json(*ends))
         _emit(out)
     else:
-        for s, v in found.items():
-            click.echo("\n".join(tableview.show_lines(s, guarantee_id, v)))
+        for key, v in found.items():
+            click.echo("\n".join(tableview.show_lines(key, guarantee_id, v)))
         for line in tableview.ends_lines(*ends):
             click.echo(line)
     if not any(found.values()) and not any(ends):
@@ -140,16 +119,8 @@ def table_show(ctx: click.Context, guarantee_id: str, side: str | None, as_json:
 # ---------------------------------------------------------------------- steering
 
 
-def _steer(ctx: click.Context, side: str, plan: Any, as_json: bool) -> tuple[ManagementTable, Any]:
-    """The side's table and `plan(table)`, refusals reported."""
-    t = _table(ctx, side)
-    try:
-        return t, plan(t)
-    except steer.SteerError as exc:
-        _fail(str(exc), as_json)
-
-
 @table.command("pin")
+@_CELL
 @click.argument("guarantee_id")
 @click.argument("destination")
 @_SIDE
@@ -159,6 +130,7 @@ def _steer(ctx: click.Context, side: str, plan: Any, as_json: bool) -> tuple[Man
 @click.pass_context
 def table_pin(
     ctx: click.Context,
+    cell: int | None,
     guarantee_id: str,
     destination: str,
     side: str,
@@ -169,7 +141,12 @@ def table_pin(
     """Pin a NEW group (no entry yet) to DESTINATION: its first message goes there."""
     ttl = ttl_ms or ctx.obj["settings"].routing.default_ttl_ms
     t, plan = _steer(
-        ctx, side, lambda t: steer.plan_pin(t, side, guarantee_id, destination, ttl), as_json
+        ctx,
+        side,
+        lambda t: steer.plan_pin(t, side, guarantee_id, destination, ttl),
+        as_json,
+        cell,
+        destination,
     )
     _plan_or_stop(plan, yes, as_json)
     try:
@@ -184,6 +161,7 @@ def table_pin(
 
 
 @table.command("drain")
+@_CELL
 @click.argument("destination")
 @_SIDE
 @click.option("--wait", is_flag=True, help="Then wait until no group is open there.")
@@ -193,6 +171,7 @@ def table_pin(
 @click.pass_context
 def table_drain(
     ctx: click.Context,
+    cell: int | None,
     destination: str,
     side: str,
     wait: bool,
@@ -202,7 +181,9 @@ def table_drain(
 ) -> None:
     """Place no new group or ordinary message on DESTINATION (open groups finish there);
     reports the groups left, and with --wait waits for them (exit 1 at the timeout)."""
-    t, plan = _steer(ctx, side, lambda t: steer.plan_drain(t, side, destination), as_json)
+    t, plan = _steer(
+        ctx, side, lambda t: steer.plan_drain(t, side, destination), as_json, cell, destination
+    )
     _plan_or_stop(plan, yes, as_json)
     status = steer.drain(t, side, destination)
     if not as_json:
@@ -227,16 +208,19 @@ def table_drain(
 
 
 @table.command("undrain")
+@_CELL
 @click.argument("destination")
 @_SIDE
 @_YES
 @_JSON
 @click.pass_context
 def table_undrain(
-    ctx: click.Context, destination: str, side: str, yes: bool, as_json: bool
+    ctx: click.Context, cell: int | None, destination: str, side: str, yes: bool, as_json: bool
 ) -> None:
     """End the drain of DESTINATION."""
-    t, plan = _steer(ctx, side, lambda t: steer.plan_undrain(t, side, destination), as_json)
+    t, plan = _steer(
+        ctx, side, lambda t: steer.plan_undrain(t, side, destination), as_json, cell, destination
+    )
     _plan_or_stop(plan, yes, as_json)
     was = steer.undrain(t, side, destination)
     if as_json:
@@ -246,14 +230,19 @@ def table_undrain(
 
 
 @table.command("evict")
+@_CELL
 @click.argument("destination")
 @_SIDE
 @_YES
 @_JSON
 @click.pass_context
-def table_evict(ctx: click.Context, destination: str, side: str, yes: bool, as_json: bool) -> None:
+def table_evict(
+    ctx: click.Context, cell: int | None, destination: str, side: str, yes: bool, as_json: bool
+) -> None:
     """Remove every entry on DESTINATION (like `release` for each)."""
-    t, plan = _steer(ctx, side, lambda t: steer.plan_evict(t, side, destination), as_json)
+    t, plan = _steer(
+        ctx, side, lambda t: steer.plan_evict(t, side, destination), as_json, cell, destination
+    )
     _plan_or_stop(plan, yes, as_json)
     n = steer.evict(t, destination, plan.groups)
     if as_json:
@@ -263,17 +252,25 @@ def table_evict(ctx: click.Context, destination: str, side: str, yes: bool, as_j
 
 
 @table.command("release")
+@_CELL
 @_SIDE
 @click.argument("guarantee_id")
 @_YES
 @_JSON
 @click.pass_context
 def table_release(
-    ctx: click.Context, side: str, guarantee_id: str, yes: bool, as_json: bool
+    ctx: click.Context, cell: int | None, side: str, guarantee_id: str, yes: bool, as_json: bool
 ) -> None:
     """Remove one entry by hand (its destination becomes free; later messages of the
     group start a new assignment)."""
-    t, plan = _steer(ctx, side, lambda t: steer.plan_release(t, side, guarantee_id), as_json)
+    t, plan = _steer(
+        ctx,
+        side,
+        lambda t: steer.plan_release(t, side, guarantee_id),
+        as_json,
+        cell,
+        gid=guarantee_id,
+    )
     _plan_or_stop(plan, yes, as_json)
     n = steer.release(t, guarantee_id)
     if as_json:

@@ -30,7 +30,7 @@ from router.config.servers import (
     _Section,
     read_secret,
 )
-from router.config.topology import TopologySettings
+from router.config.topology import TopologySettings, check_cells
 from router.config.tracing import TracingSettings
 from router.errors import ConfigError, ConfigNotFound
 
@@ -253,6 +253,7 @@ class RouterSettings(BaseSettings):
     def _registry_for_subjects(self) -> RouterSettings:
         if self.routing.subject_by_type and self.registry.url is None:
             raise ConfigError("routing.subject_by_type needs registry.url (a Schema Registry)")
+        check_cells(self.topology, self.routing.room_partitions, self.routing.gap_policy)
         return self
 
     @classmethod

@@ -33,6 +33,11 @@ class TopologySettings(_Section):
     transfer_topic: str = ""
     events_topic: str = ""
     dead_letter_topic: str = ""
+    # Cells (docs/explanation/cells.md, `router.topology.cells`): the topology split into this
+    # many cells, each with a table per side on a hash slot of its own; 1: one table per side,
+    # today's keys. Every cell needs a send-queue partition, a transfer partition, a receive
+    # queue and a room partition per side (`check_cells`).
+    cells: int = Field(1, ge=1, le=64)
 
     @field_validator("name")
     @classmethod
@@ -88,3 +93,36 @@ class TopologySettings(_Section):
     def receive_group(self) -> str:
         """Consumer group of the receive-side units (over the transfer topic)."""
         return f"{self.name}.receive-units"
+
+
+def check_cells(topology: TopologySettings, room_partitions: int, gap_policy: str) -> None:
+    """ConfigError unless every cell owns at least one partition or queue of each kind: cell
+    `c` owns the send-queue partitions, transfer partitions, receive queues and room partitions
+    whose number (index) is `c` modulo the cell count. And not with gap policy "deliver": a
+    gap in one cell may be a logical group's members sent to another cell's partitions, and
+    delivering past it would split the group over two cells' destinations."""
+    cells = topology.cells
+    if cells == 1:
+        return
+    if gap_policy == "deliver":
+        raise ConfigError(
+            f'topology.cells = {cells} needs routing.gap_policy = "park": a sequence gap in '
+            "one cell may be members sent to another cell's send-queue partitions, and "
+            "delivering past it would split the group"
+        )
+    short = [
+        f"{what} ({setting} = {have})"
+        for what, setting, have in (
+            ("send-queue partitions", "topology.send_queue_partitions",
+             topology.send_queue_partitions),
+            ("transfer partitions", "topology.receive_units", topology.receive_units),
+            ("receive queues", "topology receive queues", len(topology.receive_queues)),
+            ("room partitions", "routing.room_partitions", room_partitions),
+        )
+        if have < cells
+    ]  # fmt: skip
+    if short:
+        raise ConfigError(
+            f"topology.cells = {cells} needs at least {cells} of each kind, one per cell; "
+            f"too few {', '.join(short)}"
+        )

@@ -32,6 +32,7 @@ from router.console.snapshot import Sample, SideSnapshot, rates
 from router.console.view import status
 from router.metrics.registry import read_all
 from router.table import view as tableview
+from router.topology import cells
 from router.topology.side import table_for
 
 log = logging.getLogger("router.console")
@@ -56,12 +57,27 @@ class Console:
         self._lock = threading.Lock()
 
     def snapshot(self, side: str) -> SideSnapshot:
-        t = table_for(self.settings, side, self.client)  # type: ignore[arg-type]
-        now, room = t.now_ms(), t.room()  # the room read once: it may hold 10,000 groups
-        views = [tableview.view(side, g, e, now, room) for g, e in t.entries().items()]
+        """One side's tables, every cell's together (`router.topology.cells`: their
+        destinations and groups are disjoint; their counters add up)."""
+        tables = [
+            table_for(self.settings, side, self.client, c)  # type: ignore[arg-type]
+            for c in cells.all_cells(self.settings)
+        ]
+        now = tables[0].now_ms()
+        views, dests, draining, admitted = [], [], set(), {}
+        room: dict[str, int] = {}
+        stats: dict[str, int] = {}
+        for t in tables:
+            cell_room = t.room()  # the room read once: it may hold 10,000 groups
+            views += [tableview.view(side, g, e, now, cell_room) for g, e in t.entries().items()]
+            dests += t.destinations
+            draining |= t.draining()
+            room.update(cell_room)
+            admitted.update(t.admitted())
+            for name, n in t.stats().items():
+                stats[name] = stats.get(name, 0) + n
         return SideSnapshot(
-            side, tuple(t.destinations), views, sorted(t.draining()), t.stats(), room,
-            t.admitted(), now,
+            side, tuple(dests), views, sorted(draining), stats, room, admitted, now,
         )  # fmt: skip
 
     def sample(self) -> tuple[Sample, Sample | None]:

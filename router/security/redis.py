@@ -18,6 +18,7 @@ from router.backends.redis.client import RedisClient
 from router.config.settings import RouterSettings
 from router.errors import RouterError
 from router.table.store.codec import Side, TableKeys
+from router.topology import cells
 
 SIDES: tuple[Side, ...] = ("send", "receive")
 
@@ -40,10 +41,15 @@ CLUSTER_COMMANDS = ("cluster|slots", "command")
 
 
 def key_patterns(settings: RouterSettings) -> list[str]:
-    """The key patterns of the topology's tables and metrics (`router.table.store.codec`,
-    `router.metrics.registry.metrics_key`): nothing else in Redis."""
+    """The key patterns of the topology's tables (each cell's: `router.topology.cells`) and
+    metrics (`router.table.store.codec`, `router.metrics.registry.metrics_key`): nothing else
+    in Redis."""
     prefix, name = settings.redis.key_prefix, settings.topology.name
-    tables = [TableKeys.of(prefix, name, side).entries.rsplit(":", 1)[0] for side in SIDES]
+    tables = [
+        TableKeys.of(prefix, cells.tag(name, c), side).entries.rsplit(":", 1)[0]
+        for c in cells.all_cells(settings)
+        for side in SIDES
+    ]
     return [*(f"{base}:*" for base in tables), f"{prefix}:metrics:{name}:*"]
 
 
@@ -97,8 +103,9 @@ def check_access(client: RedisClient, settings: RouterSettings) -> None:
     not refused: the process starts and backs off as usual."""
     prefix, name = settings.redis.key_prefix, settings.topology.name
     try:
-        for side in SIDES:
-            client.get(TableKeys.of(prefix, name, side).cursor)
+        for c in cells.all_cells(settings):
+            for side in SIDES:
+                client.get(TableKeys.of(prefix, cells.tag(name, c), side).cursor)
     except redis.RedisError as exc:
         message = refused(exc, settings)
         if message is not None:

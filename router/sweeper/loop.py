@@ -48,6 +48,7 @@ from router.sweeper.horizon import NEVER, HorizonReader, Horizons, HorizonUnknow
 from router.sweeper.publish import BROKER_TIMEOUT_S
 from router.table.gauges import open_groups
 from router.table.store.management import ManagementTable, Side
+from router.topology import cells
 from router.topology.side import side_spec, table_for
 
 log = logging.getLogger("router.sweeper")
@@ -84,6 +85,12 @@ class Sweeper:
         self.tables: dict[Side, ManagementTable] = {
             side: table_for(settings, side, self._redis) for side in SIDES
         }
+        # every table: each side of each cell (`router.topology.cells`), cell 0 first
+        self.cell_tables: list[tuple[Side, int, ManagementTable]] = [
+            (side, c, self.tables[side] if c == 0 else table_for(settings, side, self._redis, c))
+            for c in cells.all_cells(settings)
+            for side in SIDES
+        ]
         self.metrics = Metrics()
         self._publisher = MetricsPublisher(
             self.metrics,
@@ -103,7 +110,7 @@ class Sweeper:
             "sweeper",
             self.metrics,
             self._publisher,
-            refresh=open_groups(self.tables, self.metrics),
+            refresh=open_groups([(s, t) for s, _, t in self.cell_tables], self.metrics),
             period_s=settings.sweeper.interval_ms / 1000,
         )
 
@@ -141,7 +148,7 @@ class Sweeper:
     def run_once(self) -> SweepReport:
         report = SweepReport()
         report.swept = self._sweep_expired()
-        for side, table in self.tables.items():
+        for side, _, table in self.cell_tables:
             report.published += publish.outbox(self._producer, self.settings, side, table)
             report.resolved += self._resolve_closing(side, table)
             report.leases_ended += self._end_leases(side, table)
@@ -164,10 +171,15 @@ class Sweeper:
             return 0
         self._writers_at = now
         total = 0
-        for side, table in self.tables.items():
+        for side, cell, table in self.cell_tables:
             gone, kept = table.forget_idle_writers()
             if gone:
-                log.info("%s table: forgot %d idle unit processes, %d remain", side, gone, kept)
+                log.info(
+                    "%s table: forgot %d idle unit processes, %d remain",
+                    named(side, cell),
+                    gone,
+                    kept,
+                )
             total += gone
         return total
 
@@ -182,12 +194,12 @@ class Sweeper:
         horizon; with no horizon (the broker away), none."""
         now = self.tables["send"].now_ms()
         cutoff = now - self.horizons.delivery_slack_ms
-        due: dict[Side, float] = {}
-        for side, table in self.tables.items():
+        due: dict[int, float] = {}  # index in cell_tables -> its oldest deadline
+        for i, (_, _, table) in enumerate(self.cell_tables):
             # redis-py types sync and async results as one union; this client is synchronous.
             oldest: Any = self._redis.zrange(table.keys.deadlines, 0, 0, withscores=True)
             if oldest and float(oldest[0][1]) < cutoff:
-                due[side] = float(oldest[0][1])
+                due[i] = float(oldest[0][1])
         try:
             horizons = self.horizons.round(now, min(due.values()) if due else None)
         except HorizonUnknown as exc:
@@ -198,7 +210,7 @@ class Sweeper:
                 horizon_log.warning(
                     "not sweeping this round, no horizon (%s table has entries past their "
                     "TTL since %s): %s",
-                    " and ".join(due),
+                    " and ".join(sorted({self.cell_tables[i][0] for i in due})),
                     _ms(min(due.values())),
                     exc,
                 )
@@ -207,26 +219,28 @@ class Sweeper:
             return 0
         swept = 0
         deferred = False
-        for side, oldest_deadline in due.items():
+        for i, oldest_deadline in due.items():
+            side, cell, table = self.cell_tables[i]
             horizon = horizons.of(side)
             if horizon <= oldest_deadline:
                 deferred = True
                 horizon_log.info(
                     "%s table: entries past their TTL since %s kept, their side's horizon "
                     "is %s (records written before it not yet all routed%s)",
-                    side,
+                    named(side, cell),
                     _ms(oldest_deadline),
                     _ms(horizon),
                     f": {horizons.note}" if horizons.note else "",
                 )
                 continue
-            swept += self._sweep_side(side, horizons)
+            swept += self._sweep_side(side, table, horizons, cell)
         if deferred:
             self.metrics.inc("sweep_deferred")
         return swept
 
-    def _sweep_side(self, side: Side, horizons: Horizons) -> int:
-        table = self.tables[side]
+    def _sweep_side(
+        self, side: Side, table: ManagementTable, horizons: Horizons, cell: int = 0
+    ) -> int:
         limit = self.settings.sweeper.batch
         horizon = int(horizons.of(side))  # finite: at most now - the delivery slack
         count = 0
@@ -237,7 +251,7 @@ class Sweeper:
                 log.info(
                     "%s table: swept abandoned group %r (destination %s, idle > %d ms, "
                     "every record written before %s routed)",
-                    side,
+                    named(side, cell),
                     s.guarantee_id,
                     s.entry.dest,
                     s.entry.ttl_ms,
@@ -277,3 +291,8 @@ def _ms(ms: float) -> str:
     if ms == float("inf"):
         return "forever"
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+
+def named(side: Side, cell: int) -> str:
+    """A table, for logs: its side, and its cell if not 0."""
+    return side if cell == 0 else f"{side} (cell {cell})"

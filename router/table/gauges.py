@@ -5,6 +5,7 @@ refreshed once an interval."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 
 import redis
 
@@ -23,10 +24,16 @@ def room_levels(count: int, oldest_ms: int | None, now_ms: int) -> tuple[float, 
     return float(count), 0.0 if oldest_ms is None else max(0.0, (now_ms - oldest_ms) / 1000)
 
 
-def open_groups(tables: dict[Side, ManagementTable], metrics: Metrics) -> Refresh:
+def open_groups(
+    tables: Mapping[Side, ManagementTable] | Sequence[tuple[Side, ManagementTable]],
+    metrics: Metrics,
+) -> Refresh:
     """Refreshes the open groups per destination of `tables` (every destination, 0 too)
     and each side's room gauges (one more round trip per table); not while Redis does not
-    answer (the loop would wait for it twice an interval)."""
+    answer (the loop would wait for it twice an interval). Several tables of one side (its
+    cells: `router.topology.cells`) add up: their destinations are disjoint, their rooms'
+    waiting groups are summed and the oldest wait is the oldest of any."""
+    pairs = list(tables.items()) if isinstance(tables, Mapping) else list(tables)
 
     def refresh(gauges: Gauges, redis_answers: bool) -> None:
         if not redis_answers:
@@ -36,10 +43,12 @@ def open_groups(tables: dict[Side, ManagementTable], metrics: Metrics) -> Refres
         values: dict[tuple[str, ...], float] = {}
         waiting: dict[tuple[str, ...], float] = {}
         oldest: dict[tuple[str, ...], float] = {}
-        for side, table in tables.items():
+        for side, table in pairs:
             try:
                 loads = table.loads()
-                waiting[(side,)], oldest[(side,)] = room_levels(*table.room_size())
+                count, age = room_levels(*table.room_size())
+                waiting[(side,)] = waiting.get((side,), 0.0) + count
+                oldest[(side,)] = max(oldest.get((side,), 0.0), age)
             except redis.RedisError as exc:
                 metrics.inc("redis_errors")
                 log.debug("no gauges of the %s table this interval: %s", side, exc)

@@ -15,6 +15,7 @@ from router.backends.redis.client import RedisClient
 from router.config.settings import RouterSettings
 from router.contract.priority import band_topics
 from router.table.store.management import ManagementTable, Side, TableKeys
+from router.topology import cells
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,29 +33,34 @@ class SideSpec:
         return dest, 0
 
 
-def side_spec(settings: RouterSettings, side: Side) -> SideSpec:
+def side_spec(settings: RouterSettings, side: Side, cell: int | None = None) -> SideSpec:
+    """One side of the topology: its destinations are every one of the side, or those of
+    `cell` (`router.topology.cells`; with one cell, the same)."""
     t, n = settings.topology, settings.priority.bands
     if side == "send":  # every band's topic of each source (router.contract.priority)
         return SideSpec(
             "send",
             tuple(b for q in t.send_queues for b in band_topics(q, n)),
             t.send_group,
-            tuple(str(p) for p in range(t.receive_units)),
+            cells.destinations(settings, "send", cell),
             t.transfer_topic,
         )
     return SideSpec(
         "receive",
         tuple(band_topics(t.transfer_topic, n)),
         t.receive_group,
-        tuple(t.receive_queues),
+        cells.destinations(settings, "receive", cell),
         t.transfer_topic,
     )
 
 
-def table_for(settings: RouterSettings, side: Side, client: RedisClient) -> ManagementTable:
-    """The management table of one side, as every unit and tool of that side sees it."""
-    spec = side_spec(settings, side)
-    keys = TableKeys.of(settings.redis.key_prefix, settings.topology.name, side)
+def table_for(
+    settings: RouterSettings, side: Side, client: RedisClient, cell: int = 0
+) -> ManagementTable:
+    """The management table of one side (of one cell: `router.topology.cells`), as every
+    unit and tool of that side sees it."""
+    spec = side_spec(settings, side, cell)
+    keys = TableKeys.of(settings.redis.key_prefix, cells.tag(settings.topology.name, cell), side)
     # An in-flight lease outlives any transaction the batch could still commit.
     lease = settings.kafka.transaction_timeout_ms + 5_000
     routing = settings.routing

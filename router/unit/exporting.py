@@ -64,7 +64,10 @@ def unit_exporter(unit: ExportedUnit) -> Exporter:
         sum(source_lag(source.consumer, source.assigned).values())
     )
     table: ManagementTable | None = getattr(unit.steps, "table", None)
-    tables = open_groups({unit.spec.side: table}, unit.metrics) if table is not None else None
+    # each cell's table (router.unit.steps.cells), or its one table (none: the raw relay)
+    cells: list[ManagementTable] = getattr(unit.steps, "tables", [table] if table else [])
+    side = unit.spec.side
+    tables = open_groups([(side, t) for t in cells], unit.metrics) if cells else None
 
     def refresh(gauges: Gauges, redis_answers: bool) -> None:
         gauges.values["source_lag"] = source_lag(source.consumer, source.assigned)

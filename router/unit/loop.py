@@ -24,11 +24,12 @@ from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
 from router.security import kafka as kafkaauth
 from router.security.redis import RedisRefused, check_access
 from router.topology import topics
+from router.topology.cells import all_cells
 from router.topology.side import SideSpec, table_for
 from router.unit.bandsource import BandSource
 from router.unit.commit.bookkeeping import count_committed, forget_committed, tracker
 from router.unit.commit.insync import ReplicaCheck
-from router.unit.commit.leases import LeaseLost, Leases
+from router.unit.commit.leases import LeaseLost, leases_of
 from router.unit.commit.replicawait import ReplicaAcks
 from router.unit.commit.session import TransactionalSession
 from router.unit.commit.txnstate import TxnFailed, TxnState
@@ -76,9 +77,9 @@ class TransferUnit(Recovery):
             self.rejected,
         )  # fmt: skip
         self.steps = steps(ctx)
-        table = table_for(settings, spec.side, self.redis)
-        self.leases = Leases(table, self.metrics)
-        self.acks = ReplicaAcks(self.redis, settings.redis, self.metrics, table.keys.entries)
+        tables = [table_for(settings, spec.side, self.redis, c) for c in all_cells(settings)]
+        self.leases = leases_of(tables, self.metrics)  # each cell's (router.unit.steps.cells)
+        self.acks = ReplicaAcks(self.redis, settings.redis, self.metrics, tables[0].keys.entries)
         self._track = tracker(self.rejected)
         self.publisher = MetricsPublisher(
             self.metrics,

@@ -44,6 +44,7 @@ from router.config import RouterSettings, load_settings
 from router.contract.priority import band_topics
 from router.metrics.registry import read_all
 from router.table.store.management import Side
+from router.topology.cells import all_cells
 from router.topology.side import side_spec, table_for
 from router.topology.topics import ensure_topics, plan
 
@@ -275,7 +276,8 @@ class Pipeline:
         client = redis_client(self.settings.redis)
         sides: tuple[Side, ...] = ("send", "receive")
         for side in sides:
-            table_for(self.settings, side, client).drop()
+            for cell in all_cells(self.settings):  # each cell's (router.topology.cells)
+                table_for(self.settings, side, client, cell).drop()
         names = [s.name for s in plan(self.settings) if s.name not in keep]
         for future in self._admin.delete_topics(names, operation_timeout=30).values():
             try:
@@ -287,9 +289,13 @@ class Pipeline:
 
     def table_stats(self) -> dict[Side, dict[str, int]]:
         client = redis_client(self.settings.redis)
-        return {
-            side: table_for(self.settings, side, client).stats() for side in ("send", "receive")
-        }
+        out: dict[Side, dict[str, int]] = {}
+        for side in ("send", "receive"):
+            stats = out[side] = {}
+            for cell in all_cells(self.settings):  # summed over the cells' tables
+                for name, n in table_for(self.settings, side, client, cell).stats().items():
+                    stats[name] = stats.get(name, 0) + n
+        return out
 
     def shared(self) -> dict[str, int]:
         """Busy destinations shared, per side: the tables' own counters, to explain a

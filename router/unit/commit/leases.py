@@ -41,6 +41,7 @@ from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.table.store.management import ManagementTable
 from router.unit.steps.batch import Batch
+from router.unit.steps.cells import shares
 
 MARGIN_S = 2.0  # at most; a quarter of the lease if that is shorter
 
@@ -71,7 +72,7 @@ class Leases:
             return until
         metrics = self.metrics
         try:
-            renewed = self.table.renew(batch.id, dests, parked)
+            renewed = self.renew(batch, dests, parked)
         except redis.RedisError as exc:
             metrics.inc("redis_errors")
             raise LeaseLost(
@@ -85,6 +86,30 @@ class Leases:
             )
         until = batch.lease_until = now + self.lease_s - self.margin_s
         return until
+
+    def renew(self, batch: Batch, dests: Collection[str], parked: bool) -> bool:
+        return self.table.renew(batch.id, dests, parked)
+
+
+class CellLeases(Leases):
+    """A batch's leases over several cells (`router.unit.steps.cells`): each cell's share
+    renews its own on its own cell's table; the batch keeps them only if every cell did."""
+
+    def __init__(self, tables: list[ManagementTable], metrics: Metrics) -> None:
+        super().__init__(tables[0], metrics)
+        self.tables = tables
+
+    def renew(self, batch: Batch, dests: Collection[str], parked: bool) -> bool:
+        return all(
+            table.renew(batch.id, o.ordinary_dests, o.parked_in_room > 0)
+            for table, (_, o) in zip(self.tables, shares(batch), strict=False)
+            if o.ordinary_dests or o.parked_in_room
+        )
+
+
+def leases_of(tables: list[ManagementTable], metrics: Metrics) -> Leases:
+    """A unit's leases on its one table, or on each of its cells' tables."""
+    return CellLeases(tables, metrics) if len(tables) > 1 else Leases(tables[0], metrics)
 
 
 def appended_by(producer: Producer, deadline: float) -> None:

@@ -19,24 +19,51 @@ from router.config.settings import RouterSettings
 from router.metrics.registry import Metrics
 from router.table.routing import STOPPED
 from router.table.store.management import ManagementTable
-from router.topology.side import SideSpec, table_for
+from router.topology import cells
+from router.topology.side import SideSpec, side_spec, table_for
 from router.unit.steps.bands import BandStep, GroupBands
 from router.unit.steps.batch import TP, Batch
+from router.unit.steps.cells import CellRouting
 from router.unit.steps.classify import Classifier
 from router.unit.steps.drain.step import Drain
 from router.unit.steps.emit.emitter import Emitter
 from router.unit.steps.emit.records import Output
 from router.unit.steps.holds import Holds
-from router.unit.steps.ownership import LaneClaims
+from router.unit.steps.ownership import Held, LaneClaims
 from router.unit.steps.route import TableRoute
 from router.utils.faults import Faults
 
 log = logging.getLogger("router.steps")
 
 
+class Room(Protocol):
+    """The waiting room as the run loop sees it: a drain step (`Drain`), or each cell's
+    (`router.unit.steps.cells.CellRoom`)."""
+
+    topic: str
+    consumer: object
+
+    @property
+    def eager(self) -> bool: ...
+    def busy(self) -> bool: ...
+    def due(self) -> bool: ...
+    def reset(self) -> None: ...
+    def assign(self, tps: list[TP]) -> None: ...
+    def revoke(self, tps: list[TP]) -> None: ...
+
+
+class Claims(Protocol):
+    held: Held | None  # the group coordinator's view, set by the unit
+
+
 class Steps(Protocol):
-    room: Drain | None  # the drain step, if the unit has a waiting room
-    claims: LaneClaims | None  # its claims on its partitions in the table, if it has one
+    @property
+    def room(self) -> Room | None:
+        """The drain step, if the unit has a waiting room."""
+
+    @property
+    def claims(self) -> Claims | None:
+        """Its claims on its partitions in the table, if it has one."""
 
     def decide(self, batch: Batch, messages: list[Message]) -> None:
         """Fill the batch: items and their decisions, or `batch.failure`."""
@@ -182,17 +209,33 @@ class UnitContext:
     rejected: dict[tuple[str, int, int], str]  # source position -> the broker's refusal
 
 
-def routing_steps(ctx: UnitContext) -> RoutingSteps:
-    """The steps of a transfer unit of `ctx.spec.side`."""
+def routing_steps(ctx: UnitContext) -> RoutingSteps | CellRouting:
+    """The steps of a transfer unit of `ctx.spec.side`: with several cells, each cell's
+    (`router.unit.steps.cells`)."""
+    n = ctx.settings.topology.cells
+    if n == 1:
+        return cell_steps(ctx, 0)
+    cells.units_can_route(ctx.settings)
+    return CellRouting([cell_steps(ctx, c) for c in range(n)])
+
+
+def cell_steps(ctx: UnitContext, cell: int) -> RoutingSteps:
+    """The steps of a transfer unit of `ctx.spec.side` for one cell's share of its batches:
+    the cell's table, destinations and room partitions (with one cell: all of them)."""
     s = ctx.settings
-    table = table_for(s, ctx.spec.side, ctx.redis)
+    one = s.topology.cells == 1
+    spec = ctx.spec if one else side_spec(s, ctx.spec.side, cell)
+    table = table_for(s, ctx.spec.side, ctx.redis, cell)
     claims = LaneClaims(table)  # its coordinator view is set by the unit (router.unit.loop)
-    emitter = Emitter(s, ctx.spec, ctx.instance)
+    parts: int | list[int] = s.routing.room_partitions
+    if not one:
+        parts = cells.room_partitions(s, cell)
+    emitter = Emitter(s, spec, ctx.instance, None if isinstance(parts, int) else parts)
     room = Drain(
         table,
-        ctx.spec,
+        spec,
         s.topology.room_topic(ctx.spec.side),
-        s.routing.room_partitions,
+        parts,
         emitter,
         ctx.metrics,
         s.routing.gap_timeout_ms,
@@ -224,12 +267,13 @@ def routing_steps(ctx: UnitContext) -> RoutingSteps:
             sequenced=ctx.spec.side == "send",
             fanout=ctx.spec.side == "receive",
             claims=claims,
+            cell_queues=None if one else spec.destinations,
         ),
         emitter,
         table,
         ctx.metrics,
         room,
         bands,
-        table_for(s, ctx.spec.side, redis_client(s.redis)),
+        table_for(s, ctx.spec.side, redis_client(s.redis), cell),
         claims,
     )

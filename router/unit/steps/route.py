@@ -19,6 +19,7 @@ from router.table.routing import HELD, RouteRequest
 from router.table.store.management import ManagementTable
 from router.table.store.owners import LaneFenced
 from router.unit.steps.batch import Batch, Item
+from router.unit.steps.emit.reasons import cross_cell
 from router.unit.steps.holds import Holds
 from router.unit.steps.ownership import LaneClaims, Unclaimed, lane_of
 from router.utils.faults import Faults
@@ -80,7 +81,11 @@ class TableRoute:
         sequenced: bool = False,
         fanout: bool = False,
         claims: LaneClaims | None = None,
+        cell_queues: tuple[str, ...] | None = None,
     ) -> None:
+        # the receive queues of this unit's cell, if the topology has several (multicast
+        # beyond them is dead-lettered: `router.unit.steps.emit.reasons.cross_cell`)
+        self.cell_queues = None if cell_queues is None else frozenset(cell_queues)
         self.claims = claims  # the unit's claims on its lanes: None, not fenced (tools, tests)
         self.sequenced = sequenced  # logical order applies (send side)
         self.fanout = fanout  # multicast messages are copied to their queues (receive side)
@@ -102,7 +107,16 @@ class TableRoute:
         now = time.monotonic()
         requests: list[RouteRequest] = []
         routed: list[Item] = []
+        cell_queues = self.cell_queues
         for item in batch.items:
+            if (
+                cell_queues is not None
+                and item.targets
+                and item.bad is None
+                and self.fanout
+                and not cell_queues.issuperset(item.targets)
+            ):
+                item.bad = cross_cell(item, cell_queues)
             if item.bad is not None and item.bad.guarantee_id is None:
                 # bad (expired, say), and no group to keep whole: dead-lettered as it is,
                 # never given a destination (whose in-flight lease its batch would not end)

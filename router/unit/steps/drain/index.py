@@ -7,7 +7,6 @@ says how far a group's records were forwarded, in the transaction that forwarded
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 
 from confluent_kafka import Message
@@ -17,11 +16,6 @@ from router.contract.headers import BadInput
 from router.unit.steps.batch import TP
 
 ROOM_HEADERS = contract.ROOM_HEADERS
-
-
-def room_partition(gid: str, partitions: int) -> int:
-    """Where a group's parked records go: all of one group on one partition, in order."""
-    return zlib.crc32(gid.encode()) % partitions
 
 
 @dataclass(slots=True)

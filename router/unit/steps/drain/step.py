@@ -9,7 +9,7 @@ offset taken when no park of the group was in flight."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -20,11 +20,12 @@ from router.table import room
 from router.table.routing import NO_DEST, STOPPED, RoomState
 from router.table.store.management import ManagementTable
 from router.table.store.owners import LaneFenced
+from router.topology.cells import room_partition
 from router.topology.side import SideSpec
 from router.unit.steps.batch import TP, Batch
 from router.unit.steps.drain import chaining
 from router.unit.steps.drain import writes as drainwrite
-from router.unit.steps.drain.index import RoomIndex, room_partition
+from router.unit.steps.drain.index import RoomIndex
 from router.unit.steps.drain.logical import LogicalOrder
 from router.unit.steps.emit.emitter import Emitter
 from router.unit.steps.emit.records import Output
@@ -55,7 +56,7 @@ class Drain:
         table: ManagementTable,
         spec: SideSpec,
         room_topic: str,
-        partitions: int,
+        partitions: int | Sequence[int],  # a count, or the unit's cell's room partitions
         emitter: Emitter,
         metrics: Metrics,
         gap_timeout_ms: int = 30_000,

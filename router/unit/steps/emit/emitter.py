@@ -11,7 +11,7 @@ transactional session produces the records.
 from __future__ import annotations
 
 import logging
-import zlib
+from collections.abc import Sequence
 
 from router import contract
 from router.config.settings import RouterSettings
@@ -21,6 +21,7 @@ from router.table import room
 from router.table.multicast import FANOUT
 from router.table.room import UNSTAGED, WAIT
 from router.table.routing import DUPLICATE, NO_DEST, ORPHAN, PARKED, SPANS, STOPPING
+from router.topology.cells import room_partition
 from router.topology.side import SideSpec
 from router.unit.steps.batch import Batch, Item, where
 from router.unit.steps.emit import fanout, letters, markers
@@ -31,7 +32,13 @@ log = logging.getLogger("router.emit")
 
 
 class Emitter:
-    def __init__(self, settings: RouterSettings, spec: SideSpec, unit: str) -> None:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        spec: SideSpec,
+        unit: str,
+        room_partitions: Sequence[int] | None = None,
+    ) -> None:
         self.spec = spec
         self._targets: dict[str, tuple[str, int]] = {}  # destination -> (topic, partition)
         self.unit = unit
@@ -40,7 +47,10 @@ class Emitter:
         self.events_topic = settings.topology.events_topic
         self.max_record = settings.kafka.max_message_bytes
         self.room_topic = settings.topology.room_topic(spec.side)
-        self.room_partitions = settings.routing.room_partitions
+        # where it parks: every room partition, or its cell's (`router.topology.cells`)
+        self.room_partitions: int | Sequence[int] = (
+            settings.routing.room_partitions if room_partitions is None else room_partitions
+        )
         self.max_staged = settings.routing.max_staged_messages
         self.on_expiry = settings.routing.on_expiry  # a group's default (router.contract.lifetime)
         # markers read a parked member's headers (router.unit.steps.emit.markers)
@@ -267,7 +277,7 @@ class Emitter:
             if item.expires_ms is not None:
                 headers = lifetime.stamped(headers, item.expires_ms)
         ts_type, ts = m.timestamp()
-        partition = zlib.crc32(gid.encode()) % self.room_partitions
+        partition = room_partition(gid, self.room_partitions)
         return Record(
             self.room_topic, partition, m.key(), m.value(), headers, ts if ts_type else 0, None
         )

@@ -5,6 +5,8 @@ position as the table was given them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from router.contract.headers import BadInput
 from router.unit.steps.batch import Item
 
@@ -47,4 +49,20 @@ def late_member(item: Item) -> BadInput:
         "skipped past a gap): not delivered after the group",
     )
     bad.guarantee_id, bad.seq = gid, seq
+    return bad
+
+
+def cross_cell(item: Item, queues: Iterable[str]) -> BadInput:
+    """A multicast message whose receive queues are not all in its cell
+    (docs/explanation/cells.md): copies across cells are not built yet, and the message is
+    never split silently over the queues its cell can decide."""
+    targets = item.targets or ()
+    outside = sorted(set(targets) - set(queues))
+    r = item.routing
+    bad = BadInput(
+        "cross-cell",
+        f"multicast to {len(targets)} receive queues, {', '.join(outside)} outside the cell of "
+        f"{item.m.topic()}[{item.m.partition()}]: copies across cells are not built yet",
+    )
+    bad.guarantee_id = r.guarantee_id if r is not None else None
     return bad

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from router import contract
-from router.unit.steps.drain.index import RoomIndex, room_partition
+from router.topology.cells import room_partition
+from router.unit.steps.drain.index import RoomIndex
 from tests.fixtures.fakes import msg
 
 ROOM = "t.room.send"

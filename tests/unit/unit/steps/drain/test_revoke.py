@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router.unit.steps.drain.index import room_partition
+from router.topology.cells import room_partition
 from router.unit.steps.drain.step import Drain
 
 TOPIC = "t.room.receive"
