@@ -182,6 +182,9 @@ class BandSource:
             return
         for tpp in got:
             tp = (tpp.topic, tpp.partition)
+            if tpp.error is not None:
+                self._complain(tp, "no committed offset", KafkaException(tpp.error))
+                continue
             start = tpp.offset
             if start < 0:
                 try:

@@ -56,12 +56,17 @@ class Source:
     ) -> None:
         # librdkafka's statistics show each partition's fetcher (`router.unit.stalls`)
         self.stalls = StallGuard()
-        self._stats: str | None = None
+        self._stats: tuple[str, float] | None = None
         config = {
             "statistics.interval.ms": STATS_INTERVAL_MS,
             **config,
             "stats_cb": self._on_stats,
         }
+        if not int(str(config["statistics.interval.ms"])):
+            log.warning(
+                "statistics.interval.ms is 0 in kafka.client_config: the unit cannot see a "
+                "partition librdkafka never starts fetching (router/unit/stalls.py)"
+            )
         self.consumer = Consumer(config)
         self.sizer = BatchSizer(batch_size, max_batch_size)
         self.max_bytes = max_bytes
@@ -69,12 +74,14 @@ class Source:
         self.assigned: set[TP] = set()
 
     def _on_stats(self, stats_json: str) -> None:
-        self._stats = stats_json  # parsed by `stranded`, on the unit's thread as well
+        # parsed by `stranded` (on the unit's thread as well), dated from now
+        self._stats = (stats_json, time.monotonic())
 
     def stranded(self, now: float) -> list[TP]:
         """Assigned partitions whose fetcher never started (`router.unit.stalls`)."""
         if self._stats is not None:
-            self.stalls.statistics(fetch_states(self._stats), now)
+            doc, at = self._stats
+            self.stalls.statistics(fetch_states(doc), at)
             self._stats = None
         return self.stalls.stranded(now)
 
