@@ -23,7 +23,7 @@ from confluent_kafka import (
 from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.batching import BatchSizer
-from router.unit.stalls import STATS_INTERVAL_MS, StallGuard, fetch_states
+from router.unit.stalls import StallGuard, fetch_states
 from router.unit.steps.batch import TP
 
 log = logging.getLogger("router.source")
@@ -54,19 +54,13 @@ class Source:
         max_bytes: int = 1 << 62,
         max_batch_size: int = 0,
     ) -> None:
-        # librdkafka's statistics show each partition's fetcher (`router.unit.stalls`)
+        # librdkafka's statistics show each partition's fetcher (`router.unit.stalls`):
+        # read only if the operator turns them on (kafka.client_config
+        # statistics.interval.ms), since they cost latency
         self.stalls = StallGuard()
         self._stats: tuple[str, float] | None = None
-        config = {
-            "statistics.interval.ms": STATS_INTERVAL_MS,
-            **config,
-            "stats_cb": self._on_stats,
-        }
-        if not int(str(config["statistics.interval.ms"])):
-            log.warning(
-                "statistics.interval.ms is 0 in kafka.client_config: the unit cannot see a "
-                "partition librdkafka never starts fetching (router/unit/stalls.py)"
-            )
+        if int(str(config.get("statistics.interval.ms", 0))) > 0:
+            config = {**config, "stats_cb": self._on_stats}
         self.consumer = Consumer(config)
         self.sizer = BatchSizer(batch_size, max_batch_size)
         self.max_bytes = max_bytes
