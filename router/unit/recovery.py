@@ -113,22 +113,29 @@ class Recovery:
         log.info("resuming after back-off")
 
     def _unstrand(self) -> None:
-        """Assign again the partitions whose fetcher never started (`router.unit.stalls`:
-        librdkafka left their committed-offset query unanswered)."""
+        """Assign again the partitions the unit never read although records wait in them
+        (`router.unit.stalls`: librdkafka left their committed-offset query unanswered).
+        Not while backing off: everything is paused then."""
+        if self.backoff.until is not None or not self.source.stalls.unconsumed:
+            return
         now = time.monotonic()
-        stranded = self.source.stranded(now)
+        paused = self.holds.waiting()
+        if self.bands is not None:
+            paused |= self.bands.paused
+        stranded = self.source.stranded(now, paused)
         if not stranded:
             return
         log.warning(
-            "%d partitions assigned %.0f s ago or more never started fetching (their "
-            "committed offsets were never read): assigning them again: %s",
+            "%d partitions assigned %.0f s ago or more were never read although records "
+            "wait in them (their committed offsets were never read): assigning them "
+            "again: %s",
             len(stranded),
             self.source.stalls.after_s,
             ", ".join(f"{t}[{p}]" for t, p in stranded),
         )
         try:
-            self.source.reassign(stranded, self.backoff.until is not None, now)
-        except KafkaException as exc:  # mid-rebalance, say: the next statistics tell again
+            self.source.reassign(stranded, False, now)
+        except KafkaException as exc:  # mid-rebalance, say: asked about again later
             self.source.stalls.assigned(stranded, now)
             log.warning("could not assign them again yet: %s", exc)
             return

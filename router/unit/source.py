@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -23,10 +23,13 @@ from confluent_kafka import (
 from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.batching import BatchSizer
-from router.unit.stalls import StallGuard, fetch_states
+from router.unit.stalls import StallGuard
 from router.unit.steps.batch import TP
 
 log = logging.getLogger("router.source")
+
+PROBE_TIMEOUT_S = 2.0  # the stall guard's broker requests (committed and stable offsets)
+LATEST, EARLIEST = -1, -2  # ListOffsets "timestamps": the last stable offset, the low watermark
 
 Callback = Callable[[Consumer, list[TopicPartition]], None]
 
@@ -39,6 +42,12 @@ class FatalUnitError(RouterError, RuntimeError):
 def _size(m: Message) -> int:
     value = m.value()
     return len(value) if value else 0
+
+
+def _collect(answers: Iterable[TopicPartition], into: dict[TP, int]) -> None:
+    for tp in answers:
+        if tp.error is None and tp.offset >= 0:
+            into[(tp.topic, tp.partition)] = tp.offset
 
 
 def tps(partitions: Iterable[TP]) -> list[TopicPartition]:
@@ -54,30 +63,46 @@ class Source:
         max_bytes: int = 1 << 62,
         max_batch_size: int = 0,
     ) -> None:
-        # librdkafka's statistics show each partition's fetcher (`router.unit.stalls`):
-        # read only if the operator turns them on (kafka.client_config
-        # statistics.interval.ms), since they cost latency
-        self.stalls = StallGuard()
-        self._stats: tuple[str, float] | None = None
-        if int(str(config.get("statistics.interval.ms", 0))) > 0:
-            config = {**config, "stats_cb": self._on_stats}
+        self.stalls = StallGuard()  # partitions never read though records wait in them
         self.consumer = Consumer(config)
         self.sizer = BatchSizer(batch_size, max_batch_size)
         self.max_bytes = max_bytes
         self.metrics = metrics
         self.assigned: set[TP] = set()
 
-    def _on_stats(self, stats_json: str) -> None:
-        # parsed by `stranded` (on the unit's thread as well), dated from now
-        self._stats = (stats_json, time.monotonic())
+    def stranded(self, now: float, paused: Collection[TP]) -> list[TP]:
+        """Assigned partitions the unit never read although records wait in them
+        (`router.unit.stalls`), asked of the broker for the suspects (partitions not read
+        since assigned long enough ago, not kept paused): up to three requests, whatever
+        their number, and only while there are suspects."""
+        guard = self.stalls
+        if not guard.unconsumed:
+            return []
+        suspects = guard.suspects(now, paused)
+        if not suspects:
+            return []
+        asked = tps(suspects)
+        starts: dict[TP, int] = {}
+        stable: dict[TP, int] = {}
+        try:
+            _collect(self.consumer.committed(asked, timeout=PROBE_TIMEOUT_S), starts)
+            for tp in self.consumer.position(asked):  # past a transaction's marker, if read
+                key = (tp.topic, tp.partition)
+                if tp.error is None and tp.offset >= 0:
+                    starts[key] = max(starts.get(key, tp.offset), tp.offset)
+            lows = [TopicPartition(t, p, EARLIEST) for t, p in suspects if (t, p) not in starts]
+            _collect(self._offsets(lows), starts)  # nothing committed: from the low watermark
+            _collect(self._offsets([TopicPartition(t, p, LATEST) for t, p in suspects]), stable)
+        except KafkaException as exc:  # asked again shortly (`StallGuard.judge`)
+            log.info("cannot tell yet whether %d unread partitions wait: %s", len(asked), exc)
+        return guard.judge(suspects, starts, stable, now)
 
-    def stranded(self, now: float) -> list[TP]:
-        """Assigned partitions whose fetcher never started (`router.unit.stalls`)."""
-        if self._stats is not None:
-            doc, at = self._stats
-            self.stalls.statistics(fetch_states(doc), at)
-            self._stats = None
-        return self.stalls.stranded(now)
+    def _offsets(self, query: list[TopicPartition]) -> list[TopicPartition]:
+        """ListOffsets for `query` (offsets: LATEST or EARLIEST); read_committed: LATEST
+        is the last stable offset."""
+        if not query:
+            return []
+        return list(self.consumer.offsets_for_times(query, timeout=PROBE_TIMEOUT_S))
 
     def reassign(self, partitions: list[TP], paused: bool, now: float) -> None:
         """Assign stranded partitions again: librdkafka then queries their committed

@@ -1,5 +1,5 @@
-"""Assigned partitions whose fetcher never started (pure logic, no I/O): a guard against a
-librdkafka defect that strands a partition for good.
+"""Assigned partitions that a unit never reads although records wait in them (pure logic,
+no I/O): a guard against a librdkafka defect that strands a partition for good.
 
 After an assignment without explicit offsets librdkafka asks the group coordinator for the
 committed offsets before it starts fetching. If that OffsetFetch fails as a whole (a
@@ -7,93 +7,92 @@ request-level error such as NOT_COORDINATOR, as right after a broker restart whi
 coordinator moves or loads), librdkafka leaves the partition among those "being queried"
 and never asks again: the partition stays assigned, its fetcher never starts, and its
 backlog grows while the group believes it is consumed (librdkafka issue #5586, open in
-2.16). A chaos run saw what that does, most likely from this defect (the unit ran without
-librdkafka's debug log): a send unit held a partition for four minutes after the broker
-restart and read nothing of it, so three groups whose later members sat there held all
-three destinations and everything else waited.
+2.16). A chaos run saw what that does: a send unit held a partition for four minutes after
+the broker restart and read nothing of it, so three groups whose later members sat there
+held all three destinations and everything else waited.
 
-With librdkafka's statistics turned on (`kafka.client_config` `statistics.interval.ms`,
-for example 60000; off by default: with them every 5 s the bench's short priority stage
-saw high-priority p99 latencies of 1.1-2.6 s in half its runs, against 0.1-0.5 s without),
-the unit reads them: each partition's
-`fetch_state` ("none" until its fetcher starts, "active" once it fetches, paused or not).
-A partition assigned at least `after_s` ago, of which the unit consumed nothing since, and
-whose fetcher the latest statistics (taken after `after_s` had passed) show not started,
-is stranded; the unit assigns it again (`Source.reassign`), which queries its committed
+The guard needs nothing from librdkafka's internals (its statistics would show the
+fetcher's state, but turned on they cost the units latency). A partition is a *suspect*
+when it was assigned `after_s` ago or more, the unit consumed nothing of it since, and the
+unit does not keep it paused itself (priority bands, the busy policy `hold`, a back-off).
+The unit then asks the broker, in one batched request each, for the suspects' committed offsets and
+their last stable offsets (what a read_committed consumer can read): a suspect whose last
+stable offset lies past where it would start (its committed offset; its low watermark if
+none was committed) has records waiting that the unit has not read in `after_s`, so it is
+*stranded*, and the unit assigns it again (`Source.reassign`), which queries its committed
 offset afresh. Nothing of it was consumed since the assignment, so no batch holds its
-records and nothing is skipped or read twice beyond what the committed offset says.
+records and nothing is skipped or read twice. A suspect with nothing waiting is idle: it is
+asked about again `after_s` later; one the broker did not answer for, `retry_s` later.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from router.unit.steps.batch import TP
 
-log = logging.getLogger("router.unit")
-
-STRANDED_AFTER_S = 20.0  # assigned this long, never started: assigned again
-NOT_STARTED = frozenset({"none", "stopped"})
-
-
-def fetch_states(stats_json: str) -> dict[TP, str]:
-    """Each partition's `fetch_state` in one librdkafka statistics document (partition
-    -1, the topic's internal placeholder, left out). A document that is not JSON: none."""
-    try:
-        doc = json.loads(stats_json)
-    except ValueError:
-        return {}
-    out: dict[TP, str] = {}
-    for topic, t in (doc.get("topics") or {}).items():
-        for p, v in (t.get("partitions") or {}).items():
-            if p != "-1" and isinstance(v, dict):
-                out[(topic, int(p))] = str(v.get("fetch_state", ""))
-    return out
+STRANDED_AFTER_S = 20.0  # assigned this long, nothing read though records wait: assigned again
+RETRY_S = 5.0  # a suspect the broker did not answer for is asked about again this much later
+MAX_SUSPECTS = 64  # asked about in one turn at most (the requests are batched)
 
 
 @dataclass
 class StallGuard:
-    """When each partition was assigned and whether anything of it was consumed since;
-    which are stranded (`stranded`)."""
+    """When each partition was assigned (or last found idle) and whether anything of it
+    was consumed since; which are suspects (`suspects`) and which stranded (`judge`)."""
 
     after_s: float = STRANDED_AFTER_S
-    assigned_at: dict[TP, float] = field(default_factory=dict)
+    retry_s: float = RETRY_S
+    due: dict[TP, float] = field(default_factory=dict)  # unconsumed: when it is a suspect
     unconsumed: set[TP] = field(default_factory=set)  # assigned, nothing consumed since
-    states: dict[TP, str] = field(default_factory=dict)
-    states_at: float | None = None  # time.monotonic() of the latest statistics
 
     def assigned(self, tps: Iterable[TP], now: float) -> None:
         for tp in tps:
-            self.assigned_at[tp] = now
+            self.due[tp] = now + self.after_s
             self.unconsumed.add(tp)
 
     def revoked(self, tps: Iterable[TP]) -> None:
         for tp in tps:
-            self.assigned_at.pop(tp, None)
+            self.due.pop(tp, None)
             self.unconsumed.discard(tp)
 
     def took(self, tps: Iterable[TP]) -> None:
         """Partitions of which messages were consumed (the caller may skip this while
         `unconsumed` is empty: then it changes nothing)."""
-        self.unconsumed.difference_update(tps)
+        for tp in tps:
+            if tp in self.unconsumed:
+                self.unconsumed.discard(tp)
+                self.due.pop(tp, None)
 
-    def statistics(self, states: Mapping[TP, str], now: float) -> None:
-        self.states, self.states_at = dict(states), now
+    def suspects(self, now: float, paused: Collection[TP]) -> list[TP]:
+        """Partitions due (assigned `after_s` ago or more, nothing consumed since, not
+        asked about since) that the unit does not keep paused; `MAX_SUSPECTS` at most."""
+        out = [tp for tp in self.unconsumed if self.due[tp] <= now and tp not in paused]
+        return sorted(out)[:MAX_SUSPECTS]
 
-    def stranded(self, now: float) -> list[TP]:
-        """Partitions assigned `after_s` ago or more, nothing consumed since, that the
-        latest statistics (taken `after_s` or more after their assignment) show with no
-        fetcher started. Each is reported once per assignment: `assigned` starts it over."""
-        if self.states_at is None:
-            return []
+    def judge(
+        self,
+        suspects: Iterable[TP],
+        starts: Mapping[TP, int],
+        stable: Mapping[TP, int],
+        now: float,
+    ) -> list[TP]:
+        """The stranded among `suspects`: where a read would start (`starts`: the committed
+        offset, else the low watermark) lies before the last stable offset (`stable`). The
+        others are asked about again later: an idle one `after_s` later, one the broker
+        gave no answer for (absent from either mapping) `retry_s` later. A stranded one is
+        not asked about again until `assigned` starts it over (it is assigned again)."""
         out = []
-        for tp in self.unconsumed:
-            at = self.assigned_at[tp]
-            if now - at < self.after_s or self.states_at - at < self.after_s:
+        for tp in suspects:
+            if tp not in self.unconsumed:
                 continue
-            if self.states.get(tp) in NOT_STARTED:
+            start, lso = starts.get(tp), stable.get(tp)
+            if start is None or lso is None or start < 0 or lso < 0:
+                self.due[tp] = now + self.retry_s
+            elif lso > start:
+                self.due[tp] = now + self.after_s  # until assigned again
                 out.append(tp)
+            else:
+                self.due[tp] = now + self.after_s
         return sorted(out)

@@ -1,8 +1,10 @@
-"""A stranded partition assigned again (router.unit.stalls, Source.reassign) against the
-real broker: the fetcher starts from the committed offset, and a partition the unit keeps
-paused stays paused. librdkafka's defect itself (issue #5586: an OffsetFetch failing as a
-whole leaves the partition unfetched for good) cannot be provoked on demand; the guard's
-detection is unit-tested on its statistics (tests/unit/unit/test_stalls.py)."""
+"""Stranded partitions (router.unit.stalls, Source.stranded and Source.reassign) against the
+real broker. librdkafka's defect itself (issue #5586: an OffsetFetch failing as a whole
+leaves a partition unfetched for good) cannot be provoked on demand, so a partition is
+paused behind the guard's back instead: from the guard's side it looks the same, assigned
+and never read. The guard must tell it from a partition it reads and from an idle one
+whose last record is a transaction's marker, and assigning it again must read it from its
+committed offset."""
 
 from __future__ import annotations
 
@@ -14,20 +16,29 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from router.metrics.registry import Metrics
 from router.unit.source import Source
 from tests.fixtures.factories import TopicFactory
-from tests.fixtures.helpers import wait_until
+from tests.fixtures.helpers import unique, wait_until
 
 
-def test_a_partition_assigned_again_reads_from_its_committed_offset_and_keeps_its_pause(
+def test_a_partition_never_read_though_records_wait_is_found_and_read_once_assigned_again(
     kafka_bootstrap: str, new_topic: TopicFactory, group_id: str
 ) -> None:
-    topic = new_topic("strand", partitions=2)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(20):
-        producer.produce(topic, f"{i}".encode(), partition=i % 2)
-    producer.flush(30)
+    topic = new_topic("strand", partitions=3)
+    plain = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(10):
+        plain.produce(topic, f"{i}".encode(), partition=1)
+    plain.flush(30)
+    txn = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique("strand")})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(10):
+        txn.produce(topic, f"{i}".encode(), partition=0)
+    for i in range(3):  # partition 2: offsets 0-2, the commit marker at 3
+        txn.produce(topic, f"{i}".encode(), partition=2)
+    txn.commit_transaction(30)
     committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id})
-    committer.commit(
-        offsets=[TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 6)], asynchronous=False
+    committer.commit(  # partition 2 read to its end, as a unit commits it: up to the marker
+        offsets=[TopicPartition(topic, p, o) for p, o in [(0, 4), (1, 6), (2, 3)]],
+        asynchronous=False,
     )
     committer.close()
     source = Source(
@@ -36,26 +47,23 @@ def test_a_partition_assigned_again_reads_from_its_committed_offset_and_keeps_it
             "group.id": group_id,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
-            "statistics.interval.ms": 200,
             "group.protocol": "consumer",  # the units' (KIP-848): incremental assignment
         },
         batch_size=100,
         metrics=Metrics(),
     )
+    source.stalls.after_s = 1.0
+    one, two = (topic, 1), (topic, 2)
 
-    def pause_one() -> bool:
-        source.consumer.pause([TopicPartition(topic, 1)])
-        return True
+    def on_assign(_c: Consumer, ps: list[TopicPartition]) -> None:
+        source.assign(ps, paused=False)
+        # partition 1's fetcher "never starts": paused before it fetched, the guard not told
+        source.consumer.pause([tp for tp in ps if tp.partition == 1])
 
-    source.subscribe(
-        [topic],
-        on_assign=lambda _c, ps: source.assign(ps, paused=False),
-        on_revoke=lambda _c, ps: source.revoke(ps),
-    )
+    source.subscribe([topic], on_assign=on_assign, on_revoke=lambda _c, ps: source.revoke(ps))
     got: list[tuple[int, int]] = []
 
     def read(n: int) -> bool:
-        """Poll (callbacks and statistics are served there); True once `n` were read."""
         got.extend((m.partition(), m.offset()) for m in source.poll(0.2))
         return len(got) >= n
 
@@ -63,28 +71,25 @@ def test_a_partition_assigned_again_reads_from_its_committed_offset_and_keeps_it
         return lambda: read(0) and condition()
 
     try:
-        # paused at once, partition 1 reads nothing (as a band the unit holds back)
-        wait_until(polled(lambda: len(source.assigned) == 2 and pause_one()), 30, "assigned")
+        wait_until(polled(lambda: len(source.assigned) == 3), 30, "assigned")
         wait_until(lambda: read(6), 30, "partition 0 from its committed offset")
+        assert {p for p, _ in got} == {0}
+        # partition 2's fetcher read its marker (the position passes it): idle, not stranded
         wait_until(
-            polled(
-                lambda: not source.stranded(time.monotonic()) and len(source.stalls.states) == 2
-            ),
+            polled(lambda: source.consumer.position([TopicPartition(topic, 2)])[0].offset == 4),
             30,
-            "statistics",
+            "partition 2 fetched to its end",
         )
-        assert set(source.stalls.states.values()) == {"active"}  # paused or not
-        assert source.stranded(time.monotonic()) == []
-        source.reassign([(topic, 0), (topic, 1)], paused=False, now=time.monotonic())
-        pause_one()
+        later = time.monotonic() + source.stalls.after_s  # the guard's delay, passed
+        assert source.stranded(later, paused={one}) == []  # the unit pauses it itself
+        assert source.stalls.unconsumed == {one, two}
+        assert source.stranded(later, paused=set()) == [one]
+        # asked about again only after the delay: the idle one as well
+        assert source.stranded(later, paused=set()) == []
+        source.reassign([one], paused=False, now=time.monotonic())
         got.clear()
-        wait_until(lambda: read(6), 30, "partition 0 again, from its committed offset")
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:  # partition 1 is paused: nothing of it may come
-            read(0)
-        assert source.stalls.unconsumed == {(topic, 1)}  # nothing of it consumed since
+        wait_until(lambda: read(4), 30, "partition 1, from its committed offset")
+        assert source.stalls.unconsumed == {two}
     finally:
         source.close()
-    zero = sorted(o for p, o in got if p == 0)
-    assert zero[:6] == [4, 5, 6, 7, 8, 9]  # read again from the committed offset 4
-    assert not [o for p, o in got if p == 1]
+    assert sorted(o for p, o in got if p == 1) == [6, 7, 8, 9]

@@ -1,58 +1,64 @@
-"""Stranded partitions (router.unit.stalls): assigned, never fetched, reported once the
-statistics show it long enough after the assignment."""
+"""Stranded partitions (router.unit.stalls): assigned, nothing read of them although records
+wait, told from the broker's committed and stable offsets once they were unread long enough."""
 
 from __future__ import annotations
 
-import json
-
-from router.unit.stalls import StallGuard, fetch_states
+from router.unit.stalls import MAX_SUSPECTS, StallGuard
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 
 
-def stats(states: dict[tuple[str, int], str]) -> str:
-    topics: dict[str, dict[str, dict[str, dict[str, object]]]] = {}
-    for (topic, p), state in states.items():
-        parts = topics.setdefault(topic, {"partitions": {}})["partitions"]
-        parts[str(p)] = {"fetch_state": state, "desired": True}
-        parts["-1"] = {"fetch_state": "none", "desired": False}
-    return json.dumps({"name": "c", "topics": topics})
-
-
-def test_the_fetch_states_are_read_from_librdkafkas_statistics() -> None:
-    doc = stats({A: "active", B: "none", C: "offset-query"})
-    assert fetch_states(doc) == {A: "active", B: "none", C: "offset-query"}
-    assert fetch_states("not json") == {}
-    assert fetch_states("{}") == {}
-
-
-def test_a_partition_never_fetched_is_stranded_only_after_the_delay() -> None:
+def test_a_partition_is_a_suspect_only_after_the_delay_and_unless_paused() -> None:
     g = StallGuard(after_s=20.0)
     g.assigned([A, B, C], now=1.0)  # a fresh machine's clock: near zero
-    g.statistics({A: "none", B: "active", C: "none"}, now=5.0)
-    assert g.stranded(now=25.0) == []  # the statistics predate the delay
-    g.statistics({A: "none", B: "active", C: "stopped"}, now=21.5)
-    assert g.stranded(now=21.6) == [A, C]
-    g.took([C])  # something of C was consumed: it fetches, whatever the statistics say
-    assert g.stranded(now=22.0) == [A]
+    assert g.suspects(now=20.9, paused=set()) == []
+    assert g.suspects(now=21.0, paused={B}) == [A, C]  # B is kept paused by the unit
+    g.took([C])  # something of C was consumed: it is read
+    assert g.suspects(now=30.0, paused=set()) == [A, B]
+    assert C not in g.due
+
+
+def test_records_waiting_past_where_a_read_starts_make_it_stranded() -> None:
+    g = StallGuard(after_s=20.0, retry_s=5.0)
+    g.assigned([A, B, C], now=0.0)
+    suspects = g.suspects(now=20.0, paused=set())
+    # A: committed 4, stable 9 (records wait); B: committed = stable (idle; a read
+    # transaction's marker included); C: the broker did not answer for its stable offset
+    assert g.judge(suspects, {A: 4, B: 7, C: 0}, {A: 9, B: 7}, now=20.0) == [A]
+    assert g.suspects(now=24.9, paused=set()) == []
+    assert g.suspects(now=25.0, paused=set()) == [C]  # asked about again soon
+    assert g.suspects(now=40.0, paused=set()) == [A, B, C]  # the idle one after_s later
+
+
+def test_an_unknown_start_or_a_negative_offset_is_no_verdict() -> None:
+    g = StallGuard(after_s=1.0, retry_s=1.0)
+    g.assigned([A, B], now=0.0)
+    assert g.judge([A, B], {B: -1001}, {A: 5, B: 5}, now=1.0) == []
+    assert g.suspects(now=2.0, paused=set()) == [A, B]
 
 
 def test_assigning_again_starts_the_delay_over_and_a_revoked_one_is_forgotten() -> None:
     g = StallGuard(after_s=20.0)
     g.assigned([A, B], now=100.0)
-    g.statistics({A: "none", B: "none"}, now=121.0)
-    assert g.stranded(now=121.0) == [A, B]
+    assert g.judge(g.suspects(now=121.0, paused=set()), {A: 0, B: 0}, {A: 1, B: 2}, 121.0) == [
+        A,
+        B,
+    ]
     g.assigned([A], now=121.0)  # assigned again
     g.revoked([B])
-    assert g.stranded(now=130.0) == []
-    g.statistics({A: "none"}, now=141.0)
-    assert g.stranded(now=141.0) == [A]
-    g.statistics({A: "active"}, now=146.0)  # the fetcher started
-    assert g.stranded(now=146.0) == []
+    assert g.suspects(now=140.0, paused=set()) == []
+    assert g.suspects(now=141.0, paused=set()) == [A]
+    assert g.judge([A, B], {A: 0, B: 0}, {A: 1, B: 2}, 141.0) == [A]  # B is not ours now
+    g.took([A])  # the fetcher started after all
+    assert g.judge([A], {A: 0}, {A: 1}, 142.0) == []
+    assert not g.unconsumed and not g.due
 
 
-def test_a_partition_the_statistics_do_not_name_is_not_stranded() -> None:
+def test_a_turn_asks_about_a_bounded_number_of_suspects() -> None:
     g = StallGuard(after_s=1.0)
-    g.assigned([A], now=0.0)
-    g.statistics({}, now=5.0)
-    assert g.stranded(now=5.0) == []
+    many = [("t", p) for p in range(MAX_SUSPECTS + 10)]
+    g.assigned(many, now=0.0)
+    first = g.suspects(now=1.0, paused=set())
+    assert len(first) == MAX_SUSPECTS
+    g.judge(first, {tp: 3 for tp in first}, {tp: 3 for tp in first}, now=1.0)  # idle
+    assert len(g.suspects(now=1.0, paused=set())) == 10  # the rest, the next turn
