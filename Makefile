@@ -97,7 +97,7 @@ chaos: venv jars stack-up ## Chaos run: 100k messages (5% multicast, 5% with a l
 soak: venv jars ## Soak: 30 min at a steady load (4 x 25 msg/s) with a fault a minute, sampled every 5 s (RSS, Redis memory and keys, tables, topics, lag); fails on growth; own servers; .results/soak
 	$(BIN)/python -m ops.soak $(ARGS)
 
-bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Java relays, Redis cost, 3-broker row, tracing off vs on; .results/bench
+bench: venv $(JARS) stack-up ## Benchmark: units and whole path vs Python and Java relays, Redis cost, 3-broker row, Redis Cluster row, tracing off vs on; .results/bench
 	$(BIN)/python -m ops.bench $(ARGS)
 
 test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Redis ACL + TLS (own servers, ~1 min)

@@ -7,9 +7,11 @@
     .venv/bin/python -m ops.bench --all-open-only # 300 and 3,000 groups all open at once
     .venv/bin/python -m ops.bench --only java --messages 20000   # one part (below) alone
     .venv/bin/python -m ops.bench --only ha --messages 20000     # the three-broker row
+    .venv/bin/python -m ops.bench --only cluster                 # the Redis Cluster row
 
 Parts (--only, comma-separated; ops/harness/benchmark/plan.py): relays, units, headline,
-chained, scaling, latency, java, ha. A run limited to parts skips the burst.
+chained, scaling, latency, java, redis, ha, trace, tracing, cluster. A run limited to parts
+skips the burst.
 
 The full run ends with the burst of open groups (ops/harness/scenarios/burst.py: ~300 groups, 150
 open per plain producer, 3 destinations per side) under `share`, `wait` and `wait` with
@@ -70,7 +72,7 @@ def main() -> int:
         "--quick",
         action="store_true",
         help="the headline workloads only, 3,000 messages, one round each, no three-broker "
-        "row: checks the driver, not the figures",
+        "row, no Redis Cluster row: checks the driver, not the figures",
     )
     parser.add_argument(
         "--only", default="", help=f"comma-separated parts to run: {', '.join(PARTS)}"
@@ -85,6 +87,7 @@ def main() -> int:
     )
     parser.add_argument("--no-java", action="store_true", help="skip the Java relay stages")
     parser.add_argument("--no-ha", action="store_true", help="skip the three-broker row")
+    parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster row")
     parser.add_argument("--config", type=Path, default=None, help="router TOML (servers)")
     parser.add_argument(
         "--burst",
@@ -122,6 +125,7 @@ def main() -> int:
             grouped=(KEY.grouped,),
             open_groups=(KEY.open_groups,),
             ha=False,
+            cluster=False,
         )
     if args.messages is not None:
         spec = replace(spec, min_messages=args.messages, max_messages=args.messages)
@@ -130,7 +134,12 @@ def main() -> int:
         spec = replace(spec, latency_rates=rates, latency_fractions=())
     if args.repeats is not None:
         spec = replace(spec, repeats=max(1, args.repeats))
-    spec = replace(spec, java=spec.java and not args.no_java, ha=spec.ha and not args.no_ha)
+    spec = replace(
+        spec,
+        java=spec.java and not args.no_java,
+        ha=spec.ha and not args.no_ha,
+        cluster=spec.cluster and not args.no_cluster,
+    )
     settings = load_settings(args.config)
     console = Console()
     started = time.monotonic()

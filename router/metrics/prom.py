@@ -29,12 +29,12 @@ from router.metrics.registry import GaugeName, HistogramName, MetricName, Metric
 PREFIX = "router_"
 LABELS = ("topology", "role")
 GAUGE_LABELS: dict[GaugeName, tuple[str, ...]] = {
-    "open_groups": ("side", "destination"),
+    "open_groups": ("side", "cell", "destination"),
     "source_lag": ("topic", "partition"),
     "inflight_batches": (),
     "assigned_partitions": (),
-    "room_waiting": ("side",),
-    "room_oldest_wait_seconds": ("side",),
+    "room_waiting": ("side", "cell"),
+    "room_oldest_wait_seconds": ("side", "cell"),
 }
 BUCKETS: dict[HistogramName, tuple[float, ...]] = {
     "batch_route_seconds": (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),

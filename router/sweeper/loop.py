@@ -110,7 +110,7 @@ class Sweeper:
             "sweeper",
             self.metrics,
             self._publisher,
-            refresh=open_groups([(s, t) for s, _, t in self.cell_tables], self.metrics),
+            refresh=open_groups(self.cell_tables, self.metrics),
             period_s=settings.sweeper.interval_ms / 1000,
         )
 

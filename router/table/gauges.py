@@ -25,15 +25,17 @@ def room_levels(count: int, oldest_ms: int | None, now_ms: int) -> tuple[float, 
 
 
 def open_groups(
-    tables: Mapping[Side, ManagementTable] | Sequence[tuple[Side, ManagementTable]],
+    tables: Mapping[Side, ManagementTable] | Sequence[tuple[Side, int, ManagementTable]],
     metrics: Metrics,
 ) -> Refresh:
     """Refreshes the open groups per destination of `tables` (every destination, 0 too)
     and each side's room gauges (one more round trip per table); not while Redis does not
-    answer (the loop would wait for it twice an interval). Several tables of one side (its
-    cells: `router.topology.cells`) add up: their destinations are disjoint, their rooms'
-    waiting groups are summed and the oldest wait is the oldest of any."""
-    pairs = list(tables.items()) if isinstance(tables, Mapping) else list(tables)
+    answer (the loop would wait for it twice an interval). Each is labelled with its table's
+    side and cell (`router.topology.cells`; a mapping of side -> table: cell 0)."""
+    if isinstance(tables, Mapping):
+        triples = [(side, 0, table) for side, table in tables.items()]
+    else:
+        triples = list(tables)
 
     def refresh(gauges: Gauges, redis_answers: bool) -> None:
         if not redis_answers:
@@ -43,18 +45,18 @@ def open_groups(
         values: dict[tuple[str, ...], float] = {}
         waiting: dict[tuple[str, ...], float] = {}
         oldest: dict[tuple[str, ...], float] = {}
-        for side, table in pairs:
+        for side, cell, table in triples:
             try:
                 loads = table.loads()
                 count, age = room_levels(*table.room_size())
-                waiting[(side,)] = waiting.get((side,), 0.0) + count
-                oldest[(side,)] = max(oldest.get((side,), 0.0), age)
             except redis.RedisError as exc:
                 metrics.inc("redis_errors")
-                log.debug("no gauges of the %s table this interval: %s", side, exc)
+                log.debug("no gauges of the %s table of cell %d this interval: %s", side, cell, exc)
                 continue
+            waiting[(side, str(cell))] = count
+            oldest[(side, str(cell))] = age
             for dest in table.destinations:
-                values[(side, dest)] = float(loads.get(dest, 0))
+                values[(side, str(cell), dest)] = float(loads.get(dest, 0))
         gauges.values["open_groups"] = values
         gauges.values["room_waiting"] = waiting
         gauges.values["room_oldest_wait_seconds"] = oldest

@@ -67,7 +67,8 @@ def unit_exporter(unit: ExportedUnit) -> Exporter:
     # each cell's table (router.unit.steps.cells), or its one table (none: the raw relay)
     cells: list[ManagementTable] = getattr(unit.steps, "tables", [table] if table else [])
     side = unit.spec.side
-    tables = open_groups([(side, t) for t in cells], unit.metrics) if cells else None
+    triples = [(side, c, t) for c, t in enumerate(cells)]
+    tables = open_groups(triples, unit.metrics) if cells else None
 
     def refresh(gauges: Gauges, redis_answers: bool) -> None:
         gauges.values["source_lag"] = source_lag(source.consumer, source.assigned)

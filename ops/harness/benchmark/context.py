@@ -36,6 +36,9 @@ class Benching(Protocol):
     # The progress steps the run expects: a part that learns how many it makes (the
     # latency runs, once the whole path's maximum is known) corrects it.
     total_steps: int
+    suffix: str  # appended to every stage's name (the servers it ran on, a variant)
+    # Partitions of each filled topic, the stages' sources (a cell owns every n-th)
+    partitions: int
 
     def progress(self, text: str) -> None:
         """One progress step done, described."""
@@ -51,7 +54,12 @@ class Benching(Protocol):
 
     def fill_all(self, workloads: list[Workload] | None = None) -> None: ...
     def run_stage(
-        self, stage: str, w: Workload, processes: int = 1, env: dict[str, str] | None = None
+        self,
+        stage: str,
+        w: Workload,
+        processes: int = 1,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
     ) -> Throughput: ...
     def run_latency(self, path: str, w: Workload, rate: float) -> Latency: ...
     def cleanup(self) -> None:

@@ -68,9 +68,10 @@ def fill(
     w: Workload,
     count: int,
     seed: int,
+    partitions: int = SOURCE_PARTITIONS,
 ) -> None:
-    """Write `count` messages of the workload to `topic` (idempotent, not transactional:
-    its offsets are its messages)."""
+    """Write `count` messages of the workload to `topic`'s first `partitions` partitions
+    (idempotent, not transactional: its offsets are its messages)."""
     producer = Producer(
         {
             **clients.idempotent_producer_config(settings.kafka, f"bench-fill-{topic}"),
@@ -95,7 +96,7 @@ def fill(
                     topic,
                     payload,
                     gid.encode() if gid else None,
-                    partition=_partition(gid, i, SOURCE_PARTITIONS),
+                    partition=_partition(gid, i, partitions),
                     headers=headers,
                 )
                 break

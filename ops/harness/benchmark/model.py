@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import median
 
+from ops.harness.benchmark.cellcost import ClusterRun
+
 SIZES = (100, 1_000, 10_000)
 GROUPED = (0.0, 0.5, 1.0)
 OPEN_GROUPS = (10, 10_000)
@@ -96,6 +98,7 @@ class BenchSpec:
     headlines: tuple[str, ...] = ("unsaturated", "saturated")
     java: bool = True  # the Java relay stages (needs javac and the cached jars)
     ha: bool = True  # the three-broker row (starts and stops its own cluster)
+    cluster: bool = True  # the Redis Cluster row (starts and stops its own, if none runs)
     seed: int = 7
 
     def messages(self, size: int) -> int:
@@ -233,6 +236,8 @@ class Results:
     # The routing scripts' own cost, without Kafka (ops/harness/benchmark/scriptcost.py):
     # its report's lines
     scripts: list[str] = field(default_factory=list)
+    # The Redis Cluster stage's runs (ops/harness/benchmark/cluster.py)
+    cluster: list[ClusterRun] = field(default_factory=list)
 
     def typical(self, stage: str, w: Workload, processes: int = 1) -> float:
         """The median msg/s of every run of a stage on a workload (0 if none)."""

@@ -13,6 +13,9 @@ the parts a run can be limited to (`python -m ops.bench --only java`):
     redis     Redis's cost alone: send and receive unit on 1 KB ordinary and grouped traffic,
               and the scripts' own cost
     ha        send unit against raw relay on a three-broker cluster (ops/harness/benchmark/ha.py)
+    cluster   grouped traffic through both sides with the tables on a 3-primary Redis Cluster,
+              1 cell and 3 cells: Redis CPU per message per primary
+              (ops/harness/benchmark/cluster.py)
     tracing   send and receive unit with tracing off and on, every message traced, and the send
               unit with one in ten; spans to a Jaeger of the run's own
               (ops/harness/benchmark/tracing.py)
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from functools import partial
 
+from ops.harness.benchmark.cluster import CLUSTER_STEPS, run_cluster
 from ops.harness.benchmark.context import Benching
 from ops.harness.benchmark.ha import HA_STEPS, run_ha
 from ops.harness.benchmark.model import (
@@ -45,7 +49,7 @@ from ops.harness.benchmark.tracing import TRACING_STEPS, run_tracing
 
 PARTS = (
     "relays", "units", "headline", "chained", "scaling", "latency", "java", "redis", "ha", "trace",
-    "tracing",
+    "tracing", "cluster",
 )  # fmt: skip
 Step = tuple[int, Callable[[], object]]  # (progress steps it makes, action)
 
@@ -55,9 +59,10 @@ def plan(bench: Benching, only: Collection[str] = ()) -> list[Step]:
     if unknown:
         raise ValueError(f"unknown parts {sorted(unknown)}: choose from {', '.join(PARTS)}")
     spec = bench.spec
-    parts = set(only) or {p for p in PARTS if p not in ("java", "redis", "ha", "trace")} | (
-        {"ha"} if spec.ha else set()
-    )
+    optional = {"ha": spec.ha, "cluster": spec.cluster}
+    parts = set(only) or {
+        p for p in PARTS if p not in ("java", "redis", "trace") and optional.get(p, True)
+    }
     java = spec.java
     key = spec.key()
     heads = spec.headline_workloads()
@@ -166,5 +171,7 @@ def plan(bench: Benching, only: Collection[str] = ()) -> list[Step]:
         steps.append((HA_STEPS, lambda: run_ha(bench)))
     if "tracing" in parts:
         steps.append((TRACING_STEPS, lambda: run_tracing(bench)))
+    if "cluster" in parts:
+        steps.append((CLUSTER_STEPS, lambda: run_cluster(bench)))
 
     return steps

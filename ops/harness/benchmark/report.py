@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
 
-from ops.harness.benchmark import phases
+from ops.harness.benchmark import cellcost, phases
 from ops.harness.benchmark.model import (
     GROUPED_ONLY,
     HA_SUFFIX,
@@ -209,6 +209,7 @@ def summary(results: Results) -> list[str]:
             f"({cost.script_ceiling:,.0f} counting scripts only; goal >= {REDIS_GOAL:,})"
         )
     out += [f"the routing scripts alone, no Kafka, {line}" for line in results.scripts]
+    out += list(cellcost.lines(results.cluster))
     for stage in (PY_RELAY, SEND):
         one, two = results.typical(stage, key, 1), results.typical(stage, key, 2)
         if one and two:
@@ -310,6 +311,15 @@ def report(results: Results, out_dir: Path) -> str:
                     name: {**asdict(c), "ceiling_msg_s": c.ceiling}
                     for name, c in redis_costs(results).items()
                 },
+                "cluster": [
+                    {
+                        **asdict(r),
+                        "cpu_us": {p: r.cpu_us(p) for p in r.used},
+                        "busiest_us": r.peak_us,
+                        "ceiling_msg_s": r.ceiling,
+                    }
+                    for r in results.cluster
+                ],
             },
             indent=2,
         )

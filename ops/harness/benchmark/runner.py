@@ -107,6 +107,7 @@ class Bench:
         self.console = Console() if out is None else Console.of(out)
         self.out = self.console.say
         self.suffix = ""  # appended to every stage name (HA_SUFFIX on the cluster)
+        self.partitions = SOURCE_PARTITIONS  # of each filled topic (the stages' sources)
         self.parent = parent  # whose progress this one's steps count in
         self.id = f"bench-{secrets.token_hex(3)}"
         self.admin = AdminClient(clients.admin_config(base.kafka))
@@ -148,7 +149,7 @@ class Bench:
         names = {w: f"{self.id}.in.{w.slug}" for w in workloads}
         futures = self.admin.create_topics(
             [
-                NewTopic(n, SOURCE_PARTITIONS, self.base.kafka.replication_factor or -1)
+                NewTopic(n, self.partitions, self.base.kafka.replication_factor or -1)
                 for n in names.values()
             ],
             operation_timeout=60,
@@ -158,7 +159,7 @@ class Bench:
         for w, topic in names.items():
             count = self.spec.messages(w.size)
             t0 = time.monotonic()
-            fill(self.base, topic, w, count, self.spec.seed)
+            fill(self.base, topic, w, count, self.spec.seed, self.partitions)
             self.filled[w] = (topic, count)
             self.progress(
                 f"filled {topic}: {count:,} messages of {w.label} ({time.monotonic() - t0:.1f}s)"
@@ -167,12 +168,18 @@ class Bench:
     # -------------------------------------------------------------- one run
 
     def pipeline(
-        self, tag: str, env: dict[str, str], metrics: bool = False, w: Workload | None = None
+        self,
+        tag: str,
+        env: dict[str, str],
+        metrics: bool = False,
+        w: Workload | None = None,
+        name: str | None = None,
     ) -> Pipeline:
-        """A pipeline for one stage: under the default busy policy if the workload keeps
-        fewer groups open than a side has destinations (the unsaturated headline, the
-        ratio line's), otherwise under `share`."""
-        name = f"{self.id}.{tag}.{secrets.token_hex(2)}"
+        """A pipeline for one stage (named `name`, else after the run, `tag` and a random
+        suffix): under the default busy policy if the workload keeps fewer groups open than
+        a side has destinations (the unsaturated headline, the ratio line's), otherwise under
+        `share`."""
+        name = name or f"{self.id}.{tag}.{secrets.token_hex(2)}"
         default = RouterSettings().routing.busy_policy
         fits = w is not None and w.open_groups < min(TRANSFER_PARTITIONS, RECEIVE_QUEUES)
         spec = PipelineSpec(
@@ -180,7 +187,7 @@ class Bench:
             receive_units=0,
             sweepers=0,
             send_queues=1,
-            send_queue_partitions=SOURCE_PARTITIONS,
+            send_queue_partitions=self.partitions,
             transfer_partitions=TRANSFER_PARTITIONS,
             receive_queues=RECEIVE_QUEUES,
             default_ttl_ms=600_000,
@@ -203,10 +210,17 @@ class Bench:
             p.fleet.start(f"{side}-{kind}", processes)
 
     def run_stage(
-        self, stage: str, w: Workload, processes: int = 1, env: dict[str, str] | None = None
+        self,
+        stage: str,
+        w: Workload,
+        processes: int = 1,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
     ) -> Throughput:
         """One stage draining the workload's filled topic (`env`: more settings of its
-        processes, e.g. tracing on)."""
+        processes, e.g. tracing on; `name`: its topology's, else a fresh one). Redis's own
+        cost is read around a unit stage on one Redis; on a Redis Cluster the caller reads
+        each node's (ops/harness/benchmark/cluster.py)."""
         topic, count = self.filled[w]
         base = stage.removesuffix(HA_SUFFIX).removesuffix(TRACING_OFF).removesuffix(TRACING_ON)
         kind, side_or_path = STAGES[base]
@@ -214,10 +228,10 @@ class Bench:
         env = dict(env or {})
         if side_or_path == "receive":
             env["ROUTER_TOPOLOGY__TRANSFER_TOPIC"] = topic
-            env["ROUTER_TOPOLOGY__RECEIVE_UNITS"] = str(SOURCE_PARTITIONS)
+            env["ROUTER_TOPOLOGY__RECEIVE_UNITS"] = str(self.partitions)
         else:
             env["ROUTER_TOPOLOGY__SEND_QUEUES"] = json.dumps([topic])
-        p = self.pipeline(f"{kind}-{side_or_path}", env, w=w)
+        p = self.pipeline(f"{kind}-{side_or_path}", env, w=w, name=name)
         sides: list[Side] = (
             ["send", "receive"] if side_or_path == "path" else [side_or_path]  # type: ignore[list-item]
         )
@@ -244,7 +258,8 @@ class Bench:
                     )
             for watch, _, _ in watches:
                 watch.committed()  # finds the group's coordinator before the clock starts
-            redis_before = redis_snapshot(self.redis) if kind == "unit" else None
+            one_redis = kind == "unit" and not self.base.redis.cluster_nodes
+            redis_before = redis_snapshot(self.redis) if one_redis else None
             for side in sides:
                 self.start(p, kind, side, processes)
             pids = [x.popen.pid for x in p.fleet.procs]
@@ -287,9 +302,10 @@ class Bench:
         self.results.throughput.append(t)
         extra = ""
         if roles:
-            extra = (
-                f", {t.round_trips_per_msg:.4f} Redis round trips/msg, Redis "
-                f"{t.redis_script_us_per_msg:.2f} us/msg in scripts, "
+            extra = f", {t.round_trips_per_msg:.4f} Redis round trips/msg"
+        if redis_used is not None:
+            extra += (
+                f", Redis {t.redis_script_us_per_msg:.2f} us/msg in scripts, "
                 f"{t.redis_cpu_us_per_msg:.2f} us/msg CPU"
             )
         if messages < count / 2:

@@ -298,8 +298,8 @@ def test_a_page_holding_10000_waiting_groups_renders_in_under_a_second(
     # The room's gauges, as the units and the sweeper refresh them for Prometheus.
     gauges = Gauges()
     table_gauges({"send": table}, Metrics())(gauges, True)
-    assert gauges.values["room_waiting"] == {("send",): 10_000.0}
-    assert 0 <= gauges.values["room_oldest_wait_seconds"][("send",)] < 600
+    assert gauges.values["room_waiting"] == {("send", "0"): 10_000.0}
+    assert 0 <= gauges.values["room_oldest_wait_seconds"][("send", "0")] < 600
 
     stop = threading.Event()
     urls: list[str] = []

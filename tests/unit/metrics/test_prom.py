@@ -45,13 +45,13 @@ def test_counters_and_gauges_are_read_when_scraped() -> None:
     for name in typing.get_args(MetricName):  # every counter, 0 before its first count
         assert f'router_{name}_total{{role="send-unit",topology="orders"}} 0.0' in text
     m.inc("messages_in", 3)
-    gauges.values["open_groups"] = {("send", "orders.transfer/0"): 2.0}
+    gauges.values["open_groups"] = {("send", "1", "orders.transfer/0"): 2.0}
     text = scrape(registry)
     assert 'router_messages_in_total{role="send-unit",topology="orders"} 3.0' in text
     assert 'router_inflight_batches{role="send-unit",topology="orders"} 1.0' in text
     assert (
-        'router_open_groups{destination="orders.transfer/0",role="send-unit",side="send",'
-        'topology="orders"} 2.0'
+        'router_open_groups{cell="1",destination="orders.transfer/0",role="send-unit",'
+        'side="send",topology="orders"} 2.0'
     ) in text
 
 
@@ -176,4 +176,4 @@ def test_the_rooms_gauges_are_its_size_and_its_oldest_wait_in_seconds() -> None:
     assert room_levels(3, 1_500, 5_000) == (3.0, 3.5)
     assert room_levels(1, 5_200, 5_000) == (1.0, 0.0)  # clocks a hair apart: never negative
     assert "room_waiting" in typing.get_args(GaugeName)
-    assert prom.GAUGE_LABELS["room_oldest_wait_seconds"] == ("side",)
+    assert prom.GAUGE_LABELS["room_oldest_wait_seconds"] == ("side", "cell")
