@@ -127,6 +127,9 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
         )
     if r.lost:
         items.append(f"    lost, for example: {', '.join(r.lost_examples)}")
+    if r.duplicated:
+        items.append("    duplicated, for example:")
+        items.extend(f"      {d}" for d in r.duplicate_examples)
     if result.crashes:
         items.append(Row("unexpected exits", f"{len(result.crashes)} (see below)"))
         items.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])
