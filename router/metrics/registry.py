@@ -76,7 +76,7 @@ MetricName = Literal[
     "multicast",  # receive unit: multicast messages fanned out to their queues
     "multicast_copies",  # ... their copies, written straight or parked in the waiting room
     "band_share_turns",  # priority: batches given to a lower band by its minimum share
-    "stranded_reassigned",  # partitions never read though records waited, assigned again
+    "stranded_reassigned",  # partitions unread for 20 s though records waited, assigned again
     # where a unit's time goes (microseconds, summed; docs/explanation/performance.md): the run
     # loop's poll, deciding (classify, route), building the output, the produce calls, waiting
     # for the previous batch's commit; on the commit thread the offsets call, waiting for every

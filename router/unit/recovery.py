@@ -113,24 +113,33 @@ class Recovery:
         log.info("resuming after back-off")
 
     def _unstrand(self) -> None:
-        """Assign again the partitions the unit never read although records wait in them
-        (`router.unit.stalls`: librdkafka left their committed-offset query unanswered).
-        Not while backing off: everything is paused then."""
-        if self.backoff.until is not None or not self.source.stalls.unconsumed:
+        """Assign again the partitions the unit has not read for long although records
+        wait in them (`router.unit.stalls`: librdkafka left a committed-offset query
+        unanswered, or a fetcher never started again). Not while backing off (everything
+        is paused); not those the unit keeps paused, nor those whose position may not be
+        their committed offset: the batch in flight's, and the waiting room's once read."""
+        if self.backoff.until is not None:
             return
         now = time.monotonic()
-        paused = self.holds.waiting()
+        stalls = self.source.stalls
+        if not any(at <= now for at in stalls.due.values()):
+            return
+        skip = self.holds.waiting()
         if self.bands is not None:
-            paused |= self.bands.paused
-        stranded = self.source.stranded(now, paused)
+            skip |= self.bands.paused
+        if self._inflight is not None:
+            skip.update(self._inflight[0].first)
+        if self.steps.room is not None:
+            room = self.steps.room.topic
+            skip.update(tp for tp in stalls.due if tp[0] == room and tp not in stalls.unconsumed)
+        stranded = self.source.stranded(now, skip)
         if not stranded:
             return
         log.warning(
-            "%d partitions assigned %.0f s ago or more were never read although records "
-            "wait in them (their committed offsets were never read): assigning them "
-            "again: %s",
+            "%d partitions not read for %.0f s although records wait in them (a fetcher "
+            "that never started, or stopped): assigning them again: %s",
             len(stranded),
-            self.source.stalls.after_s,
+            stalls.after_s,
             ", ".join(f"{t}[{p}]" for t, p in stranded),
         )
         try:

@@ -63,22 +63,20 @@ class Source:
         max_bytes: int = 1 << 62,
         max_batch_size: int = 0,
     ) -> None:
-        self.stalls = StallGuard()  # partitions never read though records wait in them
+        self.stalls = StallGuard()  # partitions not read for long though records wait
         self.consumer = Consumer(config)
         self.sizer = BatchSizer(batch_size, max_batch_size)
         self.max_bytes = max_bytes
         self.metrics = metrics
         self.assigned: set[TP] = set()
 
-    def stranded(self, now: float, paused: Collection[TP]) -> list[TP]:
-        """Assigned partitions the unit never read although records wait in them
-        (`router.unit.stalls`), asked of the broker for the suspects (partitions not read
-        since assigned long enough ago, not kept paused): up to three requests, whatever
-        their number, and only while there are suspects."""
+    def stranded(self, now: float, skip: Collection[TP]) -> list[TP]:
+        """Assigned partitions the unit has not read for long although records wait in
+        them (`router.unit.stalls`), asked of the broker for the suspects (partitions not
+        read for `after_s`, but those in `skip`): up to three requests, whatever their
+        number, and only while there are suspects."""
         guard = self.stalls
-        if not guard.unconsumed:
-            return []
-        suspects = guard.suspects(now, paused)
+        suspects = guard.suspects(now, skip)
         if not suspects:
             return []
         asked = tps(suspects)
@@ -153,8 +151,8 @@ class Source:
                     good.append(m)
             elif err.code() != KafkaError._PARTITION_EOF:
                 self.error(err)
-        if self.stalls.unconsumed:
-            self.stalls.took({(m.topic(), m.partition()) for m in good})
+        if good:
+            self.stalls.took({(m.topic(), m.partition()) for m in good}, time.monotonic())
         return good
 
     def drain_paused(self, timeout: float) -> None:

@@ -11,18 +11,27 @@ backlog grows while the group believes it is consumed (librdkafka issue #5586, o
 the broker restart and read nothing of it, so three groups whose later members sat there
 held all three destinations and everything else waited.
 
+A second chaos run saw the same stall on partitions the unit had read before: after a
+transaction that never returned and a rewind to the committed offsets, a receive unit read
+nothing more of its four partitions for three minutes, and the records it had parked in
+the aborted transaction (counted in the table) were never parked again.
+
 The guard needs nothing from librdkafka's internals (its statistics would show the
 fetcher's state, but turned on they cost the units latency). A partition is a *suspect*
-when it was assigned `after_s` ago or more, the unit consumed nothing of it since, and the
-unit does not keep it paused itself (priority bands, the busy policy `hold`, a back-off).
-The unit then asks the broker, in one batched request each, for the suspects' committed offsets and
-their last stable offsets (what a read_committed consumer can read): a suspect whose last
-stable offset lies past where it would start (its committed offset; its low watermark if
-none was committed) has records waiting that the unit has not read in `after_s`, so it is
-*stranded*, and the unit assigns it again (`Source.reassign`), which queries its committed
-offset afresh. Nothing of it was consumed since the assignment, so no batch holds its
-records and nothing is skipped or read twice. A suspect with nothing waiting is idle: it is
-asked about again `after_s` later; one the broker did not answer for, `retry_s` later.
+when the unit read nothing of it for `after_s` (since its assignment, or since the last
+message of it it read), and the unit does not keep it paused itself (priority bands, the
+busy policy `hold`, a back-off). The unit then asks the broker, in one batched request
+each, for the suspects' committed offsets and their last stable offsets (what a
+read_committed consumer can read): a suspect whose last stable offset lies past where it
+would read next (its position, which passes a transaction's marker; its committed offset;
+its low watermark if neither is known) has records waiting that the unit has not read in
+`after_s`, so it is *stranded*, and the unit assigns it again (`Source.reassign`), which
+reads its committed offset afresh and starts a new fetcher from there. The caller asks only
+about partitions whose position is their committed offset: none of the batch in flight,
+and none of the waiting room's, whose records the drain step holds past the committed
+offset, unless nothing of it was read since its assignment. A suspect with nothing waiting
+is idle: it is asked about again `after_s` later; one the broker did not answer for,
+`retry_s` later.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ class StallGuard:
 
     after_s: float = STRANDED_AFTER_S
     retry_s: float = RETRY_S
-    due: dict[TP, float] = field(default_factory=dict)  # unconsumed: when it is a suspect
+    due: dict[TP, float] = field(default_factory=dict)  # assigned: when it is a suspect
     unconsumed: set[TP] = field(default_factory=set)  # assigned, nothing consumed since
 
     def assigned(self, tps: Iterable[TP], now: float) -> None:
@@ -57,18 +66,20 @@ class StallGuard:
             self.due.pop(tp, None)
             self.unconsumed.discard(tp)
 
-    def took(self, tps: Iterable[TP]) -> None:
-        """Partitions of which messages were consumed (the caller may skip this while
-        `unconsumed` is empty: then it changes nothing)."""
+    def took(self, tps: Iterable[TP], now: float) -> None:
+        """Partitions of which messages were consumed at `now`."""
+        due, then = self.due, now + self.after_s
         for tp in tps:
-            if tp in self.unconsumed:
-                self.unconsumed.discard(tp)
-                self.due.pop(tp, None)
+            if tp in due:
+                due[tp] = then
+        if self.unconsumed:
+            self.unconsumed.difference_update(tps)
 
-    def suspects(self, now: float, paused: Collection[TP]) -> list[TP]:
-        """Partitions due (assigned `after_s` ago or more, nothing consumed since, not
-        asked about since) that the unit does not keep paused; `MAX_SUSPECTS` at most."""
-        out = [tp for tp in self.unconsumed if self.due[tp] <= now and tp not in paused]
+    def suspects(self, now: float, skip: Collection[TP]) -> list[TP]:
+        """Partitions due (nothing consumed of them for `after_s` since their assignment
+        or their last message, not asked about since) but those in `skip` (kept paused,
+        or whose position may not be their committed offset); `MAX_SUSPECTS` at most."""
+        out = [tp for tp, at in self.due.items() if at <= now and tp not in skip]
         return sorted(out)[:MAX_SUSPECTS]
 
     def judge(
@@ -85,7 +96,7 @@ class StallGuard:
         not asked about again until `assigned` starts it over (it is assigned again)."""
         out = []
         for tp in suspects:
-            if tp not in self.unconsumed:
+            if tp not in self.due:
                 continue
             start, lso = starts.get(tp), stable.get(tp)
             if start is None or lso is None or start < 0 or lso < 0:

@@ -130,6 +130,9 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
     if r.duplicated:
         items.append("    duplicated, for example:")
         items.extend(f"      {d}" for d in r.duplicate_examples)
+    if result.sender_failures:
+        items.append(f"    sender failures ({len(result.sender_failures)}), for example:")
+        items.extend(f"      {f[:600]}" for f in result.sender_failures[:5])
     if result.crashes:
         items.append(Row("unexpected exits", f"{len(result.crashes)} (see below)"))
         items.extend("    " + c.replace("\n", "\n    ") for c in result.crashes[:3])

@@ -81,15 +81,31 @@ def test_a_partition_never_read_though_records_wait_is_found_and_read_once_assig
             "partition 2 fetched to its end",
         )
         later = time.monotonic() + source.stalls.after_s  # the guard's delay, passed
-        assert source.stranded(later, paused={one}) == []  # the unit pauses it itself
+        assert source.stranded(later, skip={one}) == []  # the unit pauses it itself
         assert source.stalls.unconsumed == {one, two}
-        assert source.stranded(later, paused=set()) == [one]
+        assert source.stranded(later, skip=set()) == [one]
         # asked about again only after the delay: the idle one as well
-        assert source.stranded(later, paused=set()) == []
+        assert source.stranded(later, skip=set()) == []
         source.reassign([one], paused=False, now=time.monotonic())
         got.clear()
         wait_until(lambda: read(4), 30, "partition 1, from its committed offset")
+        assert sorted(o for p, o in got if p == 1) == [6, 7, 8, 9]
         assert source.stalls.unconsumed == {two}
+        # read before, then its fetcher stops (paused behind the guard's back) while
+        # records keep coming: stranded once unread for the delay
+        zero = TopicPartition(topic, 0)
+        source.consumer.pause([zero])
+        txn.begin_transaction()
+        for i in range(3):
+            txn.produce(topic, f"{i}".encode(), partition=0)
+        txn.commit_transaction(30)
+        # what a unit commits: everything it read, up to the marker
+        source.consumer.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
+        later = time.monotonic() + source.stalls.after_s
+        assert source.stranded(later, skip=set()) == [(topic, 0)]
+        source.reassign([(topic, 0)], paused=False, now=time.monotonic())
+        got.clear()
+        wait_until(lambda: read(3), 30, "partition 0's new records")
     finally:
         source.close()
-    assert sorted(o for p, o in got if p == 1) == [6, 7, 8, 9]
+    assert sorted(o for p, o in got if p == 0) == [11, 12, 13]
