@@ -122,6 +122,7 @@ class Recovery:
             return
         now = time.monotonic()
         stalls = self.source.stalls
+        stalls.tick(now)
         if not any(at <= now for at in stalls.due.values()):
             return
         skip = self.holds.waiting()

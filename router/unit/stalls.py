@@ -31,7 +31,8 @@ about partitions whose position is their committed offset: none of the batch in 
 and none of the waiting room's, whose records the drain step holds past the committed
 offset, unless nothing of it was read since its assignment. A suspect with nothing waiting
 is idle: it is asked about again `after_s` later; one the broker did not answer for,
-`retry_s` later.
+`retry_s` later. The delay counts only time the unit's loop could read: a call that blocked
+or a back-off (everything paused) pushes every partition's delay back (`tick`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from router.unit.steps.batch import TP
 
 STRANDED_AFTER_S = 20.0  # assigned this long, nothing read though records wait: assigned again
 RETRY_S = 5.0  # a suspect the broker did not answer for is asked about again this much later
+GAP_S = 3.0  # the unit's loop away this long (blocked, backing off): it could read nothing
 MAX_SUSPECTS = 64  # asked about in one turn at most (the requests are batched)
 
 
@@ -53,8 +55,10 @@ class StallGuard:
 
     after_s: float = STRANDED_AFTER_S
     retry_s: float = RETRY_S
+    gap_s: float = GAP_S
     due: dict[TP, float] = field(default_factory=dict)  # assigned: when it is a suspect
     unconsumed: set[TP] = field(default_factory=set)  # assigned, nothing consumed since
+    ticked: float | None = None  # when the unit's loop last looked (`tick`)
 
     def assigned(self, tps: Iterable[TP], now: float) -> None:
         for tp in tps:
@@ -74,6 +78,16 @@ class StallGuard:
                 due[tp] = then
         if self.unconsumed:
             self.unconsumed.difference_update(tps)
+
+    def tick(self, now: float) -> None:
+        """The unit's loop looks, able to read (not backing off). Time it spent away
+        longer than `gap_s` (a call that blocked, a back-off with everything paused) is no
+        time a partition went unread: every partition's delay is pushed back by it."""
+        if self.ticked is not None and now - self.ticked > self.gap_s:
+            away = now - self.ticked
+            for tp in self.due:
+                self.due[tp] += away
+        self.ticked = now
 
     def suspects(self, now: float, skip: Collection[TP]) -> list[TP]:
         """Partitions due (nothing consumed of them for `after_s` since their assignment

@@ -74,3 +74,16 @@ def test_a_turn_asks_about_a_bounded_number_of_suspects() -> None:
     assert len(first) == MAX_SUSPECTS
     g.judge(first, {tp: 3 for tp in first}, {tp: 3 for tp in first}, now=1.0)  # idle
     assert len(g.suspects(now=1.0, skip=set())) == 10  # the rest, the next turn
+
+
+def test_time_the_loop_spent_away_is_no_time_unread() -> None:
+    g = StallGuard(after_s=20.0, gap_s=3.0)
+    g.assigned([A, B], now=0.0)
+    for t in range(0, 11):  # the loop looks every second
+        g.tick(float(t))
+    g.took([B], now=10.0)
+    g.tick(55.0)  # a call blocked 45 s (or a back-off): nothing could be read meanwhile
+    assert g.suspects(now=55.0, skip=set()) == []
+    assert g.suspects(now=64.9, skip=set()) == []
+    assert g.suspects(now=65.0, skip=set()) == [A]  # 20 s of the loop looking
+    assert g.suspects(now=75.0, skip=set()) == [A, B]
