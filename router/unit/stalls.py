@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from router.unit.steps.batch import TP
 
 STRANDED_AFTER_S = 20.0  # assigned this long, nothing read though records wait: assigned again
-RETRY_S = 5.0  # a suspect the broker did not answer for is asked about again this much later
+RETRY_S = 10.0  # a suspect the broker did not answer for is asked about again this much later
 GAP_S = 3.0  # the unit's loop away this long (blocked, backing off): it could read nothing
 MAX_SUSPECTS = 64  # asked about in one turn at most (the requests are batched)
 
