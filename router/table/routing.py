@@ -197,6 +197,20 @@ class Entry:
         return self.updated_ms + self.ttl_ms
 
 
+# An entry's update time is its last use rounded up to a step of its TTL / DUE_STEPS (at
+# least 1 ms): never before the group's last message, at most a step after it, so the
+# entry lives at least its TTL past that message, at most a step more. A busy group's entry
+# then changes once per step, not per message (the route script writes nothing for a
+# member whose entry has this step's time already: `router/table/store/lua/route.lua`).
+DUE_STEPS = 16
+
+
+def updated_at(now_ms: int, ttl_ms: int) -> int:
+    """The update time of an entry of TTL `ttl_ms` used at `now_ms`."""
+    step = max(1, ttl_ms // DUE_STEPS)
+    return -(-now_ms // step) * step
+
+
 @dataclass(frozen=True, slots=True)
 class RoomState:
     """What the drain step needs of a group's entry (`ManagementTable.room_state`)."""

@@ -97,7 +97,8 @@ local function flagset(flags)
       or string.format('%.0f', lane_seq))
     -- `fast`: nothing in the flags but what a known open group's next member carries
     F = { seq = seq, lane_seq = lane_seq, lane_seq_s = q_s,
-          fast = not seq and not string.find(flags, '[fpkgm]') }
+          fast = not seq and not string.find(flags, '[fpkgm]'),
+          m = string.find(flags, 'm', 1, true) ~= nil, f = string.find(flags, 'f', 1, true) ~= nil }
     flagsets[flags] = F
   end
   return F
@@ -208,8 +209,9 @@ local lane_group = {}  -- lane -> its pseudo-group's ID
 for m = 0, nmsg - 1 do
   local gid = ARGV[base + m * 5 + 1]
   local flags = ARGV[base + m * 5 + 2]
-  local multicast = has(flags, 'm')
-  if gid ~= '' and not multicast and has(flags, 'f') then last_final[gid] = m end
+  local F = flagsets[flags] or flagset(flags)
+  local multicast = F.m
+  if gid ~= '' and not multicast and F.f then last_final[gid] = m end
   if multicast then  -- multicast: the copies pseudo-groups of its destinations
     for d in string.gmatch(ARGV[base + m * 5 + 4], '[^,]+') do
       if cache['~*' .. d] == nil then
@@ -242,8 +244,11 @@ for _, c in ipairs(carried) do
   end
 end
 for s = 1, #want, 1000 do
-  local chunk = {}
-  for j = s, math.min(s + 999, #want) do chunk[#chunk + 1] = want[j] end
+  local chunk = want
+  if #want > 1000 then
+    chunk = {}
+    for j = s, math.min(s + 999, #want) do chunk[#chunk + 1] = want[j] end
+  end
   local vals = redis.call('HMGET', K_ENTRIES, unpack(chunk))
   for j = 1, #chunk do
     local v = vals[j]
@@ -365,6 +370,16 @@ local batch_dest = nil
 local marks, marked = {}, {}
 local now_s, lease_s = num(now), num(now + lease)
 local now_n = tonumber(now_s)
+-- The update time of an entry used now, per TTL (prelude `updated_at`), as written.
+local ups = {}
+local function up_s(ttl)
+  local u = ups[ttl]
+  if not u then
+    u = num(updated_at(now_n, ttl))
+    ups[ttl] = u
+  end
+  return u
+end
 local dirty = {}
 local function touch(gid) dirty[gid] = true end
 -- The waiting room: groups that join it, and the groups this batch parks (park leases).
@@ -436,45 +451,52 @@ end
 -- lane, the group open (not in the room, not closing, not stopped, no parks, no sequence
 -- rule) and the message neither final nor stopping it nor in logical order (F.fast). It
 -- goes to the group's destination, its entry updated as the general path below updates
--- it (update time, TTL, the last lane-order number): the same entry, encoded, kept in the
--- cache as a string. Returns false (nothing changed) for any other entry.
--- Its deadline (update time + TTL) in the deadlines set is left as it is while the new
--- one, with the same TTL, stays in the same step of a sixteenth of the TTL (DUE_STEPS):
--- a score is then never later than its entry's deadline, and at most a step earlier
--- (sweep.lua checks each candidate against its entry). Most of a busy group's messages
--- write no score.
-local fast_due = {}  -- gid -> the TTL of an entry `fast` updated; false: its score stays
+-- it (update time, TTL, the last lane-order number). Returns false (nothing changed) for
+-- any other entry.
+-- The update time is now rounded up to the TTL's step (prelude `updated_at`), so an entry
+-- that has it already, with this TTL, is left as it is (`same`: one anchored match and
+-- a few plain finds), unless this call writes it anyway: its last lane-order number
+-- ('routed', for operators) is then the last of the call that last wrote the entry, at
+-- most a step old. Otherwise the entry is written with one concatenation, kept in the
+-- cache as a string, and its new deadline.
 local fast_dest = nil
-local steps = {}  -- TTL -> { TTL, step } as numbers
+local fast_keys = {}  -- lane -> TTL -> '|<update time>|<TTL>||<lane>'
+local fast_ttl = {}  -- gid -> the TTL of an entry `fast` wrote
+local function same(v, p, ttl, lane)
+  local kl = fast_keys[lane]
+  if not kl then
+    kl = {}
+    fast_keys[lane] = kl
+  end
+  local k = kl[ttl]
+  if not k then
+    k = '|' .. up_s(ttl) .. '|' .. ttl .. '||' .. lane
+    kl[ttl] = k
+  end
+  if string.find(v, k, p, true) ~= p then return false end
+  local q = p + #k
+  return q > #v or string.find(v, '^|open|0|%-1|||%d*$', q) ~= nil
+end
 local function fast(gid, ttl, lane, lane_seq_s)
-  local d, o, u, t, c, l, x = string.match(cache[gid],
-    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
+  local v = cache[gid]
+  local d, p = string.match(v, '^([^|]*)|[^|]*()')
+  if d and not fast_ttl[gid] and same(v, p, ttl, lane) then
+    fast_dest = d
+    return true
+  end
+  local o, u, t, c, l, x
+  d, o, u, t, c, l, x = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
   if c ~= '' or l ~= lane or not (x == '' or string.find(x, '^|open|0|%-1|||%d*$')) then
     return false
   end
+  local up = up_s(ttl)
   if lane_seq_s then
-    cache[gid] = d .. '|' .. o .. '|' .. now_s .. '|' .. ttl .. '||' .. l .. '|open|0|-1|||'
+    cache[gid] = d .. '|' .. o .. '|' .. up .. '|' .. ttl .. '||' .. l .. '|open|0|-1|||'
       .. lane_seq_s
   else
-    cache[gid] = d .. '|' .. o .. '|' .. now_s .. '|' .. ttl .. '||' .. l
+    cache[gid] = d .. '|' .. o .. '|' .. up .. '|' .. ttl .. '||' .. l
   end
-  local due, before = ttl, fast_due[gid]
-  if t == ttl and before ~= nil then
-    due = before  -- updated earlier in this call: the same deadline
-  elseif t == ttl then
-    local st = steps[ttl]
-    if not st then
-      local n = tonumber(ttl) or 0
-      st = { n, math.max(1, math.floor(n / DUE_STEPS)) }
-      steps[ttl] = st
-    end
-    local was = tonumber(u)
-    if was and was <= now_n
-        and math.floor((was + st[1]) / st[2]) == math.floor((now_n + st[1]) / st[2]) then
-      due = false
-    end
-  end
-  fast_due[gid] = due
+  fast_ttl[gid] = ttl
   dirty[gid] = true
   fast_dest = d
   return true
@@ -711,14 +733,14 @@ local function flush(cmd, key, args, force)
     for k in pairs(args) do args[k] = nil end
   end
 end
--- An entry's deadline (update time + TTL); for one updated now, written once per TTL.
-local due_now = {}
+-- An entry's deadline (update time + TTL), formatted once per update time and TTL.
+local dues = {}
 local function due_at(updated, ttl)
-  if updated ~= now_s then return num(tonumber(updated) + tonumber(ttl)) end
-  local due = due_now[ttl]
+  local key = updated .. '|' .. ttl
+  local due = dues[key]
   if not due then
-    due = num(tonumber(now_s) + tonumber(ttl))
-    due_now[ttl] = due
+    due = num(tonumber(updated) + tonumber(ttl))
+    dues[key] = due
   end
   return due
 end
@@ -727,15 +749,15 @@ for gid in pairs(dirty) do
   local e = cache[gid]
   n = n + 1
   hset[2 * n - 1] = gid
-  if type(e) == 'string' then  -- updated by `fast` only: now, its closing unchanged ('')
+  if type(e) == 'string' then  -- written by `fast` only: used now, its closing unchanged ('')
     hset[2 * n] = e
-    local ttl = fast_due[gid]
-    if ttl then
-      nz = nz + 1
-      zadd[2 * nz - 1] = due_at(now_s, ttl)
-      zadd[2 * nz] = gid
-    end
+    local ttl = fast_ttl[gid]
+    nz = nz + 1
+    zadd[2 * nz - 1] = due_at(up_s(ttl), ttl)
+    zadd[2 * nz] = gid
   else
+    -- used now: its update time rounded up to its TTL's step (prelude `updated_at`)
+    if e.updated == now_s then e.updated = up_s(e.ttl) end
     hset[2 * n] = encode_entry(e)
     nz = nz + 1
     zadd[2 * nz - 1] = due_at(e.updated, e.ttl)
