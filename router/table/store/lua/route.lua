@@ -97,7 +97,7 @@ local function flagset(flags)
       or string.format('%.0f', lane_seq))
     -- `fast`: nothing in the flags but what a known open group's next member carries
     F = { seq = seq, lane_seq = lane_seq, lane_seq_s = q_s,
-          fast = not seq and not string.find(flags, '[fpkgm]'),
+          fast = not seq and not string.find(flags, '[pkgm]'),
           m = string.find(flags, 'm', 1, true) ~= nil, f = string.find(flags, 'f', 1, true) ~= nil }
     flagsets[flags] = F
   end
@@ -258,10 +258,12 @@ end
 
 -- cache: gid -> its entry, decoded (a table), or as stored (a string: not decoded yet,
 -- or updated by `fast` only).
+local fast_ttl = {}  -- gid -> the TTL of an entry `fast` wrote (its stored closing was '')
 local function entry(gid)
   local e = cache[gid]
   if type(e) == 'string' then
     e = decode_entry(e)
+    if fast_ttl[gid] then e.closing0 = '' end
     cache[gid] = e
   end
   return e
@@ -447,12 +449,13 @@ local function parked_message(gid, e, flags, ttl, token)
   return decision
 end
 -- The common message, routed without decoding its entry (decode_entry and encode_entry
--- are most of a call's time per message): a known group's next member on the group's own
--- lane, the group open (not in the room, not closing, not stopped, no parks, no sequence
--- rule) and the message neither final nor stopping it nor in logical order (F.fast). It
--- goes to the group's destination, its entry updated as the general path below updates
--- it (update time, TTL, the last lane-order number). Returns false (nothing changed) for
--- any other entry.
+-- are most of a call's time per message): a known group's next member or final on the
+-- group's own lane, the group open (not in the room, not closing, not stopped, no parks,
+-- no sequence rule) and the message neither stopping it nor in logical order (F.fast).
+-- It goes to the group's destination, its entry updated as the general path below updates
+-- it (update time, TTL, the last lane-order number; a final's token as its closing, and
+-- its destination freed for the rest of the batch: `close`). Returns false (nothing
+-- changed) for any other entry.
 -- The update time is now rounded up to the TTL's step (prelude `updated_at`), so an entry
 -- that has it already, with this TTL, is left as it is (`same`: one anchored match and
 -- a few plain finds), unless this call writes it anyway: its last lane-order number
@@ -461,7 +464,7 @@ end
 -- cache as a string, and its new deadline.
 local fast_dest = nil
 local fast_keys = {}  -- lane -> TTL -> '|<update time>|<TTL>||<lane>'
-local fast_ttl = {}  -- gid -> the TTL of an entry `fast` wrote
+local fast_closed = {}  -- gid -> true: `fast` wrote its final's token as its closing
 local function same(v, p, ttl, lane)
   local kl = fast_keys[lane]
   if not kl then
@@ -477,24 +480,30 @@ local function same(v, p, ttl, lane)
   local q = p + #k
   return q > #v or string.find(v, '^|open|0|%-1|||%d*$', q) ~= nil
 end
-local function fast(gid, ttl, lane, lane_seq_s)
+local function fast(gid, ttl, lane, lane_seq_s, final)
+  if final == '' then return false end  -- a final without a source position: the general path
   local v = cache[gid]
-  local d, p = string.match(v, '^([^|]*)|[^|]*()')
-  if d and not fast_ttl[gid] and same(v, p, ttl, lane) then
-    fast_dest = d
-    return true
+  if not final and not fast_ttl[gid] then
+    local d, p = string.match(v, '^([^|]*)|[^|]*()')
+    if d and same(v, p, ttl, lane) then
+      fast_dest = d
+      return true
+    end
   end
-  local o, u, t, c, l, x
-  d, o, u, t, c, l, x = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
+  local d, o, u, t, c, l, x = string.match(v,
+    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
   if c ~= '' or l ~= lane or not (x == '' or string.find(x, '^|open|0|%-1|||%d*$')) then
     return false
   end
-  local up = up_s(ttl)
+  local head = d .. '|' .. o .. '|' .. up_s(ttl) .. '|' .. ttl .. '|' .. (final or '') .. '|' .. l
   if lane_seq_s then
-    cache[gid] = d .. '|' .. o .. '|' .. up .. '|' .. ttl .. '||' .. l .. '|open|0|-1|||'
-      .. lane_seq_s
+    cache[gid] = head .. '|open|0|-1|||' .. lane_seq_s
   else
-    cache[gid] = d .. '|' .. o .. '|' .. up .. '|' .. ttl .. '||' .. l
+    cache[gid] = head
+  end
+  if final then
+    close(gid, d, lane)
+    fast_closed[gid] = true
   end
   fast_ttl[gid] = ttl
   dirty[gid] = true
@@ -511,7 +520,8 @@ for m = 0, nmsg - 1 do
   local lane_seq, lane_seq_s = F.lane_seq, F.lane_seq_s
   if held_lanes[lane] then
     decision = '!s'
-  elseif F.fast and type(cache[gid]) == 'string' and fast(gid, ttl, lane, lane_seq_s) then
+  elseif F.fast and type(cache[gid]) == 'string'
+      and fast(gid, ttl, lane, lane_seq_s, has(flags, 'f') and token) then
     decision = fast_dest
   elseif has(flags, 'm') then
     -- Multicast (router/table/multicast.py): a copy straight to each destination in charge of
@@ -749,12 +759,17 @@ for gid in pairs(dirty) do
   local e = cache[gid]
   n = n + 1
   hset[2 * n - 1] = gid
-  if type(e) == 'string' then  -- written by `fast` only: used now, its closing unchanged ('')
+  if type(e) == 'string' then  -- written by `fast` only: used now, open, closing if final
     hset[2 * n] = e
     local ttl = fast_ttl[gid]
     nz = nz + 1
     zadd[2 * nz - 1] = due_at(up_s(ttl), ttl)
     zadd[2 * nz] = gid
+    if fast_closed[gid] then
+      cadd[#cadd + 1] = now_s
+      cadd[#cadd + 1] = gid
+      flush('ZADD', K_CLOSING, cadd, false)
+    end
   else
     -- used now: its update time rounded up to its TTL's step (prelude `updated_at`)
     if e.updated == now_s then e.updated = up_s(e.ttl) end
