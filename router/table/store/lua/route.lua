@@ -258,7 +258,7 @@ end
 
 -- cache: gid -> its entry, decoded (a table), or as stored (a string: not decoded yet,
 -- or updated by `fast` only).
-local fast_ttl = {}  -- gid -> the TTL of an entry `fast` wrote (its stored closing was '')
+local fast_ttl = {}  -- gid -> the TTL of an entry `fast` wrote, or a new one (stored closing: '')
 local function entry(gid)
   local e = cache[gid]
   if type(e) == 'string' then
@@ -313,37 +313,36 @@ end
 -- The first cheapest destination at or after the cursor: cost is (load, fenced) for a
 -- new group of lane `lane`, load alone for an ordinary message (lane nil). Returns its
 -- 0-based index and busy.
-local cost = {}  -- reused by every call
 local none = {}
 local function choose(lane)
-  local best = nil
+  -- one pass in the cursor's order: the first cheapest, and the first cheapest a final of
+  -- the lane freed (which a new group prefers: see below)
   local fl = lane and (freed_lane[lane] or none)
-  for i = 1, ndest do
-    local d = dests[i]
-    local c
-    if draining[d] then
-      c = false  -- nothing new goes there
-    elseif fl then
-      c = (load[d] - (fl[d] or 0)) * 2
-      if fenced[d] then c = c + 1 end
-    else
-      c = eff(d) * 2
+  local best, first, pref = nil, nil, nil
+  for k = 0, ndest - 1 do
+    local i = (cursor + k) % ndest
+    local d = dests[i + 1]
+    if not draining[d] then  -- nothing new goes there
+      local c
+      if fl then
+        c = (load[d] - (fl[d] or 0)) * 2
+        if fenced[d] then c = c + 1 end
+      else
+        c = (load[d] - (freed[d] or 0)) * 2
+      end
+      if best == nil or c < best then
+        best, first, pref = c, i, nil
+        if fl and (fl[d] or 0) > 0 then pref = i end
+      elseif c == best and not pref and fl and (fl[d] or 0) > 0 then
+        pref = i
+      end
     end
-    cost[i] = c
-    if c and (best == nil or c < best) then best = c end
   end
+  if best == nil then return nil, true end
   -- among the cheapest, a new group prefers a destination a final of its lane freed in
   -- this batch: a lane's groups that follow each other stay on few destinations, and the
   -- clean ones stay clean for the other lanes and the waiting room
-  local first = nil
-  for k = 0, ndest - 1 do
-    local i = (cursor + k) % ndest
-    if cost[i + 1] == best then
-      if not fl or (fl[dests[i + 1]] or 0) > 0 then return i, best ~= 0 end
-      if first == nil then first = i end
-    end
-  end
-  return first, best ~= 0
+  return pref or first, best ~= 0
 end
 
 -- While others wait, a new group complete within this call may follow a final of its own
@@ -716,12 +715,18 @@ for m = 0, nmsg - 1 do
           local final = has(flags, 'f')
           local c = ''
           if final then c = token end
-          cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
-                         closing = c, closing0 = '', lane = lane, state = 'open',
-                         parks = 0, next = -1, fence = '', origin = '', routed = lane_seq,
-                         routed_s = lane_seq_s }
           if seq then
-            cache[gid].next, cache[gid].fence, cache[gid].origin = seq + 1, token, token
+            cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
+                           closing = c, closing0 = '', lane = lane, state = 'open',
+                           parks = 0, next = seq + 1, fence = token, origin = token,
+                           routed = lane_seq, routed_s = lane_seq_s }
+          else  -- encoded at once, as `fast` writes it (encode_entry writes the same)
+            local head = decision .. '|' .. now_s .. '|' .. up_s(ttl) .. '|' .. ttl .. '|' .. c
+              .. '|' .. lane
+            if lane_seq_s then head = head .. '|open|0|-1|||' .. lane_seq_s end
+            cache[gid] = head
+            fast_ttl[gid] = ttl
+            if c ~= '' then fast_closed[gid] = true end
           end
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
