@@ -26,8 +26,9 @@ Rules, for each message of a batch, in order:
   answers HELD until the old group's release (`router.table.room.reuses`; past the hold
   timeout it joins the old group), and a replayed message never clears it. In lane
   order, the entry records the `lane_seq` of the last message routed to its destination
-  (`Entry.routed`, None if it had none) for operators; a new group's entry, its first
-  message's. It decides nothing.
+  (`Entry.routed`, None if it had none) for operators, as of the entry's last write (the
+  route script writes a busy group's entry once per step of its TTL: `updated_at`); a new
+  group's entry, its first message's. It decides nothing.
 * New group -> a *clean* destination: in charge of no open group, and with no ordinary
   message of another batch in flight to it (see below); recorded as a new entry.
 * Ordinary message (no guarantee ID) -> a destination in charge of no open group; no

@@ -8,9 +8,9 @@
 -- straight to its destination, the source position of the last one that did, and of the
 -- member that started this group under its ID: drain markers name it; next is -1 in lane
 -- order), then "|routed" once a member in lane order with a sequence number ('q<n>' in
--- route.lua) went straight to the destination: the last such number, for operators
--- (router/table/view.py) ('' if none), then "|parked|unstaged" once a message of the group
--- was parked: the source position of its last parked message and of the one that hit the
+-- route.lua) went straight to the destination: the last such number as of the entry's last
+-- write (route.lua `fast`), for operators (router/table/view.py) ('' if none), then
+-- "|parked|unstaged" once a message of the group was parked: the source position of its last parked message and of the one that hit the
 -- staging bound, so that an aborted batch's replay counts no park twice (router/table/room.py
 -- `replayed`). Every shorter form, as earlier versions wrote it, still decodes, and an entry
 -- without them encodes as before (router/table/store/codec.py: the same codec).

@@ -457,13 +457,13 @@ end
 -- changed) for any other entry.
 -- The update time is now rounded up to the TTL's step (prelude `updated_at`), so an entry
 -- that has it already, with this TTL, is left as it is (`same`: one anchored match and
--- a few plain finds), unless this call writes it anyway: its last lane-order number
+-- two finds), unless this call writes it anyway: its last lane-order number
 -- ('routed', for operators) is then the last of the call that last wrote the entry, at
 -- most a step old. Otherwise the entry is written with one concatenation, kept in the
 -- cache as a string, and its new deadline.
 local fast_dest = nil
 local fast_keys = {}  -- lane -> TTL -> '|<update time>|<TTL>||<lane>'
-local fast_closed = {}  -- gid -> true: `fast` wrote its final's token as its closing
+local fast_closed = {}  -- gid -> true: written as a string (`fast`, or a new group) closing
 local function same(v, p, ttl, lane)
   local kl = fast_keys[lane]
   if not kl then
