@@ -520,7 +520,7 @@ for m = 0, nmsg - 1 do
   if held_lanes[lane] then
     decision = '!s'
   elseif F.fast and type(cache[gid]) == 'string'
-      and fast(gid, ttl, lane, lane_seq_s, has(flags, 'f') and token) then
+      and fast(gid, ttl, lane, lane_seq_s, F.f and token) then
     decision = fast_dest
   elseif has(flags, 'm') then
     -- Multicast (router/table/multicast.py): a copy straight to each destination in charge of
