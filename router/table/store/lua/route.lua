@@ -206,6 +206,7 @@ local cache = {}
 local want, nwant = {}, 0
 local last_final = {}  -- gid -> index of its last final in this call (choice.py `follow`)
 local lane_group = {}  -- lane -> its pseudo-group's ID
+local again = {}  -- gid -> true: more than one message of it in this call
 for m = 0, nmsg - 1 do
   local gid = ARGV[base + m * 5 + 1]
   local flags = ARGV[base + m * 5 + 2]
@@ -234,6 +235,8 @@ for m = 0, nmsg - 1 do
     cache[gid] = false
     nwant = nwant + 1
     want[nwant] = gid
+  elseif gid ~= '' then
+    again[gid] = true
   end
 end
 for _, c in ipairs(carried) do
@@ -480,9 +483,11 @@ local function same(v, p, ttl, lane)
   return q > #v or string.find(v, '^|open|0|%-1|||%d*$', q) ~= nil
 end
 local function fast(gid, ttl, lane, lane_seq_s, final)
-  if final == '' then return false end  -- a final without a source position: the general path
+  -- a final without a source position, or an entry this call wrote as a string already
+  -- (its group's next message in the call): the general path, which decodes it once
+  if final == '' or fast_ttl[gid] then return false end
   local v = cache[gid]
-  if not final and not fast_ttl[gid] then
+  if not final then
     local d, p = string.match(v, '^([^|]*)|[^|]*()')
     if d and same(v, p, ttl, lane) then
       fast_dest = d
@@ -715,12 +720,15 @@ for m = 0, nmsg - 1 do
           local final = has(flags, 'f')
           local c = ''
           if final then c = token end
-          if seq then
+          if seq or again[gid] then  -- (the group has more messages in this call)
             cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
                            closing = c, closing0 = '', lane = lane, state = 'open',
-                           parks = 0, next = seq + 1, fence = token, origin = token,
-                           routed = lane_seq, routed_s = lane_seq_s }
-          else  -- encoded at once, as `fast` writes it (encode_entry writes the same)
+                           parks = 0, next = -1, fence = '', origin = '', routed = lane_seq,
+                           routed_s = lane_seq_s }
+            if seq then
+              cache[gid].next, cache[gid].fence, cache[gid].origin = seq + 1, token, token
+            end
+          else  -- its one message in this call: encoded at once, as encode_entry would
             local head = decision .. '|' .. now_s .. '|' .. up_s(ttl) .. '|' .. ttl .. '|' .. c
               .. '|' .. lane
             if lane_seq_s then head = head .. '|open|0|-1|||' .. lane_seq_s end
