@@ -757,13 +757,13 @@ local function flush(cmd, key, args, force)
   end
 end
 -- An entry's deadline (update time + TTL), formatted once per update time and TTL.
-local dues = {}
+local dues = {}  -- TTL -> the deadline of an entry used now
 local function due_at(updated, ttl)
-  local key = updated .. '|' .. ttl
-  local due = dues[key]
+  if updated ~= up_s(ttl) then return num(tonumber(updated) + tonumber(ttl)) end
+  local due = dues[ttl]
   if not due then
     due = num(tonumber(updated) + tonumber(ttl))
-    dues[key] = due
+    dues[ttl] = due
   end
   return due
 end
