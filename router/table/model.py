@@ -27,6 +27,7 @@ from router.table.routing import (
     RouteRequest,
     RouteResult,
     TraceStep,
+    updated_at,
 )
 
 
@@ -322,5 +323,8 @@ class TableModel(Lifecycle):
                     taken.add(dest)
                 if r.final:
                     close(gid, dest, r.lane)
+        for e in self.entries.values():  # used now (a pin no message reached yet keeps its own)
+            if e.updated_ms == now_ms and e.state != placement.PINNED:
+                e.updated_ms = updated_at(now_ms, e.ttl_ms)
         held = decisions.count(HELD)
         return RouteResult(decisions, shared, held, created, stopped, orphans)

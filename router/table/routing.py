@@ -26,8 +26,9 @@ Rules, for each message of a batch, in order:
   answers HELD until the old group's release (`router.table.room.reuses`; past the hold
   timeout it joins the old group), and a replayed message never clears it. In lane
   order, the entry records the `lane_seq` of the last message routed to its destination
-  (`Entry.routed`, None if it had none) for operators; a new group's entry, its first
-  message's. It decides nothing.
+  (`Entry.routed`, None if it had none) for operators, as of the entry's last write (the
+  route script writes a busy group's entry once per step of its TTL: `updated_at`); a new
+  group's entry, its first message's. It decides nothing.
 * New group -> a *clean* destination: in charge of no open group, and with no ordinary
   message of another batch in flight to it (see below); recorded as a new entry.
 * Ordinary message (no guarantee ID) -> a destination in charge of no open group; no
@@ -195,6 +196,20 @@ class Entry:
     @property
     def deadline_ms(self) -> int:
         return self.updated_ms + self.ttl_ms
+
+
+# An entry's update time is its last use rounded up to a step of its TTL / DUE_STEPS (at
+# least 1 ms): never before the group's last message, at most a step after it, so the
+# entry lives at least its TTL past that message, at most a step more. A busy group's entry
+# then changes once per step, not per message (the route script writes nothing for a
+# member whose entry has this step's time already: `router/table/store/lua/route.lua`).
+DUE_STEPS = 16
+
+
+def updated_at(now_ms: int, ttl_ms: int) -> int:
+    """The update time of an entry of TTL `ttl_ms` used at `now_ms`."""
+    step = max(1, ttl_ms // DUE_STEPS)
+    return -(-now_ms // step) * step
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,9 @@ class EntryView:
     state: str
     lane: str
     age_s: float  # since the entry was created
-    idle_s: float  # since its last message
+    # since its update time: its last message's, rounded up to a step of TTL / 16 (the
+    # route script writes a busy group's entry once per step), so 0 within that step
+    idle_s: float
     ttl_s: float
     expires_in_s: float  # until its deadline (update time + TTL): swept after, if idle
     parks: int  # messages parked in the waiting room
@@ -53,8 +55,11 @@ class EntryView:
     # The last sequence number routed straight to the destination. Logical order: from
     # the entry's next number (-1: none yet). Lane order: the number the last member routed
     # straight carried (`Entry.routed`; a replay after an abort may show a lower one
-    # again); None if it carried none, or if every member so far went through the waiting
-    # room (a sender's record and receivers' statuses have theirs).
+    # again), as of the entry's last write: a busy group's may lag by the members routed
+    # within the current step of TTL / 16 (`router.table.routing.updated_at`; a new
+    # group and a final always write it); None if it carried none, or if every member so
+    # far went through the waiting room (a sender's record and receivers' statuses have
+    # theirs).
     seq_routed: int | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -73,7 +78,7 @@ def view(
         st,
         e.lane,
         (now_ms - e.opened_ms) / 1000,
-        (now_ms - e.updated_ms) / 1000,
+        max(0, now_ms - e.updated_ms) / 1000,
         e.ttl_ms / 1000,
         (e.deadline_ms - now_ms) / 1000,
         e.parks,

@@ -34,8 +34,8 @@ def test_sweep_takes_the_horizon_like_the_model(topology: TopologyFactory) -> No
         r = [RouteRequest(gid, False, 100, f"q/0/{i}", "q/0")]
         table.route(r, now_ms=i * 100)
         model.route(r, i * 100)
-    # deadlines: a 100, b 200, c 300
-    for horizon, expected in ((150, ["a"]), (150, []), (301, ["b", "c"])):
+    # deadlines: a 100, b 202, c 304 (update times rounded up to a step of TTL / 16: 6 ms)
+    for horizon, expected in ((150, ["a"]), (150, []), (305, ["b", "c"])):
         got = [x.guarantee_id for x in table.sweep(10, now_ms=1_000, horizon_ms=horizon)]
         assert got == [x.guarantee_id for x in model.sweep(1_000, 10, horizon)] == expected
     assert table.entries() == {} and model.entries == {}

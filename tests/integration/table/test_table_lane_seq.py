@@ -1,6 +1,8 @@
 """Lane order's last routed sequence number against the real Redis: the route script
-records it in the group's entry ('q<n>', `Entry.routed`), every other script keeps it,
-entries of earlier versions still route, and `router table show` reports it."""
+records it in the group's entry ('q<n>', `Entry.routed`) whenever it writes the entry (a
+new group, a final, the first call in each step of TTL / 16: `router.table.routing.
+updated_at`), every other script keeps it, entries of earlier versions still route, and
+`router table show` reports it."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from router.cli import cli
 from router.config import load_settings
 from router.contract import headers_for
 from router.table import view as tableview
-from router.table.routing import PARKED, STOPPED, STOPPING, RouteRequest
+from router.table.routing import PARKED, STOPPED, STOPPING, RouteRequest, updated_at
 from router.table.store.management import ManagementTable, TableKeys
 from router.topology.side import table_for
 from tests.fixtures.factories import PipelineFactory
@@ -26,6 +28,8 @@ from tests.fixtures.helpers import unique
 from tests.fixtures.steering import SPEC, Landed, router_table
 
 T0 = 1_000_000  # the route calls' clock (ms), so that entry strings are exact
+STEP = 3_750  # of the TTL of 60,000 ms: an entry's update time is its last use rounded up
+U0 = updated_at(T0, 60_000)  # 1,001,250
 
 
 @pytest.fixture
@@ -65,19 +69,23 @@ def test_a_lane_order_group_routed_in_two_batches_records_its_last_number(
     got = t.route([req("G", 0, 0), req("G", 1, 1)], now_ms=T0, batch="b1")
     assert got.decisions == ["d0", "d0"] and got.created == 1
     assert t.entry("G").routed == 1
-    assert raw(t, "G") == f"d0|{T0}|{T0}|60000||q/0|open|0|-1|||1"
-    # batch 2 continues on the same destination
+    assert raw(t, "G") == f"d0|{T0}|{U0}|60000||q/0|open|0|-1|||1"
+    # batch 2 continues on the same destination, in the same step: the entry not written
     got = t.route([req("G", 2, 2), req("G", 3, 3)], now_ms=T0 + 5, batch="b2")
     assert got.decisions == ["d0", "d0"]
+    assert raw(t, "G") == f"d0|{T0}|{U0}|60000||q/0|open|0|-1|||1"
+    # batch 3, in the next step: written, with the call's last number
+    got = t.route([req("G", 4, 4), req("G", 5, 5)], now_ms=T0 + STEP, batch="b3")
+    assert got.decisions == ["d0", "d0"]
     e = t.entry("G")
-    assert (e.dest, e.lane, e.next, e.routed) == ("d0", "q/0", -1, 3)
+    assert (e.dest, e.lane, e.next, e.routed, e.updated_ms) == ("d0", "q/0", -1, 5, U0 + STEP)
     v = tableview.show(t, "send", "G")
-    assert v is not None and v.seq_routed == 3 and v.as_json()["seq_routed"] == 3
-    assert tableview.show_lines("send", "G", v)[0].endswith(", last seq routed 3")
-    # the final records its number too; the release removes the entry as before
-    assert t.route([req("G", 4, 4, final=True)], now_ms=T0 + 6, batch="b3").decisions == ["d0"]
-    assert t.entry("G").routed == 4 and t.entry("G").closing == "q/0/4"
-    assert t.release([("G", "q/0/4")]) == 1 and t.entry("G") is None
+    assert v is not None and v.seq_routed == 5 and v.as_json()["seq_routed"] == 5
+    assert tableview.show_lines("send", "G", v)[0].endswith(", last seq routed 5")
+    # the final records its number too, in any step; the release removes the entry
+    assert t.route([req("G", 6, 6, final=True)], now_ms=T0 + 6, batch="b4").decisions == ["d0"]
+    assert t.entry("G").routed == 6 and t.entry("G").closing == "q/0/6"
+    assert t.release([("G", "q/0/6")]) == 1 and t.entry("G") is None
 
 
 def test_messages_without_a_number_leave_it_unset_and_the_entry_as_before(
@@ -86,15 +94,18 @@ def test_messages_without_a_number_leave_it_unset_and_the_entry_as_before(
     t = new_table(["d0", "d1"])
     assert t.route([req("P", 0, None), req("P", 1, None)], now_ms=T0).decisions == ["d0", "d0"]
     assert t.entry("P").routed is None
-    assert raw(t, "P") == f"d0|{T0}|{T0}|60000||q/0"  # exactly the entry of before
+    assert raw(t, "P") == f"d0|{T0}|{U0}|60000||q/0"  # the entry of before
     v = tableview.show(t, "send", "P")
     assert v is not None and v.seq_routed is None
     assert "seq" not in tableview.show_lines("send", "P", v)[0]
-    # a member without a number after numbered ones: the last routed carried none
+    # a member without a number after numbered ones: once it writes the entry (the next
+    # step), the last routed carried none
     t.route([req("Q", 0, 0), req("Q", 1, 1)], now_ms=T0, batch="b1")
     assert t.entry("Q").routed == 1
     t.route([req("Q", 2, None)], now_ms=T0, batch="b2")
-    assert t.entry("Q").routed is None and raw(t, "Q") == f"d1|{T0}|{T0}|60000||q/0"
+    assert t.entry("Q").routed == 1  # the same step: not written
+    t.route([req("Q", 3, None)], now_ms=T0 + STEP, batch="b3")
+    assert t.entry("Q").routed is None and raw(t, "Q") == f"d1|{T0}|{U0 + STEP}|60000||q/0"
 
 
 def test_a_replay_after_an_abort_records_the_last_routed_not_the_highest(
@@ -103,10 +114,11 @@ def test_a_replay_after_an_abort_records_the_last_routed_not_the_highest(
     t = new_table(["d0"])
     t.route([req("G", 0, 0), req("G", 1, 1), req("G", 2, 2)], now_ms=T0, batch="b1")
     assert t.entry("G").routed == 2
-    # b1 aborted after routing; its replay routes seq 1 again, then goes on
-    t.route([req("G", 1, 1)], now_ms=T0, batch="b1-replay")
+    # b1 aborted after routing; its replay (in the next step: it writes the entry) routes
+    # seq 1 again, then goes on
+    t.route([req("G", 1, 1)], now_ms=T0 + STEP, batch="b1-replay")
     assert t.entry("G").routed == 1
-    t.route([req("G", 2, 2), req("G", 3, 3)], now_ms=T0, batch="b2")
+    t.route([req("G", 2, 2), req("G", 3, 3)], now_ms=T0 + 2 * STEP, batch="b2")
     assert t.entry("G").routed == 3
 
 
@@ -159,7 +171,7 @@ def test_entries_of_earlier_versions_still_route(new_table: Any) -> None:
         now_ms=T0 + 1,
     )
     assert got.decisions == ["d1", "d0", "d0"] and got.created == 0
-    assert raw(t, "L") == f"d1|{T0}|{T0 + 1}|60000||q/0|open|0|-1|||5"
+    assert raw(t, "L") == f"d1|{T0}|{U0}|60000||q/0|open|0|-1|||5"
     assert t.entry("O").lane == "q/0" and t.entry("O").routed == 6
     x = t.entry("X")  # logical order: its next number says it, nothing else recorded
     assert (x.next, x.fence, x.routed) == (3, "q/0/12", None)
@@ -182,7 +194,7 @@ def test_table_show_reports_a_lane_order_groups_number(redis_url: str) -> None:
     send = table_for(s, "send", client_for(s.redis))
     try:
         send.route([req("G", 0, 0), req("G", 1, 1)], batch=unique("b"))
-        send.route([req("G", 2, 2)], batch=unique("b"))
+        send.route([req("G", 2, 2, final=True)], batch=unique("b"))  # a final writes it
         send.route([req("N", 3, None)], batch=unique("b"))
         runner = CliRunner()
         shown = runner.invoke(cli, ["table", "show", "G", "--json"], env=env)
@@ -201,23 +213,25 @@ def test_running_units_record_a_lane_order_groups_number_on_both_sides(
     pipeline: PipelineFactory,
 ) -> None:
     """End to end: the send and receive units' route steps pass the `guarantee-seq` of
-    lane-order members (a plain producer's headers) to their tables."""
+    lane-order members (a plain producer's headers) to their tables. A group's first
+    member writes its entry; a later one within the same step of its TTL need not (the
+    table tests above pin that down with their own clock), so G's number is 0 or 1."""
     p = pipeline(SPEC)
     (queue,) = p.settings.topology.send_queues
     producer = Producer({"bootstrap.servers": p.settings.kafka.bootstrap_servers})
     landed = Landed(p)
-    for value, gid, seq in ((b"g-0", "G", 0), (b"g-1", "G", 1), (b"n-0", "N", None)):
+    producer.produce(queue, b"g-0", partition=0, headers=headers_for("G", seq=0))
+    producer.flush(10)
+    landed.until([b"g-0"])
+    shown = router_table(p, "show", "G")
+    assert shown["send"]["seq_routed"] == 0 and shown["receive"]["seq_routed"] == 0
+    for value, gid, seq in ((b"g-1", "G", 1), (b"n-0", "N", None)):
         producer.produce(queue, value, partition=0, headers=headers_for(gid, seq=seq))
     producer.flush(10)
-    landed.until([b"g-0", b"g-1", b"n-0"])
+    landed.until([b"g-1", b"n-0"])
     shown = router_table(p, "show", "G")
-    assert shown["send"]["seq_routed"] == 1 and shown["receive"]["seq_routed"] == 1
+    assert shown["send"]["seq_routed"] in (0, 1) and shown["receive"]["seq_routed"] in (0, 1)
     assert shown["send"]["state"] == "open" == shown["receive"]["state"]
-    producer.produce(queue, b"g-2", partition=0, headers=headers_for("G", seq=2))
-    producer.flush(10)
-    landed.until([b"g-2"])
-    shown = router_table(p, "show", "G")
-    assert shown["send"]["seq_routed"] == 2 and shown["receive"]["seq_routed"] == 2
     plain = router_table(p, "show", "N")
     assert plain["send"]["seq_routed"] is None and plain["receive"]["seq_routed"] is None
     landed.consumer.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from router.table.model import TableModel
-from router.table.routing import HELD, SKIPPED, RouteRequest
+from router.table.routing import DUE_STEPS, HELD, SKIPPED, RouteRequest, updated_at
 
 
 def req(
@@ -36,8 +36,19 @@ def test_known_group_keeps_its_destination_and_refreshes_update_time() -> None:
     t = TableModel(["a", "b"])
     first = t.route([req("g")], 100).decisions[0]
     assert t.route([req("g", ttl=5000)], 900).decisions[0] == first
-    assert t.entries["g"].updated_ms == 900 and t.entries["g"].ttl_ms == 5000
+    # the update time: its last use rounded up to a step of TTL / 16 (312 ms here)
+    assert t.entries["g"].updated_ms == 936 == updated_at(900, 5000)
+    assert t.entries["g"].ttl_ms == 5000
     assert t.entries["g"].opened_ms == 100
+
+
+def test_an_entrys_update_time_is_never_before_its_last_use_nor_a_step_after() -> None:
+    for ttl in (1, 15, 16, 1_000, 5_000, 300_000, 3_600_000):
+        step = max(1, ttl // DUE_STEPS)
+        for now in (0, 1, 99, 1_000_000, 1_700_000_000_123):
+            u = updated_at(now, ttl)
+            assert now <= u < now + step and u % step == 0
+            assert updated_at(u, ttl) == u  # a use at that time changes nothing
 
 
 def test_ties_are_broken_by_a_rotating_cursor() -> None:

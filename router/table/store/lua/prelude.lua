@@ -8,9 +8,9 @@
 -- straight to its destination, the source position of the last one that did, and of the
 -- member that started this group under its ID: drain markers name it; next is -1 in lane
 -- order), then "|routed" once a member in lane order with a sequence number ('q<n>' in
--- route.lua) went straight to the destination: the last such number, for operators
--- (router/table/view.py) ('' if none), then "|parked|unstaged" once a message of the group
--- was parked: the source position of its last parked message and of the one that hit the
+-- route.lua) went straight to the destination: the last such number as of the entry's last
+-- write (route.lua `fast`), for operators (router/table/view.py) ('' if none), then
+-- "|parked|unstaged" once a message of the group was parked: the source position of its last parked message and of the one that hit the
 -- staging bound, so that an aborted batch's replay counts no park twice (router/table/room.py
 -- `replayed`). Every shorter form, as earlier versions wrote it, still decodes, and an entry
 -- without them encodes as before (router/table/store/codec.py: the same codec).
@@ -97,10 +97,18 @@ local function encode_entry(e)
   return v
 end
 
--- The deadlines set (gid -> update time + TTL) may hold a score up to TTL / DUE_STEPS
--- earlier than its entry's deadline, never later (route.lua leaves a busy group's score
--- while its deadline moves within one such step); sweep.lua checks its candidates.
+-- An entry's update time is the time route.lua last used it rounded up to a step of its
+-- TTL / DUE_STEPS (router/table/routing.py `updated_at`): never earlier than the group's
+-- last message, at most a step later, so its deadline (update time + TTL) is never short
+-- of a TTL after that message; a busy group's entry then changes once per step, and a
+-- message in the same step writes nothing (route.lua `fast`). The deadlines set holds
+-- each entry's deadline; earlier versions left a score up to a step early, never late,
+-- so sweep.lua still checks its candidates against their entries.
 local DUE_STEPS = 16
+local function updated_at(now, ttl)
+  local step = math.max(1, math.floor((tonumber(ttl) or 0) / DUE_STEPS))
+  return math.ceil(now / step) * step
+end
 
 -- Logical order: whether source position `token` is on the lane of `fence` and not after.
 local function at_or_before(token, fence)

@@ -97,7 +97,8 @@ local function flagset(flags)
       or string.format('%.0f', lane_seq))
     -- `fast`: nothing in the flags but what a known open group's next member carries
     F = { seq = seq, lane_seq = lane_seq, lane_seq_s = q_s,
-          fast = not seq and not string.find(flags, '[fpkgm]') }
+          fast = not seq and not string.find(flags, '[pkgm]'),
+          m = string.find(flags, 'm', 1, true) ~= nil, f = string.find(flags, 'f', 1, true) ~= nil }
     flagsets[flags] = F
   end
   return F
@@ -205,11 +206,13 @@ local cache = {}
 local want, nwant = {}, 0
 local last_final = {}  -- gid -> index of its last final in this call (choice.py `follow`)
 local lane_group = {}  -- lane -> its pseudo-group's ID
+local again = {}  -- gid -> true: more than one message of it in this call
 for m = 0, nmsg - 1 do
   local gid = ARGV[base + m * 5 + 1]
   local flags = ARGV[base + m * 5 + 2]
-  local multicast = has(flags, 'm')
-  if gid ~= '' and not multicast and has(flags, 'f') then last_final[gid] = m end
+  local F = flagsets[flags] or flagset(flags)
+  local multicast = F.m
+  if gid ~= '' and not multicast and F.f then last_final[gid] = m end
   if multicast then  -- multicast: the copies pseudo-groups of its destinations
     for d in string.gmatch(ARGV[base + m * 5 + 4], '[^,]+') do
       if cache['~*' .. d] == nil then
@@ -232,6 +235,8 @@ for m = 0, nmsg - 1 do
     cache[gid] = false
     nwant = nwant + 1
     want[nwant] = gid
+  elseif gid ~= '' then
+    again[gid] = true
   end
 end
 for _, c in ipairs(carried) do
@@ -242,8 +247,11 @@ for _, c in ipairs(carried) do
   end
 end
 for s = 1, #want, 1000 do
-  local chunk = {}
-  for j = s, math.min(s + 999, #want) do chunk[#chunk + 1] = want[j] end
+  local chunk = want
+  if #want > 1000 then
+    chunk = {}
+    for j = s, math.min(s + 999, #want) do chunk[#chunk + 1] = want[j] end
+  end
   local vals = redis.call('HMGET', K_ENTRIES, unpack(chunk))
   for j = 1, #chunk do
     local v = vals[j]
@@ -253,10 +261,12 @@ end
 
 -- cache: gid -> its entry, decoded (a table), or as stored (a string: not decoded yet,
 -- or updated by `fast` only).
+local fast_ttl = {}  -- gid -> the TTL of an entry `fast` wrote, or a new one (stored closing: '')
 local function entry(gid)
   local e = cache[gid]
   if type(e) == 'string' then
     e = decode_entry(e)
+    if fast_ttl[gid] then e.closing0 = '' end
     cache[gid] = e
   end
   return e
@@ -306,37 +316,36 @@ end
 -- The first cheapest destination at or after the cursor: cost is (load, fenced) for a
 -- new group of lane `lane`, load alone for an ordinary message (lane nil). Returns its
 -- 0-based index and busy.
-local cost = {}  -- reused by every call
 local none = {}
 local function choose(lane)
-  local best = nil
+  -- one pass in the cursor's order: the first cheapest, and the first cheapest a final of
+  -- the lane freed (which a new group prefers: see below)
   local fl = lane and (freed_lane[lane] or none)
-  for i = 1, ndest do
-    local d = dests[i]
-    local c
-    if draining[d] then
-      c = false  -- nothing new goes there
-    elseif fl then
-      c = (load[d] - (fl[d] or 0)) * 2
-      if fenced[d] then c = c + 1 end
-    else
-      c = eff(d) * 2
+  local best, first, pref = nil, nil, nil
+  for k = 0, ndest - 1 do
+    local i = (cursor + k) % ndest
+    local d = dests[i + 1]
+    if not draining[d] then  -- nothing new goes there
+      local c
+      if fl then
+        c = (load[d] - (fl[d] or 0)) * 2
+        if fenced[d] then c = c + 1 end
+      else
+        c = (load[d] - (freed[d] or 0)) * 2
+      end
+      if best == nil or c < best then
+        best, first, pref = c, i, nil
+        if fl and (fl[d] or 0) > 0 then pref = i end
+      elseif c == best and not pref and fl and (fl[d] or 0) > 0 then
+        pref = i
+      end
     end
-    cost[i] = c
-    if c and (best == nil or c < best) then best = c end
   end
+  if best == nil then return nil, true end
   -- among the cheapest, a new group prefers a destination a final of its lane freed in
   -- this batch: a lane's groups that follow each other stay on few destinations, and the
   -- clean ones stay clean for the other lanes and the waiting room
-  local first = nil
-  for k = 0, ndest - 1 do
-    local i = (cursor + k) % ndest
-    if cost[i + 1] == best then
-      if not fl or (fl[dests[i + 1]] or 0) > 0 then return i, best ~= 0 end
-      if first == nil then first = i end
-    end
-  end
-  return first, best ~= 0
+  return pref or first, best ~= 0
 end
 
 -- While others wait, a new group complete within this call may follow a final of its own
@@ -365,6 +374,16 @@ local batch_dest = nil
 local marks, marked = {}, {}
 local now_s, lease_s = num(now), num(now + lease)
 local now_n = tonumber(now_s)
+-- The update time of an entry used now, per TTL (prelude `updated_at`), as written.
+local ups = {}
+local function up_s(ttl)
+  local u = ups[ttl]
+  if not u then
+    u = num(updated_at(now_n, ttl))
+    ups[ttl] = u
+  end
+  return u
+end
 local dirty = {}
 local function touch(gid) dirty[gid] = true end
 -- The waiting room: groups that join it, and the groups this batch parks (park leases).
@@ -432,49 +451,65 @@ local function parked_message(gid, e, flags, ttl, token)
   return decision
 end
 -- The common message, routed without decoding its entry (decode_entry and encode_entry
--- are most of a call's time per message): a known group's next member on the group's own
--- lane, the group open (not in the room, not closing, not stopped, no parks, no sequence
--- rule) and the message neither final nor stopping it nor in logical order (F.fast). It
--- goes to the group's destination, its entry updated as the general path below updates
--- it (update time, TTL, the last lane-order number): the same entry, encoded, kept in the
--- cache as a string. Returns false (nothing changed) for any other entry.
--- Its deadline (update time + TTL) in the deadlines set is left as it is while the new
--- one, with the same TTL, stays in the same step of a sixteenth of the TTL (DUE_STEPS):
--- a score is then never later than its entry's deadline, and at most a step earlier
--- (sweep.lua checks each candidate against its entry). Most of a busy group's messages
--- write no score.
-local fast_due = {}  -- gid -> the TTL of an entry `fast` updated; false: its score stays
+-- are most of a call's time per message): a known group's next member or final on the
+-- group's own lane, the group open (not in the room, not closing, not stopped, no parks,
+-- no sequence rule) and the message neither stopping it nor in logical order (F.fast).
+-- It goes to the group's destination, its entry updated as the general path below updates
+-- it (update time, TTL, the last lane-order number; a final's token as its closing, and
+-- its destination freed for the rest of the batch: `close`). Returns false (nothing
+-- changed) for any other entry.
+-- The update time is now rounded up to the TTL's step (prelude `updated_at`), so an entry
+-- that has it already, with this TTL, is left as it is (`same`: one anchored match and
+-- two finds), unless this call writes it anyway: its last lane-order number
+-- ('routed', for operators) is then the last of the call that last wrote the entry, at
+-- most a step old. Otherwise the entry is written with one concatenation, kept in the
+-- cache as a string, and its new deadline.
 local fast_dest = nil
-local steps = {}  -- TTL -> { TTL, step } as numbers
-local function fast(gid, ttl, lane, lane_seq_s)
-  local d, o, u, t, c, l, x = string.match(cache[gid],
+local fast_keys = {}  -- lane -> TTL -> '|<update time>|<TTL>||<lane>'
+local fast_closed = {}  -- gid -> true: written as a string (`fast`, or a new group) closing
+local function same(v, p, ttl, lane)
+  local kl = fast_keys[lane]
+  if not kl then
+    kl = {}
+    fast_keys[lane] = kl
+  end
+  local k = kl[ttl]
+  if not k then
+    k = '|' .. up_s(ttl) .. '|' .. ttl .. '||' .. lane
+    kl[ttl] = k
+  end
+  if string.find(v, k, p, true) ~= p then return false end
+  local q = p + #k
+  return q > #v or string.find(v, '^|open|0|%-1|||%d*$', q) ~= nil
+end
+local function fast(gid, ttl, lane, lane_seq_s, final)
+  -- a final without a source position, or an entry this call wrote as a string already
+  -- (its group's next message in the call): the general path, which decodes it once
+  if final == '' or fast_ttl[gid] then return false end
+  local v = cache[gid]
+  if not final then
+    local d, p = string.match(v, '^([^|]*)|[^|]*()')
+    if d and same(v, p, ttl, lane) then
+      fast_dest = d
+      return true
+    end
+  end
+  local d, o, u, t, c, l, x = string.match(v,
     '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
   if c ~= '' or l ~= lane or not (x == '' or string.find(x, '^|open|0|%-1|||%d*$')) then
     return false
   end
+  local head = d .. '|' .. o .. '|' .. up_s(ttl) .. '|' .. ttl .. '|' .. (final or '') .. '|' .. l
   if lane_seq_s then
-    cache[gid] = d .. '|' .. o .. '|' .. now_s .. '|' .. ttl .. '||' .. l .. '|open|0|-1|||'
-      .. lane_seq_s
+    cache[gid] = head .. '|open|0|-1|||' .. lane_seq_s
   else
-    cache[gid] = d .. '|' .. o .. '|' .. now_s .. '|' .. ttl .. '||' .. l
+    cache[gid] = head
   end
-  local due, before = ttl, fast_due[gid]
-  if t == ttl and before ~= nil then
-    due = before  -- updated earlier in this call: the same deadline
-  elseif t == ttl then
-    local st = steps[ttl]
-    if not st then
-      local n = tonumber(ttl) or 0
-      st = { n, math.max(1, math.floor(n / DUE_STEPS)) }
-      steps[ttl] = st
-    end
-    local was = tonumber(u)
-    if was and was <= now_n
-        and math.floor((was + st[1]) / st[2]) == math.floor((now_n + st[1]) / st[2]) then
-      due = false
-    end
+  if final then
+    close(gid, d, lane)
+    fast_closed[gid] = true
   end
-  fast_due[gid] = due
+  fast_ttl[gid] = ttl
   dirty[gid] = true
   fast_dest = d
   return true
@@ -489,7 +524,8 @@ for m = 0, nmsg - 1 do
   local lane_seq, lane_seq_s = F.lane_seq, F.lane_seq_s
   if held_lanes[lane] then
     decision = '!s'
-  elseif F.fast and type(cache[gid]) == 'string' and fast(gid, ttl, lane, lane_seq_s) then
+  elseif F.fast and type(cache[gid]) == 'string'
+      and fast(gid, ttl, lane, lane_seq_s, F.f and token) then
     decision = fast_dest
   elseif has(flags, 'm') then
     -- Multicast (router/table/multicast.py): a copy straight to each destination in charge of
@@ -684,12 +720,21 @@ for m = 0, nmsg - 1 do
           local final = has(flags, 'f')
           local c = ''
           if final then c = token end
-          cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
-                         closing = c, closing0 = '', lane = lane, state = 'open',
-                         parks = 0, next = -1, fence = '', origin = '', routed = lane_seq,
-                         routed_s = lane_seq_s }
-          if seq then
-            cache[gid].next, cache[gid].fence, cache[gid].origin = seq + 1, token, token
+          if seq or again[gid] then  -- (the group has more messages in this call)
+            cache[gid] = { dest = decision, opened = now_s, updated = now_s, ttl = ttl,
+                           closing = c, closing0 = '', lane = lane, state = 'open',
+                           parks = 0, next = -1, fence = '', origin = '', routed = lane_seq,
+                           routed_s = lane_seq_s }
+            if seq then
+              cache[gid].next, cache[gid].fence, cache[gid].origin = seq + 1, token, token
+            end
+          else  -- its one message in this call: encoded at once, as encode_entry would
+            local head = decision .. '|' .. now_s .. '|' .. up_s(ttl) .. '|' .. ttl .. '|' .. c
+              .. '|' .. lane
+            if lane_seq_s then head = head .. '|open|0|-1|||' .. lane_seq_s end
+            cache[gid] = head
+            fast_ttl[gid] = ttl
+            if c ~= '' then fast_closed[gid] = true end
           end
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
@@ -711,14 +756,14 @@ local function flush(cmd, key, args, force)
     for k in pairs(args) do args[k] = nil end
   end
 end
--- An entry's deadline (update time + TTL); for one updated now, written once per TTL.
-local due_now = {}
+-- An entry's deadline (update time + TTL), formatted once per update time and TTL.
+local dues = {}  -- TTL -> the deadline of an entry used now
 local function due_at(updated, ttl)
-  if updated ~= now_s then return num(tonumber(updated) + tonumber(ttl)) end
-  local due = due_now[ttl]
+  if updated ~= up_s(ttl) then return num(tonumber(updated) + tonumber(ttl)) end
+  local due = dues[ttl]
   if not due then
-    due = num(tonumber(now_s) + tonumber(ttl))
-    due_now[ttl] = due
+    due = num(tonumber(updated) + tonumber(ttl))
+    dues[ttl] = due
   end
   return due
 end
@@ -727,15 +772,20 @@ for gid in pairs(dirty) do
   local e = cache[gid]
   n = n + 1
   hset[2 * n - 1] = gid
-  if type(e) == 'string' then  -- updated by `fast` only: now, its closing unchanged ('')
+  if type(e) == 'string' then  -- written by `fast` only: used now, open, closing if final
     hset[2 * n] = e
-    local ttl = fast_due[gid]
-    if ttl then
-      nz = nz + 1
-      zadd[2 * nz - 1] = due_at(now_s, ttl)
-      zadd[2 * nz] = gid
+    local ttl = fast_ttl[gid]
+    nz = nz + 1
+    zadd[2 * nz - 1] = due_at(up_s(ttl), ttl)
+    zadd[2 * nz] = gid
+    if fast_closed[gid] then
+      cadd[#cadd + 1] = now_s
+      cadd[#cadd + 1] = gid
+      flush('ZADD', K_CLOSING, cadd, false)
     end
   else
+    -- used now: its update time rounded up to its TTL's step (prelude `updated_at`)
+    if e.updated == now_s then e.updated = up_s(e.ttl) end
     hset[2 * n] = encode_entry(e)
     nz = nz + 1
     zadd[2 * nz - 1] = due_at(e.updated, e.ttl)

@@ -25,7 +25,7 @@ from router.receiver.received import Gatherer, Received
 from router.state import groups as groupstatus
 from router.table import room
 from router.table.model import TableModel
-from router.table.routing import STOPPED, RoomState
+from router.table.routing import STOPPED, RoomState, updated_at
 from router.topology.side import side_spec
 from router.unit.steps import classify
 from router.unit.steps.batch import Batch
@@ -614,7 +614,7 @@ def test_a_group_whose_only_member_is_skipped_is_swept_at_its_ttl_on_both_sides(
     p.send_batch(T0, member(0, "g", 0, extra=BAD))
     p.flow(T0 + 1)
     assert "g" in p.receive.model.entries and p.values() == []
-    later = T0 + 61_000
+    later = updated_at(T0 + 1, 60_000) + 60_001  # past the deadline
     assert [s.guarantee_id for s in p.send.model.sweep(later)] == ["g"]
     assert [s.guarantee_id for s in p.receive.model.sweep(later)] == ["g"]
     assert p.reasons() == ["bad-lifetime"] and p.released()
@@ -630,7 +630,7 @@ def test_a_marker_after_its_groups_entry_expired_downstream_is_ignored() -> None
     p = Pipe(settings(default_ttl_ms=60_000))
     p.send_batch(T0, member(0, "n", 0), member(1, "u", None, value=b"u-first"))
     p.flow(T0 + 1)
-    later = T0 + 61_000
+    later = updated_at(T0 + 1, 60_000) + 60_001  # past the deadline
     assert sorted(s.guarantee_id for s in p.receive.model.sweep(later)) == ["n", "u"]
     p.send_batch(later, member(2, "n", 1, extra=BAD), member(3, "u", None, extra=BAD))
     p.send_batch(

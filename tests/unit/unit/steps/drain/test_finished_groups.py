@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from router import contract
-from router.table.routing import DUPLICATE, STOPPED
+from router.table.routing import DUPLICATE, STOPPED, updated_at
 from tests.fixtures.fakes import FakeMessage, msg
 from tests.fixtures.logical import (
     LOGICAL,
@@ -144,7 +144,7 @@ def test_a_late_member_just_before_the_tombstone_expiry() -> None:
     side = Review(["0"])
     now = finished_via_room(side)
     expiry = side.model.done["G"][1]
-    assert expiry == 3 + TTL, "the last member's route time + its TTL"
+    assert expiry == updated_at(3, TTL) + TTL, "the last member's update time + its TTL"
     assert side.route(expiry - 1, m(1, "G", 1, 2, tag="late")) == [DUPLICATE]
     now = drain_all(side, expiry)
     assert dead_seqs(side, "G", "duplicate-seq") == [1]
