@@ -546,6 +546,9 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             assert self.table.cursor() == self.model.cursor
             assert self.table.inflight() == self.model.inflight
             assert self.table.room() == self.model.room
+            # a group waits (state) exactly while it is in the room's FIFO
+            waiting = {g for g, e in self.model.entries.items() if e.state == room.WAITING}
+            assert waiting == set(self.model.room)
             assert self.table.draining() == self.model.draining
             assert self.table.park_leases() == self.model.park_leases
             waited = client.get(self.table.keys.waited)  # policy report: reported up to
