@@ -186,7 +186,10 @@ class TableModel(Lifecycle):
                         continue
                     if entry.state != room.OPEN:  # held too long: it joins the old group
                         d = room.parked_message(self, gid, entry, r, batch, now_ms, lease_ms)
-                        decisions.append(room.UNSTAGED if r.complete and d == room.WAIT else d)
+                        if r.complete and d == room.WAIT:
+                            entry.unstaged = r.token  # its replay answers UNSTAGED again
+                            d = room.UNSTAGED
+                        decisions.append(d)
                         record(r, True)
                         continue
                 if entry.state != room.OPEN:

@@ -70,3 +70,43 @@ def test_a_drain_settled_with_a_replayed_park_keeps_the_group_admitted(
         assert model.entries[gid].state == room.ADMITTED
     finally:
         table.drop()
+
+
+def test_a_replayed_forced_reuse_of_a_whole_group_answers_unstaged_again_in_lua(
+    redis_url: str,
+) -> None:
+    """The ID reused after a whole group's final, forced to join it, answers UNSTAGED (its
+    GroupStagingAborted event rides in the batch); the replay of that batch after an abort
+    answers UNSTAGED again, on the real Lua as in the model (found by the property test)."""
+    client = redis.Redis.from_url(redis_url)
+    dests = ["d0"]
+    model = TableModel(dests, policy="wait", max_staged=2)
+    table = ManagementTable(
+        client, TableKeys.of(unique("reuse"), "t", "send"), dests, "wait:2", 3_000
+    )
+    n = 0
+
+    def msg(gid: str | None, final: bool = False) -> RouteRequest:
+        nonlocal n
+        n += 1
+        r = RouteRequest(gid, final, 1_000, f"q1/0/{n}", "q1/0", force_share=True)
+        r.complete = gid is not None
+        return r
+
+    try:
+
+        def both_route(batch: str, reqs: list[RouteRequest]) -> list[str]:
+            want = model.route(reqs, 0, batch, 3_000)
+            got = table.route(reqs, now_ms=0, batch=batch)
+            assert got == want
+            return want.decisions
+
+        first = [msg(None) for _ in range(10)] + [msg("g0", final=True)]
+        assert both_route("b1", first)[-1] == room.WAIT
+        assert table.settle("b1", ["d0"], (), ()) == model.settle("b1", ["d0"], (), ())
+        batch = [msg(None) for _ in range(5)] + [msg("g0")]  # reused, forced: it joins
+        assert both_route("b2", batch)[-1] == room.UNSTAGED
+        assert both_route("b3", batch)[-1] == room.UNSTAGED  # b2 aborted: its replay
+        assert table.entries() == model.entries
+    finally:
+        table.drop()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -298,14 +297,10 @@ def test_a_wait_time_out_under_report_is_said_once_and_the_group_keeps_its_place
     assert waits.time_out(t, 20_000, 1_000, "report") == [("g3", room.WAIT)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found 2026-11-29 by the property test (chained-drains machine): the ID reused "
-    "after a staged group's final, forced to join it, answers UNSTAGED (a GroupStagingAborted "
-    "event); if that batch aborts, its replay is recognised as a replay and answers WAIT, so "
-    "the event, which rode in the aborted transaction, is never committed",
-)
 def test_a_replayed_forced_reuse_of_a_whole_group_answers_unstaged_again() -> None:
+    """Found by the property test (chained-drains machine): the ID reused after a staged
+    group's final, forced to join it, answers UNSTAGED (a GroupStagingAborted event); its
+    replay after the batch aborted must too, or the event is never committed."""
     t = TableModel(["d0"], policy="wait", max_staged=2)
     n = 0
 

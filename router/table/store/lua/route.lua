@@ -617,7 +617,10 @@ for m = 0, nmsg - 1 do
           decision = '!h'
         else
           decision = parked_message(gid, e, flags, ttl, token)
-          if has(flags, 'g') and decision == '!w' then decision = '!W' end
+          if has(flags, 'g') and decision == '!w' then
+            e.unstaged = token  -- its replay answers '!W' again (parked_message)
+            decision = '!W'
+          end
         end
       elseif e.state ~= 'open' then
         decision = parked_message(gid, e, flags, ttl, token)
