@@ -28,7 +28,7 @@ from router.unit.steps.batch import TP
 
 log = logging.getLogger("router.source")
 
-PROBE_TIMEOUT_S = 0.5  # the stall guard's broker requests: short, the loop waits on them
+PROBE_TIMEOUT_S = 1.0  # the stall guard's broker requests: short, the loop waits on them
 LATEST, EARLIEST = -1, -2  # ListOffsets "timestamps": the last stable offset, the low watermark
 
 Callback = Callable[[Consumer, list[TopicPartition]], None]
