@@ -24,6 +24,8 @@ from router.config.settings import RouterSettings
 from router.contract.bandsched import BandScheduler, Turn
 from router.contract.priority import split
 from router.metrics.registry import Metrics
+from router.unit.source import Source
+from router.unit.stalls import StallGuard
 from router.unit.steps.batch import TP
 
 log = logging.getLogger("router.bandsource")
@@ -45,8 +47,10 @@ class BandSource:
         min_share: float,
         metrics: Metrics,
         refresh_s: float = 1.0,
+        stalls: StallGuard | None = None,
     ) -> None:
         self.consumer = consumer
+        self.stalls = stalls  # told of the partitions resumed (paused: not unread)
         self.bases = frozenset(bases)
         self.bands = bands
         self.scheduler = BandScheduler(bands, min_share)
@@ -70,14 +74,15 @@ class BandSource:
 
     @classmethod
     def of(
-        cls, settings: RouterSettings, side: str, consumer: Consumer, metrics: Metrics
+        cls, settings: RouterSettings, side: str, source: Source, metrics: Metrics
     ) -> BandSource | None:
-        """A unit's band source; None if the topology has one band."""
+        """A unit's band source over its source's consumer; None if the topology has one
+        band."""
         p, t = settings.priority, settings.topology
         if p.bands == 1:
             return None
         bases = t.send_queues if side == "send" else [t.transfer_topic]
-        return cls(consumer, bases, p.bands, p.min_share, metrics)
+        return cls(source.consumer, bases, p.bands, p.min_share, metrics, stalls=source.stalls)
 
     def band(self, tp: TP) -> int | None:
         """The band of a source partition; None for other topics."""
@@ -112,6 +117,8 @@ class BandSource:
         if go:
             self.consumer.resume([TopicPartition(t, p) for t, p in go])
             self.paused.difference_update(go)
+            if self.stalls is not None:
+                self.stalls.resumed(go, time.monotonic())
         if turn.share:
             self.metrics.inc("band_share_turns")
         return turn

@@ -118,7 +118,7 @@ class TransferUnit(Recovery):
                 clients.admin_config(settings.kafka), spec.group_id, self.source.consumer
             ).held
         # Priority bands (router.unit.bandsource): higher bands first, a minimum share each.
-        self.bands = BandSource.of(settings, spec.side, self.source.consumer, self.metrics)
+        self.bands = BandSource.of(settings, spec.side, self.source, self.metrics)
         self._inflight: tuple[Batch, Output] | None = None
         self._rewound: dict[TP, int] = {}  # partitions rewound since the last failure
         self._rewind_to_committed = False

@@ -122,7 +122,7 @@ class Recovery:
             return
         now = time.monotonic()
         stalls = self.source.stalls
-        stalls.tick(now)
+        stalls.tick(now, self.source.full)  # a full poll: the local queue may hold more
         if not any(at <= now for at in stalls.due.values()):
             return
         skip = self.holds.waiting()

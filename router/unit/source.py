@@ -69,18 +69,21 @@ class Source:
         self.max_bytes = max_bytes
         self.metrics = metrics
         self.assigned: set[TP] = set()
+        self.full = False  # the last poll came back full: the local queue may hold more
 
     def stranded(self, now: float, skip: Collection[TP]) -> list[TP]:
         """Assigned partitions the unit has not read for long although records wait in
         them (`router.unit.stalls`), asked of the broker for the suspects (partitions not
-        read for `after_s`, but those in `skip`): up to three requests, whatever their
-        number, and only while there are suspects."""
+        read for `after_s`, but those in `skip`): three requests (committed offsets, low
+        watermarks, last stable offsets), whatever their number, and only while there are
+        suspects."""
         guard = self.stalls
         suspects = guard.suspects(now, skip)
         if not suspects:
             return []
         asked = tps(suspects)
         starts: dict[TP, int] = {}
+        lows: dict[TP, int] = {}
         stable: dict[TP, int] = {}
         try:
             _collect(self.consumer.committed(asked, timeout=PROBE_TIMEOUT_S), starts)
@@ -88,12 +91,12 @@ class Source:
                 key = (tp.topic, tp.partition)
                 if tp.error is None and tp.offset >= 0:
                     starts[key] = max(starts.get(key, tp.offset), tp.offset)
-            lows = [TopicPartition(t, p, EARLIEST) for t, p in suspects if (t, p) not in starts]
-            _collect(self._offsets(lows), starts)  # nothing committed: from the low watermark
+            # nothing before the low watermark (deleted records) waits
+            _collect(self._offsets([TopicPartition(t, p, EARLIEST) for t, p in suspects]), lows)
             _collect(self._offsets([TopicPartition(t, p, LATEST) for t, p in suspects]), stable)
         except KafkaException as exc:  # asked again shortly (`StallGuard.judge`)
             log.info("cannot tell yet whether %d unread partitions wait: %s", len(asked), exc)
-        return guard.judge(suspects, starts, stable, now)
+        return guard.judge(suspects, starts, lows, stable, now)
 
     def _offsets(self, query: list[TopicPartition]) -> list[TopicPartition]:
         """ListOffsets for `query` (offsets: LATEST or EARLIEST); read_committed: LATEST
@@ -125,8 +128,10 @@ class Source:
         fetched, up to the batch's size (`router.unit.batching`: `unit.batch_size`, more
         under a backlog) and (about) max_bytes of values: large records are taken a few at
         a time, by their average size so far. Messages of partitions revoked meanwhile are
-        dropped."""
+        dropped. `full`: it stopped at the batch's size, not at an empty local queue
+        (records fetched may wait there: `StallGuard.tick`)."""
         first = self.consumer.poll(timeout)
+        self.full = False
         if first is None:
             return []
         messages = [first]
@@ -141,6 +146,8 @@ class Source:
                 break
             messages.extend(more)
             size += sum(_size(m) for m in more)
+        else:  # not emptied: records of any partition may wait in the local queue
+            self.full = True
         self.sizer.after(len(messages))
         good = []
         assigned = self.assigned
@@ -185,8 +192,11 @@ class Source:
             self.consumer.pause(ps)
 
     def resume(self, partitions: Iterable[TP]) -> None:
+        """Let partitions the unit kept paused be read again (their stall delay starts
+        over: `StallGuard.resumed`)."""
         if ps := tps(partitions):
             self.consumer.resume(ps)
+            self.stalls.resumed(((tp.topic, tp.partition) for tp in ps), time.monotonic())
 
     def rewind_to_committed(self) -> bool:
         """Every assigned partition back to the group's committed offset. False if the

@@ -21,18 +21,32 @@ fetcher's state, but turned on they cost the units latency). A partition is a *s
 when the unit read nothing of it for `after_s` (since its assignment, or since the last
 message of it it read), and the unit does not keep it paused itself (priority bands, the
 busy policy `hold`, a back-off). The unit then asks the broker, in one batched request
-each, for the suspects' committed offsets and their last stable offsets (what a
+each, for the suspects' committed offsets, low watermarks and last stable offsets (what a
 read_committed consumer can read): a suspect whose last stable offset lies past where it
-would read next (its position, which passes a transaction's marker; its committed offset;
-its low watermark if neither is known) has records waiting that the unit has not read in
-`after_s`, so it is *stranded*, and the unit assigns it again (`Source.reassign`), which
-reads its committed offset afresh and starts a new fetcher from there. The caller asks only
-about partitions whose position is their committed offset: none of the batch in flight,
-and none of the waiting room's, whose records the drain step holds past the committed
-offset, unless nothing of it was read since its assignment. A suspect with nothing waiting
-is idle: it is asked about again `after_s` later; one the broker did not answer for,
-`retry_s` later. The delay counts only time the unit's loop could read: a call that blocked
-or a back-off (everything paused) pushes every partition's delay back (`tick`).
+would read next (its position, which passes a transaction's marker, or its committed
+offset, whichever is later; never before its low watermark) has records waiting that the
+unit has not read in `after_s`, so it is *stranded*, and the unit assigns it again
+(`Source.reassign`), which reads its committed offset afresh and starts a new fetcher from
+there. The caller asks only about partitions whose position is their committed offset: none
+of the batch in flight, and none of the waiting room's, whose records the drain step holds
+past the committed offset, unless nothing of it was read since its assignment. A suspect
+with nothing waiting is idle: it is asked about again `after_s` later; one the broker did
+not answer for, `retry_s` later. Records deleted (`kafka-delete-records`, retention) past a
+committed offset before they were read are no records waiting: librdkafka finds nothing
+from the low watermark and its position stays unknown, so without the low watermark such a
+partition was assigned again every `after_s`, for ever.
+
+The delay counts only time in which a partition fetched would have been read: a call that
+blocked or a back-off (everything paused) pushes every partition's delay back (`tick`), and
+so does a turn whose poll came back full. Then the local queue held more, and records
+fetched of a partition wait in it behind those of the others: with a backlog and a queue
+deeper than `after_s` of the unit's work, a partition can go unread for longer while its
+fetcher runs, and assigning it again would throw away what it fetched and queue it last
+again, so that it is never read while the backlog lasts. Only once the queue has run dry
+can the guard tell a partition whose fetcher stopped from one waiting its turn; under a
+backlog that never ends a stranded partition waits for the backlog to end. A partition the
+unit resumes (after a hold, a back-off, a priority band's pause) starts its delay over
+(`resumed`): the time it was kept paused was no time it could be read.
 """
 
 from __future__ import annotations
@@ -79,11 +93,21 @@ class StallGuard:
         if self.unconsumed:
             self.unconsumed.difference_update(tps)
 
-    def tick(self, now: float) -> None:
+    def resumed(self, tps: Iterable[TP], now: float) -> None:
+        """Partitions the unit kept paused and now resumes: read from now on (the time
+        paused was no time unread), so due `after_s` from now at the earliest."""
+        due, then = self.due, now + self.after_s
+        for tp in tps:
+            if tp in due and due[tp] < then:
+                due[tp] = then
+
+    def tick(self, now: float, queued: bool = False) -> None:
         """The unit's loop looks, able to read (not backing off). Time it spent away
         longer than `gap_s` (a call that blocked, a back-off with everything paused) is no
-        time a partition went unread: every partition's delay is pushed back by it."""
-        if self.ticked is not None and now - self.ticked > self.gap_s:
+        time a partition went unread, nor is a turn whose poll came back full (`queued`:
+        records may wait in the local queue, fetched, for any partition): every
+        partition's delay is pushed back by it."""
+        if self.ticked is not None and (queued or now - self.ticked > self.gap_s):
             away = now - self.ticked
             for tp in self.due:
                 self.due[tp] += away
@@ -100,22 +124,24 @@ class StallGuard:
         self,
         suspects: Iterable[TP],
         starts: Mapping[TP, int],
+        lows: Mapping[TP, int],
         stable: Mapping[TP, int],
         now: float,
     ) -> list[TP]:
-        """The stranded among `suspects`: where a read would start (`starts`: the committed
-        offset, else the low watermark) lies before the last stable offset (`stable`). The
-        others are asked about again later: an idle one `after_s` later, one the broker
-        gave no answer for (absent from either mapping) `retry_s` later. A stranded one is
-        not asked about again until `assigned` starts it over (it is assigned again)."""
+        """The stranded among `suspects`: where a read would start (`starts`: the
+        committed offset or the position, whichever is later; never before the low
+        watermark, `lows`) lies before the last stable offset (`stable`). The others are
+        asked about again later: an idle one `after_s` later, one the broker gave no
+        answer for (absent from `lows` or `stable`) `retry_s` later. A stranded one is not
+        asked about again until `assigned` starts it over (it is assigned again)."""
         out = []
         for tp in suspects:
             if tp not in self.due:
                 continue
-            start, lso = starts.get(tp), stable.get(tp)
-            if start is None or lso is None or start < 0 or lso < 0:
+            low, lso = lows.get(tp), stable.get(tp)
+            if low is None or lso is None or low < 0 or lso < 0:
                 self.due[tp] = now + self.retry_s
-            elif lso > start:
+            elif lso > max(starts.get(tp, low), low):
                 self.due[tp] = now + self.after_s  # until assigned again
                 out.append(tp)
             else:

@@ -1,0 +1,142 @@
+"""Where the stranded-partitions guard (router.unit.stalls, `Recovery._unstrand`) must not
+assign a partition again, against the real broker: a partition whose committed offset lies
+before records deleted since (nothing waits), and partitions whose records wait in a deep
+local queue behind the others' while the unit works through a backlog (their fetchers run:
+assigning them again threw away what they fetched and queued them last again, so one of
+them was never read while the backlog lasted)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from router.metrics.registry import Metrics
+from router.unit.recovery import Recovery
+from router.unit.source import Source
+from router.unit.steps.holds import Backoff, Holds
+from tests.fixtures.factories import TopicFactory
+from tests.fixtures.helpers import wait_until
+
+
+def _source(bootstrap: str, group: str, batch: int, **extra: object) -> Source:
+    config = {  # as a unit's (router.backends.kafka.clients.consumer_config)
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        **extra,
+    }
+    return Source(config, batch_size=batch, metrics=Metrics(), max_batch_size=batch)
+
+
+def test_a_committed_offset_before_deleted_records_is_no_record_waiting(
+    kafka_bootstrap: str, admin: AdminClient, new_topic: TopicFactory, group_id: str
+) -> None:
+    topic = new_topic("strand-deleted", partitions=2)
+    plain = Producer({"bootstrap.servers": kafka_bootstrap})
+    for p in (0, 1):
+        for i in range(5):
+            plain.produce(topic, f"{i}".encode(), partition=p)
+    assert plain.flush(30) == 0
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id})
+    committer.commit(
+        offsets=[TopicPartition(topic, p, 2) for p in (0, 1)], asynchronous=False
+    )  # read up to 2, then records 0-4 deleted (delete-records; retention does the same)
+    committer.close()
+    done = admin.delete_records([TopicPartition(topic, p, 5) for p in (0, 1)])
+    for future in done.values():
+        future.result(timeout=30)
+    source = _source(kafka_bootstrap, group_id, 100)
+    source.stalls.after_s = 1.0
+    source.subscribe(
+        [topic],
+        on_assign=lambda _c, ps: source.assign(ps, paused=False),
+        on_revoke=lambda _c, ps: source.revoke(ps),
+    )
+    try:
+        wait_until(lambda: source.poll(0.2) == [] and len(source.assigned) == 2, 30, "assigned")
+        later = time.monotonic() + 60.0  # long past the guard's delay
+        # librdkafka reads from the low watermark (out of range: auto.offset.reset) and finds
+        # nothing; the position stays unknown, the committed offset stays 2, the stable one 5
+        verdicts = [source.stranded(later + 10.0 * i, skip=set()) for i in range(3)]
+        assert source.stalls.unconsumed == {(topic, 0), (topic, 1)}
+        for p in (0, 1):  # answered (an unanswered one would be asked about retry_s later)
+            assert source.stalls.due[(topic, p)] == later + 20.0 + source.stalls.after_s
+        # partition 1 gets a record it never reads: its fetcher paused behind the guard's back
+        source.consumer.pause([TopicPartition(topic, 1)])
+        plain.produce(topic, b"5", partition=1)
+        assert plain.flush(30) == 0
+        stranded = source.stranded(later + 100.0, skip=set())
+    finally:
+        source.close()
+    assert verdicts == [[], [], []], "deleted records taken for records waiting"
+    assert stranded == [(topic, 1)]  # records past the low watermark do wait
+
+
+def test_partitions_queued_behind_a_backlog_are_not_assigned_again(
+    kafka_bootstrap: str, new_topic: TopicFactory, group_id: str
+) -> None:
+    """Four partitions, 2,000 records of 1 kB each; the local queue holds 4 MB (as a
+    unit's holds twice `unit.max_batch_bytes`), the loop takes ten records per turn and
+    commits them (as a unit's transaction does), so the queue is seconds deep and the
+    guard's delay a fraction of that. The loop's own `_unstrand` runs every turn."""
+    partitions, per, batch = 4, 2000, 10
+    topic = new_topic("strand-deep", partitions=partitions)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    value = b"x" * 1000
+    for p in range(partitions):
+        for _ in range(per):
+            producer.produce(topic, value, partition=p)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    source = _source(kafka_bootstrap, group_id, batch, **{"queued.max.messages.kbytes": 4096})
+    source.stalls.after_s = 0.3
+    loop = SimpleNamespace(  # what `Recovery._unstrand` reads of a unit
+        source=source,
+        backoff=Backoff(200, 5000),
+        holds=Holds(0.1, 10.0),
+        bands=None,
+        _inflight=None,
+        steps=SimpleNamespace(room=None),
+        metrics=Metrics(),
+    )
+    source.subscribe(
+        [topic],
+        on_assign=lambda _c, ps: source.assign(ps, paused=False),
+        on_revoke=lambda _c, ps: source.revoke(ps),
+    )
+    read: dict[int, list[int]] = {p: [] for p in range(partitions)}
+
+    def turn() -> bool:
+        last: dict[int, int] = {}
+        for m in source.poll(0.1):
+            read[m.partition()].append(m.offset())
+            last[m.partition()] = m.offset() + 1
+        if last:
+            source.consumer.commit(
+                offsets=[TopicPartition(topic, p, o) for p, o in last.items()],
+                asynchronous=False,
+            )
+        Recovery._unstrand(loop)  # type: ignore[arg-type]
+        done = sum(map(len, read.values())) >= partitions * per
+        return done or loop.metrics.get("stranded_reassigned") > 0
+
+    try:
+        wait_until(turn, 120, "every record read", interval=0)
+    finally:
+        source.close()
+    assert loop.metrics.get("stranded_reassigned") == 0, (
+        f"partitions assigned again while their records were queued: read {read_counts(read)}"
+    )
+    for p in range(partitions):
+        assert read[p] == list(range(per)), f"partition {p}: {read_counts(read)}"
+
+
+def read_counts(read: dict[int, list[int]]) -> dict[int, int]:
+    return {p: len(offsets) for p, offsets in read.items()}
