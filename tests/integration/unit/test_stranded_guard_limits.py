@@ -3,7 +3,8 @@ assign a partition again, against the real broker: a partition whose committed o
 before records deleted since (nothing waits), and partitions whose records wait in a deep
 local queue behind the others' while the unit works through a backlog (their fetchers run:
 assigning them again threw away what they fetched and queued them last again, so one of
-them was never read while the backlog lasted)."""
+them was never read while the backlog lasted). And where it may: while a revocation waits
+in the unit's queue (each partition still ends with one owner)."""
 
 from __future__ import annotations
 
@@ -179,3 +180,84 @@ def test_a_unit_works_through_a_backlog_without_assigning_partitions_again(
     partitions = len(admin.list_topics(transfer, timeout=10).topics[transfer].partitions)
     got = read_to_end(bootstrap, transfer, partitions)
     assert len(got) == len(sent) and set(got) == set(sent)
+
+
+def test_assigning_again_while_a_revoke_is_pending_leaves_one_owner_a_partition(
+    kafka_bootstrap: str, new_topic: TopicFactory, group_id: str
+) -> None:
+    """The guard's re-assignment racing a rebalance (KIP-848): a second member joins, the
+    coordinator takes two of the first member's four partitions away, and before the
+    first member polls (the revocation waits in its queue) it assigns all four again, as
+    the guard does. The revocation still goes through: each partition ends with exactly
+    one owner, and every record produced afterwards is read once, by its owner."""
+    topic = new_topic("strand-race", partitions=4)
+    sources = [_source(kafka_bootstrap, group_id, 100) for _ in range(2)]
+    read: list[dict[tuple[int, int], int]] = [{}, {}]
+
+    revoked_at: list[float] = []
+
+    def join(i: int) -> None:
+        s = sources[i]
+
+        def on_revoke(_c: Consumer, ps: list[TopicPartition]) -> None:
+            if i == 0 and ps:
+                revoked_at.append(time.monotonic())
+            s.revoke(ps)
+
+        s.subscribe(
+            [topic], on_assign=lambda _c, ps: s.assign(ps, paused=False), on_revoke=on_revoke
+        )
+
+    def poll(i: int) -> None:
+        for m in sources[i].poll(0.1):
+            read[i][(m.partition(), m.offset())] = read[i].get((m.partition(), m.offset()), 0) + 1
+
+    first = sources[0]
+
+    def four() -> bool:
+        poll(0)
+        return len(first.assigned) == 4
+
+    try:
+        join(0)
+        wait_until(four, 30, "the first member's four partitions")
+        join(1)
+
+        def revoking() -> bool:  # the first member does not poll: its revocation waits
+            poll(1)  # (the coordinator tells it within a heartbeat interval, 5 s)
+            return time.monotonic() > joined + 8.0
+
+        joined = time.monotonic()
+        wait_until(revoking, 30, "the second member's heartbeats")
+        reassigned_at = time.monotonic()
+        first.reassign(sorted(first.assigned), paused=False, now=reassigned_at)
+
+        def settled() -> bool:
+            poll(0)
+            poll(1)
+            owned = [{tp.partition for tp in s.consumer.assignment()} for s in sources]
+            return len(owned[0]) == len(owned[1]) == 2 and owned[0] | owned[1] == set(range(4))
+
+        wait_until(settled, 60, "two partitions each", interval=0)
+        owners = [{p for _, p in s.assigned} for s in sources]
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        for p in range(4):
+            for i in range(50):
+                producer.produce(topic, f"{i}".encode(), partition=p)
+        assert producer.flush(30) == 0
+
+        def all_read() -> bool:
+            poll(0)
+            poll(1)
+            return sum(len(r) for r in read) >= 200
+
+        wait_until(all_read, 60, "every record", interval=0)
+    finally:
+        for s in sources:
+            s.close()
+    assert revoked_at and revoked_at[0] > reassigned_at, "the revocation did not wait"
+    assert owners[0] | owners[1] == set(range(4)) and not owners[0] & owners[1]
+    for i in (0, 1):
+        assert {p for p, _ in read[i]} == owners[i], f"member {i} read others' partitions"
+        assert set(read[i].values()) == {1}, f"member {i} read records twice"
+    assert sorted(k for r in read for k in r) == [(p, o) for p in range(4) for o in range(50)]
