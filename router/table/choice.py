@@ -16,6 +16,7 @@ def choose(
     cost: Sequence[tuple[int, bool]],
     reuse: Mapping[tuple[str, str], int] | None = None,
     lane: str = "",
+    home: int | None = None,
 ) -> tuple[int, bool]:
     """(index of the cheapest destination at or after the cursor, whether it is busy),
     `skip` (draining destinations) left out. Among the cheapest, a new group prefers one
@@ -23,7 +24,9 @@ def choose(
     finals): a lane's groups that follow each other then stay on few destinations, and the clean
     ones stay clean for the other lanes and for the waiting room. Spreading them instead
     left every destination holding one lane's closed groups until its batch settled, so
-    the next batch's other lanes found none clean and waited (policy `wait`) or shared."""
+    the next batch's other lanes found none clean and waited (policy `wait`) or shared.
+    Then, new group or ordinary message, the lane's `home` (`home` below) if it is among
+    the cheapest, else the first at or after the cursor."""
     n = len(destinations)
     best = min(c for d, c in zip(destinations, cost, strict=True) if d not in skip)
     first = None
@@ -31,12 +34,33 @@ def choose(
         i = (cursor + k) % n
         d = destinations[i]
         if cost[i] == best and d not in skip:
-            if reuse is None or reuse.get((d, lane), 0) > 0:
+            if reuse is not None and reuse.get((d, lane), 0) > 0:
                 return i, best != (0, False)
             if first is None:
                 first = i
     assert first is not None, "unreachable: some destination has the minimum cost"
+    if home is not None and cost[home] == best and destinations[home] not in skip:
+        return home, best != (0, False)
     return first, best != (0, False)
+
+
+def home(lane: str, destinations: int, homes: int) -> int | None:
+    """The destination index a lane prefers among the cheapest, when `homes` (the table's
+    setting: 0 off, else the topology's cell count) is on: its source partition `p` (a lane
+    is "<topic>/<p>"), as the `p // homes`-th of its cell's partitions, modulo the
+    destinations. On only when a cell has at least as many source partitions as
+    destinations (`router.topology.side.table_for`), so that every destination is some
+    lane's home. Under policy `wait`, lanes that pick destinations by the cursor alone
+    take each other's: one lane's ordinary messages fence the destination another lane's
+    next group needed (another batch's in-flight records), and that group waits in the
+    room, with every later group behind it. With a home each, lanes keep apart.
+    None when off or when the lane names no partition."""
+    if homes <= 0:
+        return None
+    _, _, p = lane.rpartition("/")
+    if not p.isdigit():
+        return None
+    return (int(p) // homes) % destinations
 
 
 def follow(

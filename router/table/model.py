@@ -280,6 +280,7 @@ class TableModel(Lifecycle):
                 cost,
                 None if ordinary else freed_lane,
                 r.lane,
+                choice.home(r.lane, len(self.destinations), self.homes),
             )
             queued = not ordinary and room.queued(self)  # first come, first served ...
             if queued and not busy and r.seq is None and last_final.get(gid, -1) >= at:

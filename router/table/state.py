@@ -17,6 +17,7 @@ class TableState:
     destinations: list[str]
     policy: Policy = "share"
     max_staged: int = 10_000  # whole-group delivery: parks before a staged group streams
+    homes: int = 0  # lanes' home destinations (`router.table.choice.home`): 0 off, else cells
     entries: dict[str, Entry] = field(default_factory=dict)
     load: dict[str, int] = field(default_factory=dict)
     cursor: int = 0

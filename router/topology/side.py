@@ -72,4 +72,19 @@ def table_for(
         lease,
         routing.max_staged_messages,
         writer_idle_s=settings.sweeper.writer_idle_s,
+        homes=homes(settings, side, cell),
     )
+
+
+def homes(settings: RouterSettings, side: Side, cell: int = 0) -> int:
+    """Lanes' home destinations (`router.table.choice.home`) for one side's table: on (the
+    cell count, which the home rule divides partition numbers by) under policy `wait` when
+    the cell has at least as many source partitions as destinations, so that every
+    destination is some lane's home; 0 (off) otherwise. With fewer lanes than destinations,
+    homes would leave destinations without ordinary traffic; by the cursor alone, lanes
+    spread over them all."""
+    if settings.routing.busy_policy != "wait":
+        return 0
+    lanes = len(cells.source_partitions(settings, side, cell))
+    ndest = len(cells.destinations(settings, side, cell))
+    return settings.topology.cells if lanes >= ndest else 0

@@ -43,6 +43,7 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         lease_ms: int = 15_000,
         max_staged: int = 10_000,
         writer_idle_s: int = WRITER_IDLE_S,
+        homes: int = 0,
     ) -> None:
         if not destinations:
             raise ConfigError("a management table needs at least one destination")
@@ -56,6 +57,7 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         self.policy: Policy = policy
         self.lease_ms = lease_ms
         self.max_staged = max_staged
+        self.homes = homes  # lanes' home destinations: 0 off (router.table.choice.home)
         self.writer_idle_s = writer_idle_s
         self._route = self._r.register_script(script("route"))
         self._settle = self._r.register_script(script("settle"))
@@ -182,7 +184,7 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         tail += self.fences(lanes)
         return [
             "" if now_ms is None else now_ms,
-            f"wait:{self.max_staged}" if self.policy == "wait" else self.policy,
+            f"{self.policy}:{self.max_staged}:{self.homes}",
             batch,
             self.lease_ms,
             self.epoch,

@@ -126,13 +126,25 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             # batch -> its requests, decisions, and its groups' (state, parks) after it
             self.routed: dict[str, tuple[list[RouteRequest], list[str], dict[str, Any]]] = {}
 
-        @initialize(policy=st.sampled_from(["share", "hold", "wait"]), ndest=st.integers(1, 4))
-        def setup(self, policy: str, ndest: int) -> None:
+        @initialize(
+            policy=st.sampled_from(["share", "hold", "wait"]),
+            ndest=st.integers(1, 4),
+            homes=st.sampled_from([0, 0, 1, 2]),  # lanes' home destinations: off, 1 or 2 cells
+        )
+        def setup(self, policy: str, ndest: int, homes: int) -> None:
             dests = [f"d{i}" for i in range(ndest)]
             keys = TableKeys.of(unique("prop"), "t", "send")
             # a small staging bound, so that random histories reach it
-            self.table = ManagementTable(client, keys, dests, policy, LEASE_MS, MAX_STAGED)  # type: ignore[arg-type]
-            self.model = TableModel(dests, policy, max_staged=MAX_STAGED)  # type: ignore[arg-type]
+            self.table = ManagementTable(
+                client,
+                keys,
+                dests,
+                policy,  # type: ignore[arg-type]
+                LEASE_MS,
+                MAX_STAGED,
+                homes=homes,
+            )
+            self.model = TableModel(dests, policy, max_staged=MAX_STAGED, homes=homes)  # type: ignore[arg-type]
 
         def teardown(self) -> None:
             if self.table is not None:
@@ -601,9 +613,9 @@ def test_chained_drains_match_the_reference_model_under_wait(redis_url: str) -> 
     base = make_table_machine(redis_url)
 
     class WaitMachine(base):  # type: ignore[valid-type,misc]
-        @initialize(ndest=st.integers(1, 2))
-        def setup(self, ndest: int) -> None:  # type: ignore[override]
-            base.setup(self, "wait", ndest)
+        @initialize(ndest=st.integers(1, 2), homes=st.sampled_from([0, 1]))
+        def setup(self, ndest: int, homes: int) -> None:  # type: ignore[override]
+            base.setup(self, "wait", ndest, homes)
 
     WaitMachine.TestCase.settings = settings(
         max_examples=100,

@@ -14,8 +14,9 @@
 --          sweeper forgets it)
 --       15 draining (set of destinations nothing new is placed on, router/table/placement.py)
 --       16 owners (hash lane -> token of its latest claim, owners.lua)
--- ARGV: 1 now in ms, or '' for the Redis server clock   2 policy: 'share' | 'hold' | 'wait'
---       or 'wait:<max staged messages>' (a staged group over it streams: '!W')
+-- ARGV: 1 now in ms, or '' for the Redis server clock   2 '<policy>[:<max staged>[:<homes>]]':
+--       policy 'share' | 'hold' | 'wait', max staged messages (a staged group over it
+--       streams: '!W'), homes (lanes' home destinations: 0 off, else the cell count)
 --       3 batch ID   4 lease ms   5 the epoch the caller last saw ('' if none)
 --       6 "<the write count of the caller's last call ('' if none)>:<caller ID>"
 --       7 n destinations, then n destination names
@@ -65,10 +66,11 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local policy, max_staged_s = string.match(ARGV[2], '^([^:]*):?(.*)$')
+local policy, max_staged_s, homes_s = string.match(ARGV[2], '^([^:]*):?([^:]*):?(.*)$')
 local hold = policy == 'hold'
 local wait = policy == 'wait'
 local max_staged = tonumber(max_staged_s) or 10000
+local homes = tonumber(homes_s) or 0
 local batch = ARGV[3]
 local lease = tonumber(ARGV[4])
 local seen_epoch = ARGV[5]
@@ -317,11 +319,24 @@ end
 -- new group of lane `lane`, load alone for an ordinary message (lane nil). Returns its
 -- 0-based index and busy.
 local none = {}
-local function choose(lane)
+-- A lane's home destination index (router/table/choice.py `home`): its source partition
+-- p ('<topic>/<p>') as the p // homes-th of its cell's, modulo the destinations; false off.
+local home_of = {}
+local function home(lane)
+  local h = home_of[lane]
+  if h == nil then
+    local p = homes > 0 and tonumber(string.match(lane, '/(%d+)$') or '')
+    h = p and math.floor(p / homes) % ndest or false
+    home_of[lane] = h
+  end
+  return h
+end
+local function choose(lane, group)
   -- one pass in the cursor's order: the first cheapest, and the first cheapest a final of
   -- the lane freed (which a new group prefers: see below)
-  local fl = lane and (freed_lane[lane] or none)
-  local best, first, pref = nil, nil, nil
+  local fl = group and (freed_lane[lane] or none)
+  local h = home(lane)
+  local best, first, pref, hc = nil, nil, nil, nil
   for k = 0, ndest - 1 do
     local i = (cursor + k) % ndest
     local d = dests[i + 1]
@@ -333,6 +348,7 @@ local function choose(lane)
       else
         c = (load[d] - (freed[d] or 0)) * 2
       end
+      if i == h then hc = c end
       if best == nil or c < best then
         best, first, pref = c, i, nil
         if fl and (fl[d] or 0) > 0 then pref = i end
@@ -344,7 +360,9 @@ local function choose(lane)
   if best == nil then return nil, true end
   -- among the cheapest, a new group prefers a destination a final of its lane freed in
   -- this batch: a lane's groups that follow each other stay on few destinations, and the
-  -- clean ones stay clean for the other lanes and the waiting room
+  -- clean ones stay clean for the other lanes and the waiting room; then, new group or
+  -- ordinary message, the lane's home
+  if not pref and hc == best then pref = h end
   return pref or first, best ~= 0
 end
 
@@ -685,7 +703,7 @@ for m = 0, nmsg - 1 do
       if seq then cache[gid].next, cache[gid].origin = 0, token end
     else
       local i, busy
-      if gid ~= '' then i, busy = choose(lane) else i, busy = choose(nil) end
+      i, busy = choose(lane, gid ~= '')
       local queued = room_n > 0 and gid ~= ''  -- first come, first served ...
       if wait and queued and not busy and not seq and (last_final[gid] or -1) >= m then
         local j = follow(lane)  -- ... but one complete here may follow its lane's final
