@@ -24,6 +24,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from router.backends.kafka import clients
+from router.backends.kafka.brokerwatch import NoBrokerWatch, watched
 from router.backends.kafka.endoffsets import EndOffsets
 from router.backends.kafka.offsets import CommittedOffsets
 from router.backends.redis.client import redis_client
@@ -80,6 +81,7 @@ class Sender(Sending):
         segment_window: int = 8,
         tracing: TracingSettings | None = None,
         tracer: Any = None,
+        no_broker_replace_s: float = 30.0,
     ) -> None:
         """`config`: librdkafka properties, as for `confluent_kafka.Producer`
         (`bootstrap.servers`, security, `linger.ms`, ...; idempotence and `acks=all` are
@@ -106,7 +108,12 @@ class Sender(Sending):
 
         `tracing` (the router's `tracing` settings) or `tracer` (an application's own
         OpenTelemetry tracer): a producer span per send, its context in the message's
-        `traceparent` header (`router.sender.traced`, docs/how-to/tracing.md)."""
+        `traceparent` header (`router.sender.traced`, docs/how-to/tracing.md).
+
+        `no_broker_replace_s`: a producer whose statistics name no broker for this long
+        (librdkafka#5301: it never recovers) is replaced, and the messages it held fail
+        (`flush` raises DeliveryFailed naming the reason); 0: never
+        (`router.sender.delivery`)."""
         if send_queues is None and topology is None:
             raise ConfigError("give the topology's name, or its send_queues")
         segments.check_size(segment_bytes, int(config.get("message.max.bytes", 1_000_000)))
@@ -119,7 +126,9 @@ class Sender(Sending):
             raise ConfigError("with send_queues, give units_group: the send units' consumer group")
         cid = str(config.get("client.id") or f"sender-{clients.instance_id()}")
         settings = {"logger": clients.LIBRDKAFKA_LOGGER, **config}
-        self._out = Deliveries(Producer(clientconfig.producer_config(settings, cid)), self._lock)
+        watch = NoBrokerWatch(no_broker_replace_s)
+        producer_config = watched(clientconfig.producer_config(settings, cid), watch)
+        self._out = Deliveries(lambda: Producer(producer_config), self._lock, watch)
         connection = clientconfig.connection_config(settings)
         # An estimate that must never block a send on a pending transaction.
         self._committed = CommittedOffsets(connection, cid, stable=False)
@@ -187,6 +196,7 @@ class Sender(Sending):
             state_prefix=settings.redis.key_prefix,
             segment_bytes=segments.segment_bytes_for(settings.kafka.max_message_bytes),
             tracing=settings.tracing,
+            no_broker_replace_s=settings.kafka.no_broker_replace_s,
         )
 
     @property
