@@ -16,6 +16,7 @@ from collections.abc import Callable
 from confluent_kafka import Producer
 
 from router.backends.kafka import clients
+from router.backends.kafka.brokerwatch import NoBrokerWatch, watched
 from router.backends.redis import client as redisclient
 from router.backends.redis.client import RedisClient
 from router.config.settings import RouterSettings
@@ -94,8 +95,10 @@ class TransferUnit(Recovery):
         config = clients.transactional_producer_config(
             settings.kafka, clients.transactional_id(settings, spec.side), self.instance
         )
+        # A producer left with no broker (librdkafka#5301) is retired and replaced.
+        watch = NoBrokerWatch(settings.kafka.no_broker_replace_s)
         self.session = TransactionalSession(
-            lambda: Producer(config), self._stop, self.metrics, self.faults
+            lambda: Producer(watched(config, watch)), self._stop, self.metrics, self.faults, watch
         )
         consumer_config = clients.consumer_config(  # not `config`: the lambda above reads it
             settings.kafka, spec.group_id, self.instance, 2 * u.max_batch_bytes

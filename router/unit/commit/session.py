@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from router.backends.kafka.brokerwatch import NoBrokerWatch
 from router.backends.kafka.callthread import Abandoned, CallThread, Done
 from router.metrics.registry import Metrics
 from router.unit.commit.leases import appended_by
@@ -52,11 +53,16 @@ class TransactionalSession:
         stop: threading.Event,
         metrics: Metrics,
         faults: Faults | None = None,
+        watch: NoBrokerWatch | None = None,
     ) -> None:
+        """`watch`: fed by the producers' statistics (`new_producer` builds them with
+        `router.backends.kafka.brokerwatch.watched`); a producer that names no broker for
+        its time is retired, as after a fatal error (librdkafka#5301)."""
         self._new_producer = new_producer
         self._stop = stop
         self.metrics = metrics
         self.faults = faults or Faults()
+        self.watch = watch if watch is not None else NoBrokerWatch(0)
         self.producer = new_producer()
         self.state = S.INIT
         self.generation = 0
@@ -108,8 +114,9 @@ class TransactionalSession:
             self._call(self.producer.init_transactions, TXN_TIMEOUT_S, holds_batch=False)
         except KafkaException as exc:
             log.warning("cannot start transactions yet (broker away?), retrying: %s", exc)
-            if exc.args[0].fatal():
+            if exc.args[0].fatal() or self.watch.stuck() is not None:
                 self.producer = self._new_producer()
+                self.watch.reset()
             return False
         self._to(S.READY)
         return True
@@ -308,20 +315,25 @@ class TransactionalSession:
             return False
         log.info("transactional producer replaced (%s)", why)
         self.producer = producer
+        self.watch.reset()
         self._abort_failures = 0
         self.suspect = None
         self.metrics.inc("producer_restarts")
         return True
 
     def poll(self) -> None:
-        """Serve the producer's callbacks. A fatal error found here means BROKEN (while
-        committing, the commit itself fails with it and `wait_committed` says so)."""
+        """Serve the producer's callbacks. A fatal error found here, or no broker for the
+        watch's time, means BROKEN (while committing, the commit itself fails with it and
+        `wait_committed` says so)."""
         try:
             self.producer.poll(0)
+            gone = self.watch.stuck()
+            why = f"the producer had no broker for {gone or 0:.0f} s (librdkafka#5301)"
         except KafkaException as exc:  # confluent-kafka raises a fatal error from poll()
             if not exc.args[0].fatal():
                 raise
-            if self.state in (S.READY, S.FAILED):
-                self.generation += 1
-                self.failure = f"transactional producer failed: {exc.args[0]}"
-                self._to(S.BROKEN)
+            gone, why = 0.0, f"transactional producer failed: {exc.args[0]}"
+        if gone is not None and self.state in (S.READY, S.FAILED):
+            self.generation += 1
+            self.failure = why
+            self._to(S.BROKEN)
