@@ -111,8 +111,9 @@ class KafkaSettings(_Section):
     min_insync_replicas: int | None = Field(None, ge=1)
     max_message_bytes: int = Field(1_048_576, ge=1024)
     # A producer (the Sender's, a unit's transactional one) whose librdkafka statistics name
-    # no broker for this long is replaced: librdkafka#5301 leaves a client that lost its only
-    # broker so for good (router/backends/kafka/brokerwatch.py). 0: never.
+    # no broker for this long is replaced, and a unit whose consumer is so exits (code 2):
+    # librdkafka#5301 leaves a client that lost its only broker so for good
+    # (router/backends/kafka/brokerwatch.py). 0: never.
     no_broker_replace_s: float = Field(30.0, ge=0)
 
     @field_validator("client_config")

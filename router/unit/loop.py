@@ -109,6 +109,7 @@ class TransferUnit(Recovery):
             self.metrics,
             u.max_batch_bytes,
             u.max_batch_size,
+            NoBrokerWatch(settings.kafka.no_broker_replace_s),
         )
         # A failed transaction's warning names partitions short of in-sync replicas.
         self.replicas = ReplicaCheck(

@@ -20,6 +20,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from router.backends.kafka.brokerwatch import NoBrokerWatch, watched
 from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.batching import BatchSizer
@@ -62,9 +63,14 @@ class Source:
         metrics: Metrics,
         max_bytes: int = 1 << 62,
         max_batch_size: int = 0,
+        watch: NoBrokerWatch | None = None,
     ) -> None:
+        """`watch`: the consumer's statistics go there; one that names no broker for its
+        time (librdkafka#5301: it never reads again) is a fatal client error, the unit
+        exits and its supervisor starts it again (the group moves its partitions)."""
         self.stalls = StallGuard()  # partitions not read for long though records wait
-        self.consumer = Consumer(config)
+        self.watch = watch if watch is not None else NoBrokerWatch(0)
+        self.consumer = Consumer(watched(config, self.watch))
         self.sizer = BatchSizer(batch_size, max_batch_size)
         self.max_bytes = max_bytes
         self.metrics = metrics
@@ -130,6 +136,7 @@ class Source:
         a time, by their average size so far. Messages of partitions revoked meanwhile are
         dropped. `full`: it stopped at the batch's size, not at an empty local queue
         (records fetched may wait there: `StallGuard.tick`)."""
+        self._has_broker()
         first = self.consumer.poll(timeout)
         self.full = False
         if first is None:
@@ -165,12 +172,18 @@ class Source:
     def drain_paused(self, timeout: float) -> None:
         """Poll while every partition is paused (so the group keeps us); anything already
         fetched is rewound rather than handled."""
+        self._has_broker()
         m = self.consumer.poll(timeout)
         if m is not None:
             if m.error() is None:
                 self.seek(m.topic(), m.partition(), m.offset())
             else:
                 self.error(m.error())
+
+    def _has_broker(self) -> None:
+        gone = self.watch.stuck()
+        if gone is not None:
+            raise FatalUnitError(f"the consumer had no broker for {gone:.0f} s (librdkafka#5301)")
 
     def error(self, err: KafkaError) -> None:
         self.metrics.inc("kafka_errors")

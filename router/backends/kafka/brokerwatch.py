@@ -15,7 +15,7 @@ named no broker for `after_s` seconds, judged on the documents' own arrival time
 client nobody polls is not called stuck for the time nobody looked). What to do then is
 the owner's: the Sender fails its queue and starts a new producer
 (`router.sender.delivery`), a unit retires its transactional producer
-(`router.unit.commit.session`).
+(`router.unit.commit.session`) and exits if its consumer is left so (`router.unit.source`).
 """
 
 from __future__ import annotations

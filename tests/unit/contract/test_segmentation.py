@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router import contract
+from router.backends.kafka.brokerwatch import NoBrokerWatch
 from router.config import RouterSettings, RoutingSettings
 from router.contract import routing_of, segments
 from router.contract.request import request, routing_headers
@@ -474,7 +475,7 @@ def test_a_units_batch_stops_near_max_batch_bytes_whatever_the_record_size(
     source.consumer = _Fetched(600, size)  # type: ignore[assignment]
     source.sizer, source.max_bytes = BatchSizer(500, 500), 8 * 1024 * 1024
     source.metrics, source.assigned = Metrics(), {("in", 0)}
-    source.stalls = StallGuard()
+    source.stalls, source.watch = StallGuard(), NoBrokerWatch(0)
     batch = source.poll(0.1)
     assert len(batch) == expected
     assert sum(len(m.value() or b"") for m in batch) < 8 * 1024 * 1024 + size
