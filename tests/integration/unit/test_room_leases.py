@@ -36,10 +36,16 @@ def test_the_sweeper_ends_a_dead_batchs_leases_when_nothing_is_routed_any_more(
     # units died before settling them; then groups g1 and g2 found no clean destination.
     t0 = table.now_ms() - 30_000
 
-    def request(gid: str | None, offset: int) -> RouteRequest:
-        return RouteRequest(gid, False, 600_000, f"{lane}/{offset}", lane)
+    def request(gid: str | None, offset: int, on: str = lane) -> RouteRequest:
+        return RouteRequest(gid, False, 600_000, f"{on}/{offset}", on)
 
-    dead = [table.route([request(None, i)], now_ms=t0, batch=f"dead{i}") for i in range(2)]
+    # one from each of two lanes: each lane's ordinary messages prefer its home destination
+    dead = [
+        table.route(
+            [request(None, i, f"{s.topology.send_queues[0]}/{i}")], now_ms=t0, batch=f"dead{i}"
+        )
+        for i in range(2)
+    ]
     assert {r.decisions[0] for r in dead} == set(table.destinations)
     waiting = table.route([request("g1", 2), request("g2", 3)], now_ms=t0 + 1, batch="b1")
     assert waiting.decisions == [room.WAIT, room.WAIT]
