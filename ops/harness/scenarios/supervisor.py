@@ -21,6 +21,9 @@ from ops.harness.verdict.capacity import Disturbance
 
 UNIT_ROLES = ("send-unit", "receive-unit")
 
+# What a unit logs when it exits over a consumer left with no broker (router/unit/source.py).
+NO_BROKER = "had no broker for"
+
 
 class Supervisor:
     """Keeps the unit processes running: restarts whatever died, records why."""
@@ -125,11 +128,17 @@ class Supervisor:
                     continue
                 arm = self.armed.pop(pid, None)
                 self._died(proc, since, self._checked_ms, f"exit {code}")  # since the last look
+                tail = proc.tail(15)
                 if arm and code == -9:
                     self.deaths[f"injected at {arm}"] += 1
+                elif code == 2 and NO_BROKER in tail:
+                    # the unit's own remedy for a consumer librdkafka left with no broker
+                    # (router.backends.kafka.brokerwatch): an exit its supervisor restarts,
+                    # as ours does; what it did to the queues the verdict still judges
+                    self.deaths["exit 2, no broker (librdkafka#5301)"] += 1
                 else:
                     self.deaths[f"exit {code}"] += 1
-                    self.crashes.append(f"{proc.name} exited {code}:\n{proc.tail(15)}")
+                    self.crashes.append(f"{proc.name} exited {code}:\n{tail}")
                 self._start(proc.role, None)
 
 

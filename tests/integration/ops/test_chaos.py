@@ -6,7 +6,9 @@ producing and committing, or committing and releasing); one broker restart and o
 restart; then the units are stopped and every destination of both sides (transfer
 topic, receive queues) is read from the start to its end with read_committed, once the
 transaction timeout has passed. Nothing lost, duplicated, reordered or split; no unit exit
-that was not a kill or an armed fault injection; no interleaving the capacity rule does
+that was not a kill, an armed fault injection or a unit's own exit over a consumer that
+librdkafka left with no broker (librdkafka#5301, restarted like any); no interleaving the
+capacity rule does
 not allow. ChaosSpec's QoS shares are in every run: 5 % of the ordinary messages multicast
 (each once on each of its queues) and 5 % of the messages with a lifetime (each delivered,
 or expired with one ExpiredMessage event, never both: `check_qos`); and with 3 priority
