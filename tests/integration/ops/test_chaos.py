@@ -3,21 +3,20 @@
 Tens of thousands of messages; at least 10 kill events (SIGKILL from outside at random
 moments, and replacements armed to kill themselves exactly between routing and producing,
 producing and committing, or committing and releasing); one broker restart and one Redis
-restart; then the units are stopped and every destination of both sides (transfer
-topic, receive queues) is read from the start to its end with read_committed, once the
-transaction timeout has passed. Nothing lost, duplicated, reordered or split; no unit exit
-that was not a kill, an armed fault injection or a unit's own exit over a consumer that
-librdkafka left with no broker (librdkafka#5301, restarted like any); no interleaving the
-capacity rule does
+restart; then the units are stopped and every destination of both sides (transfer topic,
+receive queues) is read from the start to its end with read_committed, once the transaction
+timeout has passed. Nothing lost, duplicated, reordered or split; no unit exit that was not
+a kill, an armed fault injection or a unit's own exit over a consumer that librdkafka left
+with no broker (librdkafka#5301, restarted like any); no interleaving the capacity rule does
 not allow. ChaosSpec's QoS shares are in every run: 5 % of the ordinary messages multicast
 (each once on each of its queues) and 5 % of the messages with a lifetime (each delivered,
 or expired with one ExpiredMessage event, never both: `check_qos`); and with 3 priority
-bands, 10 % of the ordinary messages and of the groups carry a `message-priority` (a
-group's later members other ones, which the router must ignore): every band topic of
-both sides is read, each group whole on ONE band topic of ONE queue, every record on the
-band its priority (a group's first member's) maps to, interleavings judged over each
-destination's band topics merged by append time (`check_priority`). On a private stack,
-so the restarts disturb nothing else.
+bands, 10 % of the ordinary messages and of the groups carry a `message-priority` (a group's
+later members other ones, which the router must ignore): every band topic of both sides is
+read, each group whole on ONE band topic of ONE queue, every record on the band its priority
+(a group's first member's) maps to, interleavings judged over each destination's band topics
+merged by append time (`check_priority`). On a private stack, so the restarts disturb
+nothing else.
 """
 
 from __future__ import annotations
