@@ -133,8 +133,10 @@ class LocalStack:
         self.redis_start()
         self.restarts["redis"] += 1
 
-    def restart_kafka(self) -> str:
-        self.kafka_stop()
+    def restart_kafka(self, kill: bool = False) -> str:
+        """The broker stopped (SIGTERM: a controlled shutdown; `kill`: SIGKILL, a crash) and
+        started again."""
+        self.kafka_stop(kill)
         self.kafka_start()
         self.restarts["kafka"] += 1
         return "broker back"
