@@ -16,25 +16,32 @@ the groups its side admitted since the last one, with the parks their entries ho
 a drain that forwarded them passes), so that admitted groups open again; the drain's own
 scripts (chained drains, the room's state) are not measured.
 
-    .venv/bin/python -m ops.harness.benchmark.scriptcost              # on the stack's Redis
-    .venv/bin/python -m ops.harness.benchmark.scriptcost --baseline main --rounds 3
+The load `kinds` measures each kind of message alone, both sides: batches of a group's
+first messages, of its middle ones, of its finals, and of ordinary messages, each routed
+and settled, beside 10,000 open groups (as many as the grouped load keeps open).
 
-`--baseline <git revision>` measures that revision's scripts beside this checkout's, in
-alternating rounds on the same Redis with the same batches (the scripts' arguments must
-be the same: this checkout's Python calls both). The counters are server-wide: measure on
-a Redis nothing else uses (`--redis-url`).
+    .venv/bin/python -m ops.harness.benchmark.scriptcost              # on the stack's Redis
+    .venv/bin/python -m ops.harness.benchmark.scriptcost --baseline main --rounds 5
+
+`--baseline <git revision>` measures that revision's table (its `router/` package: its
+scripts and the Python that calls them, so any argument format) beside this checkout's,
+in alternating rounds on the same Redis with the same batches, each round in a process of
+its own running this checkout's driver. The counters are server-wide: measure on a Redis
+nothing else uses (`--redis-url`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -51,8 +58,8 @@ from router.table.store.codec import text as _text
 from router.table.store.management import ManagementTable
 
 ROOT = Path(__file__).resolve().parents[3]
-LUA = "router/table/store/lua"
 SCRIPTS = ("route", "settle")
+KINDS = ("first", "middle", "final", "ordinary")
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,9 @@ class Cost:
         us = sum(of.values()) if name is None else of[name]
         return us / self.grouped if self.grouped else 0.0
 
+    def per_message(self) -> float:
+        return sum(self.cpu.values()) / self.messages if self.messages else 0.0
+
 
 class Probe:
     """Redis's main-thread CPU and `EVALSHA`'s cumulative microseconds, read around each
@@ -137,22 +147,6 @@ class Probe:
         out = call()
         cpu1, us1 = self.read()
         return out, max(0.0, cpu1 - cpu0 - self.overhead), us1 - us0
-
-
-def git_scripts(revision: str) -> dict[str, str]:
-    """The route and settle scripts (each after the prelude) as they are at `revision`."""
-
-    def show(name: str) -> str:
-        return subprocess.run(
-            ["git", "show", f"{revision}:{LUA}/{name}.lua"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-
-    prelude = show("prelude")
-    return {name: prelude + show(name) for name in SCRIPTS}
 
 
 def this_scripts() -> dict[str, str]:
@@ -210,6 +204,13 @@ class Side:
                     finals.append((r.guarantee_id, r.token))
         self.settle()
         self.pending = (batch, ordinary, finals)
+        return decisions
+
+    def route_settled(self, batch: str, requests: list[RouteRequest]) -> list[str]:
+        """Route a batch and settle it at once (no batch of this side in flight)."""
+        self.settle()
+        decisions = self.route(batch, requests)
+        self.settle()
         return decisions
 
     def settle(self) -> None:
@@ -360,6 +361,102 @@ def lines(load: ScriptLoad, results: dict[str, list[tuple[Cost, Cost]]]) -> Iter
         yield f"  {name}: {figures(rounds)}"
 
 
+# The load `kinds`: each kind of message alone, beside the grouped load's open groups.
+KIND_LABEL = (
+    "us of Redis CPU per message of each kind, both sides (route and settle), batches of "
+    "500 of one kind beside 10,000 open groups, share"
+)
+
+
+def kind_batches(
+    cycle: int, size: int, lanes: list[str], ttl: int
+) -> Iterator[tuple[str, list[RouteRequest]]]:
+    """One cycle's batches, (kind, requests): the first messages of `size` new groups, a
+    middle one of each, their finals, then as many ordinary messages; each group on one
+    lane (the bench Sender's), each lane's offsets counted on from the last cycle."""
+    gids = [f"k{cycle}-{i}" for i in range(size)]
+    lane_of = {g: lanes[zlib.crc32(g.encode()) % len(lanes)] for g in gids}
+    step = cycle * 4 * size  # each batch's offsets past the last's, on every lane
+    for k, kind in enumerate(KINDS):
+        base = step + k * size
+        if kind == "ordinary":
+            batch = [
+                request(None, False, 0, lanes[i % len(lanes)], base + i, ttl) for i in range(size)
+            ]
+        else:
+            seq = KINDS.index(kind)
+            batch = [
+                request(g, kind == "final", seq, lane_of[g], base + i, ttl)
+                for i, g in enumerate(gids)
+            ]
+        yield kind, batch
+
+
+def drive_kinds(
+    client: redis.Redis,
+    probe: Probe,
+    scripts: dict[str, str],
+    topology: str,
+    cycles: int = 30,
+    background: int = 10_000,
+) -> dict[str, tuple[Cost, Cost]]:
+    """Per kind, the send and the receive side's cost: `background` groups opened first
+    (never finished: the table as full as under the grouped load), then `cycles` cycles of
+    `kind_batches`, each batch routed and settled on the send side, then what went
+    straight routed and settled on the receive side."""
+    load = GROUPED
+    transfer = [f"transfer/{i}" for i in range(load.transfer)]
+    queues = [f"queue/{i}" for i in range(load.queues)]
+    send = Side(client, probe, topology, "send", transfer, load, scripts)
+    receive = Side(client, probe, topology, "receive", queues, load, scripts)
+    lanes = [f"sendq/{p}" for p in range(load.source_lanes)]
+    send.claim(lanes)
+    receive.claim(transfer)
+    offsets: dict[str, int] = {}
+    costs = {kind: (Cost(), Cost()) for kind in KINDS}
+    size = load.batch_size
+
+    def both(batch: str, requests: list[RouteRequest]) -> None:
+        decisions = send.route_settled(f"s{batch}", requests)
+        onward = forwarded(requests, decisions, offsets, load.ttl_ms)
+        if onward:
+            receive.route_settled(f"r{batch}", onward)
+
+    try:
+        for b in range(background // size):  # the open groups, not measured
+            both(f"bg{b}", next(kind_batches(-1 - b, size, lanes, load.ttl_ms))[1])
+        for c in range(cycles):
+            for kind, requests in kind_batches(c, size, lanes, load.ttl_ms):
+                send.cost, receive.cost = costs[kind]
+                both(f"{c}{kind}", requests)
+    finally:
+        send.table.drop()
+        receive.table.drop()
+    return costs
+
+
+def kind_rounds(
+    client: redis.Redis, scripts: dict[str, str], rounds: int
+) -> list[dict[str, tuple[Cost, Cost]]]:
+    probe = Probe(client)
+    return [drive_kinds(client, probe, scripts, f"kinds-{r}") for r in range(rounds)]
+
+
+def kind_figures(rounds: list[dict[str, tuple[Cost, Cost]]]) -> str:
+    """Per kind, µs of Redis CPU per message through both sides (medians of the rounds)."""
+    parts = []
+    for kind in KINDS:
+        both = [r[kind][0].per_message() + per_sent(r[kind]) for r in rounds]
+        parts.append(f"{kind} {median(both):.2f}")
+    return ", ".join(parts)
+
+
+def per_sent(pair: tuple[Cost, Cost]) -> float:
+    """The receive side's CPU per message the send side routed."""
+    send, receive = pair
+    return sum(receive.cpu.values()) / send.messages if send.messages else 0.0
+
+
 def script_costs(settings: RedisSettings, batches: int = 100, rounds: int = 1) -> list[str]:
     """`make bench`'s lines: this checkout's scripts on every load, on the bench's Redis,
     `batches` measured after as many as 20 unmeasured."""
@@ -372,28 +469,103 @@ def script_costs(settings: RedisSettings, batches: int = 100, rounds: int = 1) -
     return out
 
 
+# A round in a process of its own: the router package of `sys.argv[1]` (a directory holding a
+# revision's `router/`; '' for this checkout's) under this checkout's driver.
+CHILD = (
+    "import runpy, sys; d = sys.argv.pop(1); d and sys.path.insert(0, d); "
+    "runpy.run_module('ops.harness.benchmark.scriptcost', run_name='__main__')"
+)
+
+
+def revision_router(revision: str, into: str) -> str:
+    """`into`, holding the `router/` package as it is at `revision`."""
+    archive = subprocess.run(
+        ["git", "archive", revision, "router"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return into
+
+
+def child_round(router: str, load: str, args: argparse.Namespace) -> Any:
+    """One round of `load` in a process of its own, with `router`'s table: its costs."""
+    argv = ["--json", "--rounds", "1", "--load", load, "--redis-url", args.redis_url]
+    if args.batches:
+        argv += ["--batches", str(args.batches)]
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, router, *argv],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.splitlines()[-1])["rounds"][0]
+
+
+def costs_of(raw: Any) -> Any:
+    """A round's costs, as `--json` writes them, as Cost objects again."""
+    if isinstance(raw, dict):
+        return {kind: costs_of(pair) for kind, pair in raw.items()}
+    return (Cost(**raw[0]), Cost(**raw[1]))
+
+
+def measure(client: redis.Redis, name: str, load: ScriptLoad | None, rounds: int) -> list[Any]:
+    """`rounds` rounds of this checkout's table under one load (None: `kinds`)."""
+    if load is None:
+        return kind_rounds(client, this_scripts(), rounds)
+    return run(client, load, {"this checkout": this_scripts()}, rounds)["this checkout"]
+
+
+def report(name: str, results: dict[str, list[Any]]) -> Iterator[str]:
+    if name == "kinds":
+        yield f"kinds: {KIND_LABEL}"
+        for variant, rounds in results.items():
+            yield f"  {variant}: {kind_figures(rounds)}"
+    else:
+        yield from lines(LOADS[name], results)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--load", default="grouped,unsaturated", help=f"of {', '.join(LOADS)}")
-    parser.add_argument("--baseline", default=None, help="a git revision's scripts beside")
+    parser.add_argument(
+        "--load", default="grouped,unsaturated,kinds", help=f"of {', '.join(LOADS)}, kinds"
+    )
+    parser.add_argument("--baseline", default=None, help="a git revision's table beside")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=None)
+    parser.add_argument("--json", action="store_true", help="the costs as JSON (a round's)")
     args = parser.parse_args()
     client = redis.Redis.from_url(args.redis_url)
-    variants = {"this checkout": this_scripts()}
-    if args.baseline:
-        variants = {args.baseline: git_scripts(args.baseline), **variants}
     started = time.monotonic()
-    for name in args.load.split(","):
-        load = LOADS[name.strip()]
-        if args.batches:
-            load = replace(load, batches=args.batches)
-        for line in lines(load, run(client, load, variants, args.rounds)):
-            print(line, flush=True)
-    print(f"({time.monotonic() - started:.0f}s)")
+    with tempfile.TemporaryDirectory() as tmp:
+        base = revision_router(args.baseline, tmp) if args.baseline else None
+        for name in (n.strip() for n in args.load.split(",")):
+            load = LOADS.get(name)
+            if load is not None and args.batches:
+                load = replace(load, batches=args.batches)
+            if args.json:
+                got = measure(client, name, load, args.rounds)
+                rounds = [
+                    {k: [asdict(c) for c in pair] for k, pair in r.items()}
+                    if isinstance(r, dict)
+                    else [asdict(c) for c in r]
+                    for r in got
+                ]
+                print(json.dumps({"load": name, "rounds": rounds}), flush=True)
+                continue
+            if base is None:
+                results = {"this checkout": measure(client, name, load, args.rounds)}
+            else:  # alternating rounds, each in a process of its own
+                results = {args.baseline: [], "this checkout": []}
+                for _ in range(args.rounds):
+                    for variant, router in ((args.baseline, base), ("this checkout", "")):
+                        results[variant].append(costs_of(child_round(router, name, args)))
+            for line in report(name, results):
+                print(line, flush=True)
+    if not args.json:
+        print(f"({time.monotonic() - started:.0f}s)")
     return 0
 
 

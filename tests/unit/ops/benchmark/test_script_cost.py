@@ -8,7 +8,17 @@ from dataclasses import replace
 
 from ops.harness.benchmark.model import SCRIPT_GOAL_US, BenchSpec, Results
 from ops.harness.benchmark.report import summary
-from ops.harness.benchmark.scriptcost import GROUPED, UNSATURATED, Cost, Traffic, figures, forwarded
+from ops.harness.benchmark.scriptcost import (
+    GROUPED,
+    KINDS,
+    UNSATURATED,
+    Cost,
+    Traffic,
+    figures,
+    forwarded,
+    kind_batches,
+    kind_figures,
+)
 
 
 def test_traffic_keeps_each_group_whole_on_one_lane_in_sequence() -> None:
@@ -72,3 +82,39 @@ def test_figures_are_per_grouped_message_with_the_goal_and_reach_the_summary() -
     results = Results(BenchSpec())
     results.scripts.append(f"grouped: {line}")
     assert any(s.endswith(f"grouped: {line}") for s in summary(results))
+
+
+def test_each_kind_comes_in_its_own_batch_and_each_group_whole_on_one_lane() -> None:
+    lanes = ["q/0", "q/1", "q/2"]
+    kinds = list(kind_batches(3, 50, lanes, 1000))
+    assert [k for k, _ in kinds] == list(KINDS)
+    by = dict(kinds)
+    assert all(r.guarantee_id is None and r.lane_seq is None for r in by["ordinary"])
+    firsts, middles, finals = by["first"], by["middle"], by["final"]
+    assert [r.guarantee_id for r in firsts] == [r.guarantee_id for r in finals]
+    assert len({r.guarantee_id for r in firsts}) == 50
+    for f, m, z in zip(firsts, middles, finals, strict=True):
+        assert (f.lane_seq, m.lane_seq, z.lane_seq) == (0, 1, 2)
+        assert not f.continuation and m.continuation and z.continuation
+        assert (f.final, m.final, z.final) == (False, False, True)
+        assert f.lane == m.lane == z.lane
+    offsets: dict[str, list[int]] = defaultdict(list)
+    for _, batch in kinds:
+        for r in batch:
+            assert r.token.startswith(r.lane + "/")
+            offsets[r.lane].append(int(r.token.rsplit("/", 1)[1]))
+    for offs in offsets.values():  # each lane's offsets in order, none reused
+        assert offs == sorted(set(offs))
+    later = [int(r.token.rsplit("/", 1)[1]) for _, b in kind_batches(4, 50, lanes, 1000) for r in b]
+    assert min(later) > max(max(o) for o in offsets.values())
+
+
+def test_kind_figures_are_per_message_through_both_sides() -> None:
+    send, receive = Cost(), Cost()
+    send.messages = receive.messages = 10
+    send.add("route", 30.0, 30.0)
+    send.add("settle", 10.0, 10.0)
+    receive.add("route", 20.0, 20.0)
+    pair = (send, receive)
+    line = kind_figures([{kind: pair for kind in KINDS}])
+    assert line == "first 6.00, middle 6.00, final 6.00, ordinary 6.00"
