@@ -45,9 +45,13 @@ def decode_entry(raw: bytes | str) -> Entry:
     return entry
 
 
-def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
-    """One request as the route script reads it (see `router/table/store/lua/route.lua`): guarantee
-    ID ('' = ordinary), flags, TTL, token, lane. The only place that spells the flags."""
+def encode(r: RouteRequest) -> tuple[str, str, str]:
+    """One request as the route script reads it (see `router/table/store/lua/route.lua`): three
+    values, guarantee ID ('' = ordinary), kind and position. The kind, "flags|TTL|lane",
+    repeats from message to message (the script reads each distinct one once); the
+    position, "<lane order's number>=<token>", is the message's own (the number '' if
+    none, or in logical order, or unreadable: below 0). The only place that spells the
+    flags."""
     flags = (
         ("f" if r.final else "")
         + ("s" if r.force_share else "")
@@ -57,12 +61,13 @@ def encode(r: RouteRequest) -> tuple[str, str, int, str, str]:
         + ("k" if r.close else "")
         + ("g" if r.complete else "")
         + (f"l{r.seq}" if r.seq is not None else "")
-        # lane order's number, only recorded (logical order's `l` already says it)
-        + (f"q{r.lane_seq}" if r.lane_seq is not None and r.seq is None else "")
     )
-    if r.targets:  # multicast: the token is the target queues
-        return ("", flags + "m", r.ttl_ms, ",".join(r.targets), r.lane)
-    return (r.guarantee_id or "", flags, r.ttl_ms, r.token, r.lane)
+    # lane order's number, only recorded (logical order's `l` already says it)
+    seq = r.lane_seq if r.lane_seq is not None and r.lane_seq >= 0 and r.seq is None else None
+    q = "" if seq is None else str(seq)
+    if r.targets:  # multicast: an ordinary message, the token its target queues
+        return ("", f"{flags}m|{r.ttl_ms}|{r.lane}", f"{q}={','.join(r.targets)}")
+    return (r.guarantee_id or "", f"{flags}|{r.ttl_ms}|{r.lane}", f"{q}={r.token}")
 
 
 def text(raw: bytes | str) -> str:

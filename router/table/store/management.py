@@ -175,7 +175,7 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         earlier: Sequence[str] = (),
         lanes: Iterable[str] = (),
     ) -> list[Any]:
-        """The leading arguments of the route script; `encode` gives 5 per message.
+        """The leading arguments of the route script; `encode` gives 3 per message.
         `lanes`: those the call speaks for, fenced by this caller's claims on them."""
         tail: list[Any] = [len(carried)]
         for gid, token in carried:

@@ -26,16 +26,20 @@
 --       earlier batch IDs of the caller (whose ordinary messages land before this batch's
 --       records: they fence nothing for it), then the IDs; then n lanes the caller claimed
 --       (router/table/store/owners.py), then pairs of lane, the caller's claim token;
---       then 5 values per message: guarantee ID ('' = ordinary), flags ('f' final,
+--       then 3 values per message (router/table/store/codec.py `encode`): guarantee ID
+--       ('' = ordinary); its kind, "<flags>|<TTL ms>|<lane (source partition)>", which
+--       repeats from message to message (read once per distinct kind: `kindof`); its
+--       position, "<lane order's sequence number n, or ''>=<token (source position)>"
+--       (`unpos`).
+--       Flags: ('f' final,
 --       's' force share, 'd' dead-lettered but routed for its group, 'p' poison that stops
 --       its group, 'c' continuation: sequence number > 0, 'k' close marker: with 'f' and
 --       'c', never an orphan, 'g' whole-group delivery: a new group is staged in the room
 --       until its final, policy 'wait', 'l<n>' logical order with sequence number n (-1: unreadable): the
---       token is then always the message's source position, 'q<n>' lane order's sequence
---       number n, only recorded: the entry's 'routed' is the last one routed straight to its
---       destination (ignored with 'l'), 'm' multicast: an ordinary
---       message whose token is its target destinations, comma-separated), TTL ms, token
---       (source position), lane (source partition)
+--       token is then always the message's source position, 'm' multicast: an ordinary
+--       message whose token is its target destinations, comma-separated). Lane order's
+--       number is only recorded: the entry's 'routed' is the last one routed straight to
+--       its destination (ignored with 'l').
 -- Returns: {-1, lane} if a lane's claim token is older than the lane's latest claim (the
 --          caller lost the lane: nothing changed), else
 --          {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
@@ -85,21 +89,14 @@ for i = 1, ndest do
 end
 local function num(x) return string.format('%.0f', x) end
 -- A message's flags, read once per distinct flags string in a call (they repeat: 'c',
--- 'cq7', 'fcq12', ...): whether it has flag c; its logical (l) and lane-order (q) numbers.
+-- 'fc', ...): whether it has flag c; its logical (l) number.
 local flagsets = {}
 local function flagset(flags)
   local F = flagsets[flags]
   if not F then
     local seq = tonumber(string.match(flags, 'l(%-?%d+)'))
-    local q = nil
-    if not seq then q = string.match(flags, 'q(%d+)') end
-    local lane_seq = tonumber(q or '')
-    -- the entry's 'routed' as encode_entry writes it
-    local q_s = lane_seq and ((#q < 16 and string.find(q, '^[1-9]%d*$') or q == '0') and q
-      or string.format('%.0f', lane_seq))
     -- `fast`: nothing in the flags but what a known open group's next member carries
-    F = { seq = seq, lane_seq = lane_seq, lane_seq_s = q_s,
-          fast = not seq and not string.find(flags, '[pkgm]'),
+    F = { seq = seq, fast = not seq and not string.find(flags, '[pkgm]'),
           m = string.find(flags, 'm', 1, true) ~= nil, f = string.find(flags, 'f', 1, true) ~= nil }
     flagsets[flags] = F
   end
@@ -113,6 +110,31 @@ local function has(flags, c)
     F[c] = v
   end
   return v
+end
+-- A message's kind, "flags|TTL|lane", read once per distinct kind in a call.
+local kinds = {}
+local function kindof(k)
+  local flags, ttl, lane = string.match(k, '^([^|]*)|([^|]*)|(.*)$')
+  local K = { flags = flags, ttl = ttl, lane = lane, F = flagset(flags) }
+  kinds[k] = K
+  return K
+end
+-- A message's position (read only where needed: not for a member `fast` routes without a
+-- write, nor an ordinary message under 'share' or 'hold'): its token, and lane order's
+-- number (nil in logical order, `seq`, or if none), as a number and as encode_entry
+-- writes it (the entry's 'routed').
+local qsets = {}  -- number as sent -> { number, as written }
+local function unpos(pos, seq)
+  local q, token = string.match(pos, '^(%d*)=(.*)$')
+  if seq or q == '' then return token, nil, nil end
+  local Q = qsets[q]
+  if not Q then
+    local lane_seq = tonumber(q)
+    Q = { lane_seq, (#q < 16 and string.find(q, '^[1-9]%d*$') or q == '0') and q
+      or string.format('%.0f', lane_seq) }
+    qsets[q] = Q
+  end
+  return token, Q[1], Q[2]
 end
 
 local base = 7 + ndest
@@ -201,7 +223,7 @@ for _, member in ipairs(redis.call('ZRANGE', K_INFLIGHT, 0, -1)) do
   local d, b = string.match(member, '^([^|]*)|(.*)$')
   if b ~= batch and not earlier[b] then fenced[d] = true end
 end
-local nmsg = (#ARGV - base) / 5
+local nmsg = (#ARGV - base) / 3
 
 -- Fetch every known entry of the batch in one pass.
 local cache = {}
@@ -209,36 +231,40 @@ local want, nwant = {}, 0
 local last_final = {}  -- gid -> index of its last final in this call (choice.py `follow`)
 local lane_group = {}  -- lane -> its pseudo-group's ID
 local again = {}  -- gid -> true: more than one message of it in this call
+-- (A grouped message's kind is read here only under 'wait': its final matters to `follow`.)
 for m = 0, nmsg - 1 do
-  local gid = ARGV[base + m * 5 + 1]
-  local flags = ARGV[base + m * 5 + 2]
-  local F = flagsets[flags] or flagset(flags)
-  local multicast = F.m
-  if gid ~= '' and not multicast and F.f then last_final[gid] = m end
-  if multicast then  -- multicast: the copies pseudo-groups of its destinations
-    for d in string.gmatch(ARGV[base + m * 5 + 4], '[^,]+') do
-      if cache['~*' .. d] == nil then
-        cache['~*' .. d] = false
-        nwant = nwant + 1
-        want[nwant] = '~*' .. d
+  local gid = ARGV[base + m * 3 + 1]
+  if gid == '' then  -- ordinary, or multicast (codec.py `encode`)
+    local K = kinds[ARGV[base + m * 3 + 2]] or kindof(ARGV[base + m * 3 + 2])
+    if K.F.m then  -- multicast: the copies pseudo-groups of its destinations
+      for d in string.gmatch((unpos(ARGV[base + m * 3 + 3])), '[^,]+') do
+        if cache['~*' .. d] == nil then
+          cache['~*' .. d] = false
+          nwant = nwant + 1
+          want[nwant] = '~*' .. d
+        end
       end
     end
-    gid = ''
-  end
-  if gid == '' and wait then  -- its lane's pseudo-group
-    local lane = ARGV[base + m * 5 + 5]
-    gid = lane_group[lane]
-    if not gid then
-      gid = '~' .. lane
-      lane_group[lane] = gid
+    if wait then  -- its lane's pseudo-group
+      local lane = K.lane
+      gid = lane_group[lane]
+      if not gid then
+        gid = '~' .. lane
+        lane_group[lane] = gid
+      end
     end
+  elseif wait then
+    local K = kinds[ARGV[base + m * 3 + 2]] or kindof(ARGV[base + m * 3 + 2])
+    if K.F.f then last_final[gid] = m end
   end
-  if gid ~= '' and cache[gid] == nil then
-    cache[gid] = false
-    nwant = nwant + 1
-    want[nwant] = gid
-  elseif gid ~= '' then
-    again[gid] = true
+  if gid ~= '' then
+    if cache[gid] == nil then
+      cache[gid] = false
+      nwant = nwant + 1
+      want[nwant] = gid
+    else
+      again[gid] = true
+    end
   end
 end
 for _, c in ipairs(carried) do
@@ -264,11 +290,19 @@ end
 -- cache: gid -> its entry, decoded (a table), or as stored (a string: not decoded yet,
 -- or updated by `fast` only).
 local fast_ttl = {}  -- gid -> the TTL of an entry `fast` wrote, or a new one (stored closing: '')
+-- An entry's deadline (update time + TTL) is written only if one of them changed: a stored
+-- entry, decoded, remembers them ('due0'); `fast` marks the entries it wrote with both as
+-- stored (fast_due).
+local fast_due = {}
 local function entry(gid)
   local e = cache[gid]
   if type(e) == 'string' then
     e = decode_entry(e)
-    if fast_ttl[gid] then e.closing0 = '' end
+    if fast_ttl[gid] then
+      e.closing0 = ''
+    else
+      e.due0 = e.updated .. '|' .. e.ttl
+    end
     cache[gid] = e
   end
   return e
@@ -331,11 +365,39 @@ local function home(lane)
   end
   return h
 end
+local no_draining = next(draining) == nil
+-- The common case's pass (no destination draining, and no final of this call freed one
+-- for the choice: `fl` none): the first cheapest in the cursor's order, the cost load x 2,
+-- + 1 if fenced (`fen`), then the lane's home `h` if among the cheapest, as the general
+-- pass below gives it then.
+local function cheapest(fen, h)
+  local best, first, hc = nil, nil, nil
+  for i = cursor, ndest - 1 do
+    local d = dests[i + 1]
+    local c = load[d] * 2
+    if fen[d] then c = c + 1 end
+    if i == h then hc = c end
+    if best == nil or c < best then best, first = c, i end
+  end
+  for i = 0, cursor - 1 do
+    local d = dests[i + 1]
+    local c = load[d] * 2
+    if fen[d] then c = c + 1 end
+    if i == h then hc = c end
+    if best == nil or c < best then best, first = c, i end
+  end
+  if hc == best then first = h end
+  return first, best ~= 0
+end
 local function choose(lane, group)
-  -- one pass in the cursor's order: the first cheapest, and the first cheapest a final of
-  -- the lane freed (which a new group prefers: see below)
   local fl = group and (freed_lane[lane] or none)
   local h = home(lane)
+  if no_draining then
+    if fl == none then return cheapest(fenced, h) end
+    if not group and next(freed) == nil then return cheapest(none, h) end
+  end
+  -- one pass in the cursor's order: the first cheapest, and the first cheapest a final of
+  -- the lane freed (which a new group prefers: see below)
   local best, first, pref, hc = nil, nil, nil, nil
   for k = 0, ndest - 1 do
     local i = (cursor + k) % ndest
@@ -477,47 +539,39 @@ end
 -- its destination freed for the rest of the batch: `close`). Returns false (nothing
 -- changed) for any other entry.
 -- The update time is now rounded up to the TTL's step (prelude `updated_at`), so an entry
--- that has it already, with this TTL, is left as it is (`same`: one anchored match and
--- two finds), unless this call writes it anyway: its last lane-order number
+-- that has it already, with this TTL, is left as it is (`same`: one anchored match, two
+-- if it has no lane-order number), unless this call writes it anyway: its last lane-order number
 -- ('routed', for operators) is then the last of the call that last wrote the entry, at
 -- most a step old. Otherwise the entry is written with one concatenation, kept in the
 -- cache as a string, and its new deadline.
 local fast_dest = nil
-local fast_keys = {}  -- lane -> TTL -> '|<update time>|<TTL>||<lane>'
 local fast_closed = {}  -- gid -> true: written as a string (`fast`, or a new group) closing
-local function same(v, p, ttl, lane)
-  local kl = fast_keys[lane]
-  if not kl then
-    kl = {}
-    fast_keys[lane] = kl
-  end
-  local k = kl[ttl]
-  if not k then
-    k = '|' .. up_s(ttl) .. '|' .. ttl .. '||' .. lane
-    kl[ttl] = k
-  end
-  if string.find(v, k, p, true) ~= p then return false end
-  local q = p + #k
-  return q > #v or string.find(v, '^|open|0|%-1|||%d*$', q) ~= nil
+-- An entry a member writes nothing to: a known open group's on the kind's lane, with its
+-- TTL and this step's update time, "<dest>|<opened>|<update time>|<TTL>||<lane>", then
+-- nothing or "|open|0|-1|||<routed>" (as encode_entry writes it). Two patterns, matched
+-- in the loop below (the first capture: the destination), made once per kind and call.
+local function same(K)
+  local key = string.gsub('|' .. up_s(K.ttl) .. '|' .. K.ttl .. '||' .. K.lane,
+    '[%^%$%(%)%%%.%[%]%*%+%-%?]', '%%%0')
+  K.same1 = '^([^|]*)|[^|]*' .. key .. '|open|0|%-1|||%d*$'
+  K.same2 = '^([^|]*)|[^|]*' .. key .. '$'
+  return K.same1
 end
-local function fast(gid, ttl, lane, lane_seq_s, final)
-  -- a final without a source position, or an entry this call wrote as a string already
-  -- (its group's next message in the call): the general path, which decodes it once
-  if final == '' or fast_ttl[gid] then return false end
-  local v = cache[gid]
-  if not final then
-    local d, p = string.match(v, '^([^|]*)|[^|]*()')
-    if d and same(v, p, ttl, lane) then
-      fast_dest = d
-      return true
-    end
-  end
+-- Any other message `fast` takes: its entry written (as a string: `v`, the stored one).
+local function fast(gid, K, v, pos, final)
+  local ttl, lane = K.ttl, K.lane
+  local token, _, lane_seq_s = unpos(pos, nil)
+  -- a final without a source position: the general path
+  if final and token == '' then return false end
   local d, o, u, t, c, l, x = string.match(v,
     '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
   if c ~= '' or l ~= lane or not (x == '' or string.find(x, '^|open|0|%-1|||%d*$')) then
     return false
   end
-  local head = d .. '|' .. o .. '|' .. up_s(ttl) .. '|' .. ttl .. '|' .. (final or '') .. '|' .. l
+  if not final then token = '' end
+  local up = up_s(ttl)
+  if u == up and t == ttl then fast_due[gid] = true end
+  local head = d .. '|' .. o .. '|' .. up .. '|' .. ttl .. '|' .. token .. '|' .. l
   if lane_seq_s then
     cache[gid] = head .. '|open|0|-1|||' .. lane_seq_s
   else
@@ -533,18 +587,29 @@ local function fast(gid, ttl, lane, lane_seq_s, final)
   return true
 end
 for m = 0, nmsg - 1 do
-  local b = base + m * 5
-  local gid, flags, ttl, token, lane = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local b = base + m * 3
+  local gid, pos = ARGV[b + 1], ARGV[b + 3]
+  local K = kinds[ARGV[b + 2]] or kindof(ARGV[b + 2])
+  local flags, ttl, lane, F = K.flags, K.ttl, K.lane, K.F
   local decision = nil
-  local F = flagsets[flags] or flagset(flags)
   local seq = F.seq  -- logical order: its sequence number
-  -- lane order: its sequence number, if any (recorded, decides nothing)
-  local lane_seq, lane_seq_s = F.lane_seq, F.lane_seq_s
+  -- its token, and lane order's sequence number, if any (recorded, decides nothing)
+  local token, lane_seq, lane_seq_s
+  local v = cache[gid]
   if held_lanes[lane] then
     decision = '!s'
-  elseif F.fast and type(cache[gid]) == 'string'
-      and fast(gid, ttl, lane, lane_seq_s, F.f and token) then
-    decision = fast_dest
+  elseif F.fast and type(v) == 'string' and not fast_ttl[gid] then
+    -- (an entry this call wrote as a string already, its group's next message in the
+    -- call, goes to the general path, which decodes it once)
+    if not F.f then  -- a member that writes nothing (`same`)
+      decision = string.match(v, K.same1 or same(K)) or string.match(v, K.same2)
+    end
+    if decision == nil and fast(gid, K, v, pos, F.f) then decision = fast_dest end
+  end
+  if decision == nil and (gid ~= '' or wait or F.m) then
+    token, lane_seq, lane_seq_s = unpos(pos, seq)
+  end
+  if decision ~= nil then  -- decided above
   elseif has(flags, 'm') then
     -- Multicast (router/table/multicast.py): a copy straight to each destination in charge of
     -- no group (but ones closed earlier in this batch) with no earlier copy waiting,
@@ -796,9 +861,11 @@ for gid in pairs(dirty) do
   if type(e) == 'string' then  -- written by `fast` only: used now, open, closing if final
     hset[2 * n] = e
     local ttl = fast_ttl[gid]
-    nz = nz + 1
-    zadd[2 * nz - 1] = due_at(up_s(ttl), ttl)
-    zadd[2 * nz] = gid
+    if not fast_due[gid] then
+      nz = nz + 1
+      zadd[2 * nz - 1] = due_at(up_s(ttl), ttl)
+      zadd[2 * nz] = gid
+    end
     if fast_closed[gid] then
       cadd[#cadd + 1] = now_s
       cadd[#cadd + 1] = gid
@@ -808,9 +875,11 @@ for gid in pairs(dirty) do
     -- used now: its update time rounded up to its TTL's step (prelude `updated_at`)
     if e.updated == now_s then e.updated = up_s(e.ttl) end
     hset[2 * n] = encode_entry(e)
-    nz = nz + 1
-    zadd[2 * nz - 1] = due_at(e.updated, e.ttl)
-    zadd[2 * nz] = gid
+    if e.due0 ~= e.updated .. '|' .. e.ttl then
+      nz = nz + 1
+      zadd[2 * nz - 1] = due_at(e.updated, e.ttl)
+      zadd[2 * nz] = gid
+    end
     local closing = e.closing
     if closing ~= '' and closing ~= '!stop' and closing ~= e.closing0 and e.state == 'open' then
       cadd[#cadd + 1] = now_s

@@ -46,16 +46,42 @@ do
     j = j + 3
   end
 end
+-- The finals' entries are read in one HMGET and the released groups' keys removed in one
+-- call per key (and a destination's load in one HINCRBY), as releasing them one by one
+-- would: a group is released at most once, a later final of it finds no entry.
 local released = 0
-for _ = 1, count() do
+local nfin = count()
+local ents = {}  -- gid -> its entry (decoded once), or false: none, or released here
+for s = 1, nfin, 1000 do
+  local chunk = {}
+  for k = s, math.min(s + 999, nfin) do chunk[#chunk + 1] = ARGV[i + 2 * (k - 1)] end
+  local got = redis.call('HMGET', K_ENTRIES, unpack(chunk))
+  for k = 1, #chunk do
+    if ents[chunk[k]] == nil then ents[chunk[k]] = got[k] or false end
+  end
+end
+local gone, unloads = {}, {}  -- released gids; destination -> groups released from it
+for _ = 1, nfin do
   local gid, token = ARGV[i], ARGV[i + 1]
   i = i + 2
-  local v = redis.call('HGET', K_ENTRIES, gid)
-  if v then
-    local e = decode_entry(v)
+  local e = ents[gid]
+  if type(e) == 'string' and token ~= '!stop' then
+    -- the common final: its entry closing with this token, in lane order (next -1: no tail,
+    -- or one whose next is -1), released without decoding it
+    local d, c, x = string.match(e, '^([^|]*)|[^|]*|[^|]*|[^|]*|([^|]*)|[^|]*(.*)$')
+    if c == token and c ~= '' and (x == '' or string.find(x, '^|[^|]*|[^|]*|%-1|')) then
+      e = { dest = d, closing = c, next = -1 }
+      ents[gid] = e
+    end
+  end
+  if type(e) == 'string' then
+    e = decode_entry(e)
+    ents[gid] = e
+  end
+  if e then
     if token == '!stop' then
       if e.closing == '!stop' and e.dest ~= '!' then
-        unload(e.dest)
+        unloads[e.dest] = (unloads[e.dest] or 0) + 1
         e.dest = '!'
         redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
         -- stopped while admitted (the drain closed it there): still the room's, no longer
@@ -63,13 +89,9 @@ for _ = 1, count() do
         if e.state == 'admitted' then redis.call('HSET', K_ADMITTED, gid, '!') end
       end
     elseif e.closing == token or token == '*' or token == '@' .. e.dest then
-      redis.call('HDEL', K_ENTRIES, gid)
-      redis.call('ZREM', K_DEADLINES, gid)
-      redis.call('ZREM', K_CLOSING, gid)
-      redis.call('ZREM', K_ROOM, gid)
-      redis.call('HDEL', K_ADMITTED, gid)
-      forget_parks(K_PARKS, gid)
-      unload(e.dest)
+      gone[#gone + 1] = gid
+      ents[gid] = false
+      if e.dest ~= '!' then unloads[e.dest] = (unloads[e.dest] or 0) + 1 end
       if e.next >= 0 then
         local n = math.max(e.next, reached[gid] or -1)
         local x = tonumber(e.updated) + tonumber(e.ttl)
@@ -84,6 +106,25 @@ for _ = 1, count() do
       released = released + 1
     end
   end
+end
+for s = 1, #gone, 1000 do
+  local chunk = gone
+  if #gone > 1000 then chunk = { unpack(gone, s, math.min(s + 999, #gone)) } end
+  redis.call('HDEL', K_ENTRIES, unpack(chunk))
+  redis.call('ZREM', K_DEADLINES, unpack(chunk))
+  redis.call('ZREM', K_CLOSING, unpack(chunk))
+  redis.call('ZREM', K_ROOM, unpack(chunk))
+  redis.call('HDEL', K_ADMITTED, unpack(chunk))
+end
+if #gone > 0 and redis.call('ZCARD', K_PARKS) > 0 then  -- their park leases (forget_parks)
+  local was = {}
+  for _, gid in ipairs(gone) do was[gid] = true end
+  for _, m in ipairs(redis.call('ZRANGE', K_PARKS, 0, -1)) do
+    if was[string.match(m, '^[^|]*|(.*)$')] then redis.call('ZREM', K_PARKS, m) end
+  end
+end
+for d, n in pairs(unloads) do
+  if redis.call('HINCRBY', K_LOAD, d, -n) <= 0 then redis.call('HDEL', K_LOAD, d) end
 end
 local drains = {}
 for _ = 1, count() do

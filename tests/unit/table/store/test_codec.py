@@ -74,14 +74,20 @@ def req(**kw: object) -> RouteRequest:
     return replace(RouteRequest("G", False, 60_000, "", "q/0"), **kw)  # type: ignore[arg-type]
 
 
-def test_lane_order_numbers_are_flagged_q_and_logical_ones_l_only() -> None:
-    assert encode(req())[1] == ""
-    assert encode(req(lane_seq=7)) == ("G", "q7", 60_000, "", "q/0")
-    assert encode(req(lane_seq=0))[1] == "q0"
-    assert encode(req(final=True, continuation=True, lane_seq=12))[1] == "fcq12"
-    # logical order's `l` already carries the number: no second flag
-    assert encode(req(seq=3, lane_seq=3))[1] == "l3"
-    assert encode(req(seq=-1))[1] == "l-1"
+def test_a_request_is_its_id_its_kind_and_its_position() -> None:
+    # the kind ("flags|TTL|lane") repeats from message to message; the position is the
+    # message's own: lane order's number, then its token
+    assert encode(req(token="q/0/5")) == ("G", "|60000|q/0", "=q/0/5")
+    assert encode(req(lane_seq=7, token="q/0/5")) == ("G", "|60000|q/0", "7=q/0/5")
+    assert encode(req(lane_seq=0))[2] == "0="
+    assert encode(req(final=True, continuation=True, lane_seq=12))[1:] == ("fc|60000|q/0", "12=")
+    assert encode(req(guarantee_id=None, lane="a|b", token="x=y"))[:3] == ("", "|60000|a|b", "=x=y")
+    # logical order's `l` already carries the number: no second one; nor an unreadable one
+    assert encode(req(seq=3, lane_seq=3))[1:] == ("l3|60000|q/0", "=")
+    assert encode(req(seq=-1))[1] == "l-1|60000|q/0"
+    assert encode(req(lane_seq=-2))[2] == "="
+    # multicast: an ordinary message whose token is its target queues
+    assert encode(req(targets=("a", "b"))) == ("", "m|60000|q/0", "=a,b")
 
 
 RULES = RoutingSettings()
