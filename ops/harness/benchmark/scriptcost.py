@@ -436,10 +436,10 @@ def drive_kinds(
 
 
 def kind_rounds(
-    client: redis.Redis, scripts: dict[str, str], rounds: int
+    client: redis.Redis, scripts: dict[str, str], rounds: int, cycles: int = 30
 ) -> list[dict[str, tuple[Cost, Cost]]]:
     probe = Probe(client)
-    return [drive_kinds(client, probe, scripts, f"kinds-{r}") for r in range(rounds)]
+    return [drive_kinds(client, probe, scripts, f"kinds-{r}", cycles) for r in range(rounds)]
 
 
 def kind_figures(rounds: list[dict[str, tuple[Cost, Cost]]]) -> str:
@@ -459,13 +459,17 @@ def per_sent(pair: tuple[Cost, Cost]) -> float:
 
 def script_costs(settings: RedisSettings, batches: int = 100, rounds: int = 1) -> list[str]:
     """`make bench`'s lines: this checkout's scripts on every load, on the bench's Redis,
-    `batches` measured after as many as 20 unmeasured."""
+    `batches` measured after as many as 20 unmeasured, then each kind of message alone
+    (cycles of four batches, a quarter as many)."""
     client: Any = redis_client(settings)
     out = []
     for each in LOADS.values():
         load = replace(each, batches=batches, warmup=min(each.warmup, batches))
         result = run(client, load, {"scripts": this_scripts()}, rounds)["scripts"]
         out.append(f"{load.name} ({load.label()}): {figures(result)}")
+    cycles = max(5, min(30, batches // 4))
+    kinds = kind_rounds(client, this_scripts(), rounds, cycles)
+    out.append(f"kinds ({KIND_LABEL}): {kind_figures(kinds)}")
     return out
 
 

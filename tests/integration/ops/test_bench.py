@@ -144,6 +144,11 @@ def test_bench_quick_run_reports_every_stage_and_ends_with_the_ratio(tmp_path: P
             r"per grouped message, both sides \(goal <= 6;",
             md,
         ), load
+    assert re.search(
+        r"the routing scripts alone, no Kafka, kinds \(.*\): first \d+\.\d\d, middle "
+        r"\d+\.\d\d, final \d+\.\d\d, ordinary \d+\.\d\d",
+        md,
+    )
     results = json.loads((out / "results.json").read_text())
     assert len(results["rounds"]["unsaturated"]) == len(results["rounds"]["saturated"]) == 1
     assert results["ratio"] == pytest.approx(float(lines[-1].rsplit(" ", 1)[1]), abs=0.006)

@@ -120,7 +120,7 @@ local function kindof(k)
   return K
 end
 -- A message's position (read only where needed: not for a member `fast` routes without a
--- write, nor an ordinary message under 'share' or 'hold'): its token, and lane order's
+-- write, nor an ordinary message unless it is parked): its token, and lane order's
 -- number (nil in logical order, `seq`, or if none), as a number and as encode_entry
 -- writes it (the entry's 'routed').
 local qsets = {}  -- number as sent -> { number, as written }
@@ -606,7 +606,7 @@ for m = 0, nmsg - 1 do
     end
     if decision == nil and fast(gid, K, v, pos, F.f) then decision = fast_dest end
   end
-  if decision == nil and (gid ~= '' or wait or F.m) then
+  if decision == nil and (gid ~= '' or F.m or (wait and has(flags, 'g'))) then
     token, lane_seq, lane_seq_s = unpos(pos, seq)
   end
   if decision ~= nil then  -- decided above
@@ -781,6 +781,7 @@ for m = 0, nmsg - 1 do
         else
           local pg = '~' .. lane
           local pe = entry(pg)
+          token = unpos(pos, seq)  -- (read only now for an ordinary message)
           if pe then
             decision = parked_message(pg, pe, flags, ttl, token)
           else
