@@ -539,8 +539,8 @@ end
 -- its destination freed for the rest of the batch: `close`). Returns false (nothing
 -- changed) for any other entry.
 -- The update time is now rounded up to the TTL's step (prelude `updated_at`), so an entry
--- that has it already, with this TTL, is left as it is (`same`: one anchored match, two
--- if it has no lane-order number), unless this call writes it anyway: its last lane-order number
+-- that has it already, with this TTL, is left as it is (`same`: a few plain finds), unless
+-- this call writes it anyway: its last lane-order number
 -- ('routed', for operators) is then the last of the call that last wrote the entry, at
 -- most a step old. Otherwise the entry is written with one concatenation, kept in the
 -- cache as a string, and its new deadline.
@@ -548,14 +548,25 @@ local fast_dest = nil
 local fast_closed = {}  -- gid -> true: written as a string (`fast`, or a new group) closing
 -- An entry a member writes nothing to: a known open group's on the kind's lane, with its
 -- TTL and this step's update time, "<dest>|<opened>|<update time>|<TTL>||<lane>", then
--- nothing or "|open|0|-1|||<routed>" (as encode_entry writes it). Two patterns, matched
--- in the loop below (the first capture: the destination), made once per kind and call.
-local function same(K)
-  local key = string.gsub('|' .. up_s(K.ttl) .. '|' .. K.ttl .. '||' .. K.lane,
-    '[%^%$%(%)%%%.%[%]%*%+%-%?]', '%%%0')
-  K.same1 = '^([^|]*)|[^|]*' .. key .. '|open|0|%-1|||%d*$'
-  K.same2 = '^([^|]*)|[^|]*' .. key .. '$'
-  return K.same1
+-- nothing or "|open|0|-1|||<routed>" (as encode_entry writes it). Returns its destination,
+-- or nil. Plain finds (no pattern but the routed number's): the key "|<update time>|<TTL>||
+-- <lane>" (made once per kind and call) right after the second '|'.
+local TAIL = '|open|0|-1|||'
+local function same(v, K)
+  local key = K.key
+  if not key then
+    key = '|' .. up_s(K.ttl) .. '|' .. K.ttl .. '||' .. K.lane
+    K.key = key
+  end
+  local p = string.find(v, key, 1, true)
+  if not p then return nil end
+  local i = string.find(v, '|', 1, true)
+  if string.find(v, '|', i + 1, true) ~= p then return nil end
+  local q = p + #key
+  if q <= #v and not (string.find(v, TAIL, q, true) == q and string.find(v, '^%d*$', q + 13)) then
+    return nil
+  end
+  return string.sub(v, 1, i - 1)
 end
 -- Any other message `fast` takes: its entry written (as a string: `v`, the stored one).
 local function fast(gid, K, v, pos, final)
@@ -602,7 +613,7 @@ for m = 0, nmsg - 1 do
     -- (an entry this call wrote as a string already, its group's next message in the
     -- call, goes to the general path, which decodes it once)
     if not F.f then  -- a member that writes nothing (`same`)
-      decision = string.match(v, K.same1 or same(K)) or string.match(v, K.same2)
+      decision = same(v, K)
     end
     if decision == nil and fast(gid, K, v, pos, F.f) then decision = fast_dest end
   end
