@@ -512,7 +512,7 @@ def costs_of(raw: Any) -> Any:
     return (Cost(**raw[0]), Cost(**raw[1]))
 
 
-def measure(client: redis.Redis, name: str, load: ScriptLoad | None, rounds: int) -> list[Any]:
+def measure(client: redis.Redis, load: ScriptLoad | None, rounds: int) -> list[Any]:
     """`rounds` rounds of this checkout's table under one load (None: `kinds`)."""
     if load is None:
         return kind_rounds(client, this_scripts(), rounds)
@@ -541,16 +541,19 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=None)
     parser.add_argument("--json", action="store_true", help="the costs as JSON (a round's)")
     args = parser.parse_args()
+    names = [n.strip() for n in args.load.split(",")]
+    if unknown := [n for n in names if n not in LOADS and n != "kinds"]:
+        parser.error(f"unknown loads: {', '.join(unknown)}")
     client = redis.Redis.from_url(args.redis_url)
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         base = revision_router(args.baseline, tmp) if args.baseline else None
-        for name in (n.strip() for n in args.load.split(",")):
+        for name in names:
             load = LOADS.get(name)
             if load is not None and args.batches:
                 load = replace(load, batches=args.batches)
             if args.json:
-                got = measure(client, name, load, args.rounds)
+                got = measure(client, load, args.rounds)
                 rounds = [
                     {k: [asdict(c) for c in pair] for k, pair in r.items()}
                     if isinstance(r, dict)
@@ -560,7 +563,7 @@ def main() -> int:
                 print(json.dumps({"load": name, "rounds": rounds}), flush=True)
                 continue
             if base is None:
-                results = {"this checkout": measure(client, name, load, args.rounds)}
+                results = {"this checkout": measure(client, load, args.rounds)}
             else:  # alternating rounds, each in a process of its own
                 results = {args.baseline: [], "this checkout": []}
                 for _ in range(args.rounds):
