@@ -148,8 +148,9 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         earlier: Sequence[str] = (),
     ) -> RouteResult:
         args = self.head_args(batch, now_ms, carried, earlier, {r.lane for r in requests})
-        for r in requests:
-            args += encode(r)
+        encoded = [encode(r) for r in requests]
+        for column in range(3):  # the script reads the messages' values in three columns
+            args += [e[column] for e in encoded]
         out = self._route(keys=self._route_keys, args=args)
         if int(out[0]) == FENCED:
             raise LaneFenced(_text(out[1]))

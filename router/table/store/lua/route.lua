@@ -26,7 +26,8 @@
 --       earlier batch IDs of the caller (whose ordinary messages land before this batch's
 --       records: they fence nothing for it), then the IDs; then n lanes the caller claimed
 --       (router/table/store/owners.py), then pairs of lane, the caller's claim token;
---       then 3 values per message (router/table/store/codec.py `encode`): guarantee ID
+--       then 3 values per message, in three columns (every message's first, then every
+--       one's second, then third; router/table/store/codec.py `encode`): guarantee ID
 --       ('' = ordinary); its kind, "<flags>|<TTL ms>|<lane (source partition)>", which
 --       repeats from message to message (read once per distinct kind: `kindof`); its
 --       position, "<lane order's sequence number n, or ''>=<token (source position)>"
@@ -224,6 +225,9 @@ for _, member in ipairs(redis.call('ZRANGE', K_INFLIGHT, 0, -1)) do
   if b ~= batch and not earlier[b] then fenced[d] = true end
 end
 local nmsg = (#ARGV - base) / 3
+-- The messages' values in three columns: IDs from base + 1, kinds from KB + 1, positions
+-- from PB + 1.
+local KB, PB = base + nmsg, base + 2 * nmsg
 
 -- Fetch every known entry of the batch in one pass.
 local cache = {}
@@ -231,30 +235,49 @@ local want, nwant = {}, 0
 local last_final = {}  -- gid -> index of its last final in this call (choice.py `follow`)
 local lane_group = {}  -- lane -> its pseudo-group's ID
 local again = {}  -- gid -> true: more than one message of it in this call
+-- Copies pseudo-groups of a multicast message (its position is its target destinations).
+local function want_copies(m)
+  for d in string.gmatch((unpos(ARGV[PB + m + 1])), '[^,]+') do
+    if cache['~*' .. d] == nil then
+      cache['~*' .. d] = false
+      nwant = nwant + 1
+      want[nwant] = '~*' .. d
+    end
+  end
+end
+if not wait then
+  -- the messages' entries straight from the ID column (an ordinary message's '' finds none,
+  -- a group's next message in the call its entry again)
+  for s = 1, nmsg, 1000 do
+    local e = math.min(s + 999, nmsg)
+    local vals = redis.call('HMGET', K_ENTRIES, unpack(ARGV, base + s, base + e))
+    for m = s - 1, e - 1 do
+      local gid = ARGV[base + m + 1]
+      if gid == '' then
+        local K = kinds[ARGV[KB + m + 1]] or kindof(ARGV[KB + m + 1])
+        if K.F.m then want_copies(m) end
+      elseif cache[gid] == nil then
+        cache[gid] = vals[m - s + 2] or false
+      else
+        again[gid] = true
+      end
+    end
+  end
+end
 -- (A grouped message's kind is read here only under 'wait': its final matters to `follow`.)
-for m = 0, nmsg - 1 do
-  local gid = ARGV[base + m * 3 + 1]
+for m = 0, wait and nmsg - 1 or -1 do
+  local gid = ARGV[base + m + 1]
   if gid == '' then  -- ordinary, or multicast (codec.py `encode`)
-    local K = kinds[ARGV[base + m * 3 + 2]] or kindof(ARGV[base + m * 3 + 2])
-    if K.F.m then  -- multicast: the copies pseudo-groups of its destinations
-      for d in string.gmatch((unpos(ARGV[base + m * 3 + 3])), '[^,]+') do
-        if cache['~*' .. d] == nil then
-          cache['~*' .. d] = false
-          nwant = nwant + 1
-          want[nwant] = '~*' .. d
-        end
-      end
+    local K = kinds[ARGV[KB + m + 1]] or kindof(ARGV[KB + m + 1])
+    if K.F.m then want_copies(m) end  -- multicast
+    local lane = K.lane  -- its lane's pseudo-group
+    gid = lane_group[lane]
+    if not gid then
+      gid = '~' .. lane
+      lane_group[lane] = gid
     end
-    if wait then  -- its lane's pseudo-group
-      local lane = K.lane
-      gid = lane_group[lane]
-      if not gid then
-        gid = '~' .. lane
-        lane_group[lane] = gid
-      end
-    end
-  elseif wait then
-    local K = kinds[ARGV[base + m * 3 + 2]] or kindof(ARGV[base + m * 3 + 2])
+  else
+    local K = kinds[ARGV[KB + m + 1]] or kindof(ARGV[KB + m + 1])
     if K.F.f then last_final[gid] = m end
   end
   if gid ~= '' then
@@ -598,9 +621,8 @@ local function fast(gid, K, v, pos, final)
   return true
 end
 for m = 0, nmsg - 1 do
-  local b = base + m * 3
-  local gid, pos = ARGV[b + 1], ARGV[b + 3]
-  local K = kinds[ARGV[b + 2]] or kindof(ARGV[b + 2])
+  local gid, pos = ARGV[base + m + 1], ARGV[PB + m + 1]
+  local K = kinds[ARGV[KB + m + 1]] or kindof(ARGV[KB + m + 1])
   local flags, ttl, lane, F = K.flags, K.ttl, K.lane, K.F
   local decision = nil
   local seq = F.seq  -- logical order: its sequence number
