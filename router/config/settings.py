@@ -61,6 +61,11 @@ class RoutingSettings(_Section):
     # destination frees, for at most hold_timeout_ms, after which it is shared. See
     # docs/explanation/routing.md.
     busy_policy: Literal["share", "hold", "wait"] = "wait"
+    # Under "wait", each lane (source partition) prefers a home destination among the
+    # cheapest, when a side has at least as many source partitions as destinations, so that
+    # one lane's ordinary messages do not fence another lane's next group into the room
+    # (router/table/choice.py `home`). False: the rotating cursor alone breaks ties.
+    lane_homes: bool = True
     # Partitions of each side's room topic: a group's parked messages stay on one.
     room_partitions: int = Field(4, ge=1, le=256)
     # A group waiting longer than this (0: no limit) gets a GroupWaitTimedOut event (and the

@@ -82,8 +82,8 @@ def homes(settings: RouterSettings, side: Side, cell: int = 0) -> int:
     the cell has at least as many source partitions as destinations, so that every
     destination is some lane's home; 0 (off) otherwise. With fewer lanes than destinations,
     homes would leave destinations without ordinary traffic; by the cursor alone, lanes
-    spread over them all."""
-    if settings.routing.busy_policy != "wait":
+    spread over them all. `routing.lane_homes` false: always 0."""
+    if settings.routing.busy_policy != "wait" or not settings.routing.lane_homes:
         return 0
     lanes = len(cells.source_partitions(settings, side, cell))
     ndest = len(cells.destinations(settings, side, cell))

@@ -173,6 +173,8 @@ def lease_scenario(pipeline: PipelineFactory, defect: str | None, past_lease: bo
             TXN_TIMEOUT: "1000" if past_lease else "10000",
             # A and B share 5 partitions, 2 or 3 each: each holds one of the send queue
             "ROUTER_ROUTING__ROOM_PARTITIONS": "1",
+            # G's first choice is set by the cursor below, not by its lane's home
+            "ROUTER_ROUTING__LANE_HOMES": "false",
         },
     )
     table = table_for(p.settings, "send", redis_client(p.settings.redis))

@@ -64,10 +64,12 @@ def test_a_home_is_only_a_preference_among_the_cheapest() -> None:
 
 
 def test_the_table_of_a_side_turns_homes_on_only_under_wait_with_enough_lanes() -> None:
-    def settings(policy: str, receive_units: int, cells: int = 1) -> RouterSettings:
+    def settings(
+        policy: str, receive_units: int, cells: int = 1, on: bool = True
+    ) -> RouterSettings:
         return RouterSettings.model_validate(
             {
-                "routing": {"busy_policy": policy},
+                "routing": {"busy_policy": policy, "lane_homes": on},
                 "topology": {
                     "name": "h",
                     "receive_units": receive_units,
@@ -81,3 +83,4 @@ def test_the_table_of_a_side_turns_homes_on_only_under_wait_with_enough_lanes() 
     assert homes(settings("wait", 12), "receive") == 1
     assert homes(settings("wait", 2), "receive") == 0  # fewer lanes than queues
     assert homes(settings("share", 12), "receive") == 0
+    assert homes(settings("wait", 12, on=False), "receive") == 0  # routing.lane_homes
