@@ -145,6 +145,11 @@ class MetadataProxy:
 
     def close(self) -> None:
         self._closed = True
+        # Closing alone leaves the port listening while the accept thread stays blocked in
+        # accept() on it (Linux keeps the socket until that call returns: the next test's
+        # proxy on the same port failed "address already in use"); shutdown wakes it.
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         with self._lock:
             conns, self._conns = self._conns, []

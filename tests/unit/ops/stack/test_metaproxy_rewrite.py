@@ -1,11 +1,13 @@
-"""The Metadata rewrite of the no-broker proxy (ops.harness.stack.metaproxy): the brokers
-array emptied, every other byte kept, in flexible and older versions."""
+"""The no-broker proxy (ops.harness.stack.metaproxy): its Metadata rewrite (the brokers
+array emptied, every other byte kept, in flexible and older versions), and its close."""
 
 from __future__ import annotations
 
+import socket
 import struct
 
-from ops.harness.stack.metaproxy import empty_brokers
+from ops.harness.stack.localstack import free_port
+from ops.harness.stack.metaproxy import MetadataProxy, empty_brokers
 
 
 def compact_str(s: str) -> bytes:
@@ -36,3 +38,11 @@ def test_old_version_brokers_emptied_rest_kept() -> None:
     out, n = empty_brokers(header + throttle + brokers + rest, 5)
     assert n == 2
     assert out == header + throttle + struct.pack(">i", 0) + rest
+
+
+def test_a_closed_proxy_frees_its_port_at_once() -> None:
+    # its accept thread blocked in accept(): closing alone left the port listening, and the
+    # next test's proxy on the same port failed "address already in use"
+    port = free_port()
+    MetadataProxy(port, 1).close()
+    socket.create_server(("127.0.0.1", port)).close()
