@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from router.backends.kafka.endoffsets import EndOffsets, Watermarks
 from router.contract.bandsched import BandScheduler
 from router.contract.headers import TTL_MS as GUARANTEE_TTL
 from router.contract.priority import band_topic, band_topics, bands_in, split
@@ -30,6 +31,7 @@ log = logging.getLogger("router.receiver")
 TP = tuple[str, int]
 MIN_SHARE = 0.1
 WATERMARK_TIMEOUT_S = 2.0
+NEVER = float("-inf")  # a time.monotonic() long ago (it starts near 0 on a fresh machine)
 # A group being handed out holds its queue's other bands until its final, or until its
 # band had nothing more to read for its TTL (`guarantee-ttl-ms`, else this: the router's
 # default `routing.default_ttl_ms`, which `Receiver.from_settings` passes on). Any sooner,
@@ -45,9 +47,14 @@ class ReceiverBands:
         queues: Sequence[str],
         bands: int,
         topics: Collection[str] | None = None,
+        *,
+        ends: Watermarks,
     ) -> None:
-        """`topics`: those that exist (None: every band topic of every queue)."""
+        """`topics`: those that exist (None: every band topic of every queue); `ends`:
+        where partitions' watermarks are asked (not through `consumer`, whose answers wait
+        behind its fetch in flight: `router.backends.kafka.endoffsets`)."""
         self.consumer = consumer
+        self.ends = ends
         self.bases = frozenset(queues)
         self.bands = bands
         self.topics = [
@@ -73,14 +80,22 @@ class ReceiverBands:
 
     @classmethod
     def of(
-        cls, consumer: Any, queues: Sequence[str], topics: Collection[str]
+        cls,
+        consumer: Any,
+        queues: Sequence[str],
+        topics: Collection[str],
+        admin_config: Mapping[str, Any],
     ) -> ReceiverBands | None:
         """Band selection for `queues` if the topology has band topics (from the broker's
         topic list `topics`); None if none of them has any. Each queue is read in the bands
         it has: a queue without band topics among them (the events topic beside the
-        receive queues, say) does not hide the others' bands."""
+        receive queues, say) does not hide the others' bands. `admin_config`: an admin
+        client's, for asking watermarks on a connection of its own."""
         bands = max(bands_in(topics, q) for q in queues) if queues else 1
-        return cls(consumer, queues, bands, topics) if bands > 1 else None
+        if bands == 1:
+            return None
+        ends = EndOffsets(admin_config, WATERMARK_TIMEOUT_S, committed=False)
+        return cls(consumer, queues, bands, topics, ends=ends)
 
     def _backlog(self, assigned: list[TopicPartition]) -> list[int]:
         """Each band's backlog: high watermark (as last fetched) less the position (the
@@ -94,6 +109,8 @@ class ReceiverBands:
         out whichever record came first, a lower band's older one included."""
         out = [0] * self.bands
         now = time.monotonic()
+        rows: list[tuple[TP, int, int]] = []  # partition, band, where it is read from
+        stale: list[TP] = []  # asked from the broker, all in one request
         for tp in self.consumer.position(assigned):
             key = (tp.topic, tp.partition)
             band = split(tp.topic, self.bases)[1]
@@ -103,12 +120,18 @@ class ReceiverBands:
             if key not in self.highs or (  # never fetched yet: the first turn needs it
                 key in self.paused
                 and high <= at
-                and now - self.asked.get(key, 0.0) >= self.refresh_s
+                and now - self.asked.get(key, NEVER) >= self.refresh_s
             ):
                 self.asked[key] = now
-                high = self._fresh_high(tp, high)
+                stale.append(key)
             self.highs[key] = high
-            self.lag[(tp.topic, tp.partition)] = high - at if at >= 0 else 0
+            rows.append((key, band, at))
+        if stale:
+            for key, high in self.ends(stale).items():
+                self.highs[key] = max(high, self.highs[key])
+        for key, band, at in rows:
+            high = self.highs[key]
+            self.lag[key] = high - at if at >= 0 else 0
             if at >= 0 and high > at:
                 out[band] += high - at
         return out
@@ -146,14 +169,6 @@ class ReceiverBands:
                 )
                 self._close(queue)
 
-    def _fresh_high(self, tp: TopicPartition, cached: int) -> int:
-        try:
-            got = self.consumer.get_watermark_offsets(tp, timeout=WATERMARK_TIMEOUT_S)
-            return max(int(got[1]), cached)
-        except KafkaException as exc:
-            log.debug("no watermark for %s[%d]: %s", tp.topic, tp.partition, exc)
-            return cached
-
     def _start_of(self, tp: TopicPartition) -> int:
         key = (tp.topic, tp.partition)
         if key not in self.starts:
@@ -161,11 +176,14 @@ class ReceiverBands:
             try:
                 (got,) = self.consumer.committed([part], timeout=5)
                 start = got.offset
-                if start < 0:
-                    start = self.consumer.get_watermark_offsets(part, timeout=5)[0]
             except KafkaException as exc:
                 log.debug("no start for %s[%d]: %s", tp.topic, tp.partition, exc)
                 return -1
+            if start < 0:
+                low = self.ends.starts([key]).get(key)
+                if low is None:
+                    return -1
+                start = low
             self.starts[key] = start
         return self.starts[key]
 

@@ -155,7 +155,8 @@ class Receiver(Reading):
             what = missing or f"{topology}.recv.<n>"
             raise NotReady(f"no receive queues {what} (run `router topics create` first)")
         # priority bands: every band topic of the queues, highest first (router.receiver.bands)
-        self._bands = ReceiverBands.of(self._consumer, self.queues, meta)
+        marks = {**clientconfig.connection_config(peek), "client.id": f"{cid}-marks"}
+        self._bands = ReceiverBands.of(self._consumer, self.queues, meta, marks)
         topics = self._bands.topics if self._bands is not None else self.queues
         if assign:
             parts = [TopicPartition(q, p) for q in topics for p in meta[q].partitions]
@@ -287,5 +288,7 @@ class Receiver(Reading):
             self.commit()
         finally:
             self._consumer.close()
+            if self._bands is not None:
+                self._bands.ends.close()  # its admin client, if it made one
             if self._tracing is not None:
                 self._tracing.spans.shutdown()  # exports what is left (a provider of its own)

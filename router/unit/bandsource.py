@@ -7,8 +7,11 @@ partitions, of the high watermark less the consumer's position (the committed of
 until a message was consumed). Watermarks of partitions being fetched come with the fetch
 responses (librdkafka's cached values); a paused partition's are asked from the broker at
 most once per `refresh_s`, and only while it looks empty (a backlog only grows while
-paused). Partitions held by the busy policy `hold` (or backing off) stay as the unit left
-them; partitions of other topics (the waiting room) are never touched.
+paused), all of them in one request on an admin client of the unit's (not through the
+consumer, whose connection answers only after its fetch in flight:
+`router.backends.kafka.endoffsets`). Partitions held by the busy policy `hold` (or
+backing off) stay as the unit left them; partitions of other topics (the waiting room) are
+never touched.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from router.backends.kafka.clients import admin_config
+from router.backends.kafka.endoffsets import EndOffsets, Watermarks
 from router.config.settings import RouterSettings
 from router.contract.bandsched import BandScheduler, Turn
 from router.contract.priority import split
@@ -48,8 +53,13 @@ class BandSource:
         metrics: Metrics,
         refresh_s: float = 1.0,
         stalls: StallGuard | None = None,
+        *,
+        ends: Watermarks,
     ) -> None:
         self.consumer = consumer
+        # paused partitions' watermarks: not through the consumer, whose connection answers
+        # only after its fetch in flight (router.backends.kafka.endoffsets)
+        self.ends = ends
         self.stalls = stalls  # told of the partitions resumed (paused: not unread)
         self.bases = frozenset(bases)
         self.bands = bands
@@ -70,6 +80,7 @@ class BandSource:
         `fetch.queue.backoff.ms` from `kafka.client_config` is kept)."""
         if settings.priority.bands > 1:
             config.setdefault("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
+            config.setdefault("fetch.wait.max.ms", 100)
         return config
 
     @classmethod
@@ -82,7 +93,16 @@ class BandSource:
         if p.bands == 1:
             return None
         bases = t.send_queues if side == "send" else [t.transfer_topic]
-        return cls(source.consumer, bases, p.bands, p.min_share, metrics, stalls=source.stalls)
+        ends = EndOffsets(admin_config(settings.kafka), WATERMARK_TIMEOUT_S, committed=False)
+        return cls(
+            source.consumer,
+            bases,
+            p.bands,
+            p.min_share,
+            metrics,
+            stalls=source.stalls,
+            ends=ends,
+        )
 
     def band(self, tp: TP) -> int | None:
         """The band of a source partition; None for other topics."""
@@ -136,39 +156,49 @@ class BandSource:
             log.warning("cannot read positions: %s", exc)
             return out
         self._ask_starts([(t.topic, t.partition) for t in positions if t.offset < 0], now)
+        at: dict[TP, int] = {}
+        stale: list[TP] = []  # paused and looking empty: asked, all in one request
         for tpp in positions:
             tp = (tpp.topic, tpp.partition)
-            pos = tpp.offset if tpp.offset >= 0 else self._start.get(tp, -1)
+            pos = at[tp] = tpp.offset if tpp.offset >= 0 else self._start.get(tp, -1)
             high = self._high.get(tp, -1)
             if tp in self.paused:
                 if high <= pos and now - self._asked.get(tp, NEVER) >= self.refresh_s:
                     self._asked[tp] = now
-                    high = self._watermark(tpp, cached=False)
+                    stale.append(tp)
             else:
-                high = max(high, self._watermark(tpp, cached=True))
+                high = max(high, self._cached(tpp))
             self._high[tp] = high
+        if stale:
+            got = self.ends(stale)
+            for tp in stale:
+                if tp in got:
+                    self._high[tp] = got[tp]
+                else:
+                    self._complain(tp, "no watermark")
+        for tp, pos in at.items():
+            high = self._high[tp]
             if pos >= 0 and high > pos:
                 out[mine[tp]] += high - pos
         return out
 
-    def _watermark(self, tp: TopicPartition, cached: bool) -> int:
+    def _cached(self, tp: TopicPartition) -> int:
+        """A fetched partition's high watermark as its last fetch response gave it."""
         try:
-            if cached:
-                _, high = self.consumer.get_watermark_offsets(tp, cached=True)
-            else:
-                _, high = self.consumer.get_watermark_offsets(tp, WATERMARK_TIMEOUT_S)
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
         except KafkaException as exc:
-            self._complain((tp.topic, tp.partition), "no watermark", exc)
+            self._complain((tp.topic, tp.partition), f"no watermark: {exc}")
             return -1
         return int(high)
 
-    def _complain(self, tp: TP, what: str, exc: KafkaException) -> None:
-        """A broker call for a band's backlog failed (each waits up to
-        `WATERMARK_TIMEOUT_S`, on the unit's loop): said once per `COMPLAIN_S` a partition."""
+    def _complain(self, tp: TP, what: str) -> None:
+        """A broker call for a band's backlog failed (one request for all the partitions
+        asked, waiting up to `WATERMARK_TIMEOUT_S` on the unit's loop): said once per
+        `COMPLAIN_S` a partition."""
         now = time.monotonic()
         if now - self._complained.get(tp, NEVER) >= COMPLAIN_S:
             self._complained[tp] = now
-            log.warning("%s for %s[%d] (its band's backlog left out): %s", what, *tp, exc)
+            log.warning("%s for %s[%d] (its band's backlog left out)", what, *tp)
 
     def _ask_starts(self, tps: list[TP], now: float) -> None:
         """Learn where partitions the unit consumed nothing of start: their committed
@@ -185,18 +215,21 @@ class BandSource:
             got = self.consumer.committed(parts, timeout=WATERMARK_TIMEOUT_S)
         except KafkaException as exc:
             for tp in unknown:
-                self._complain(tp, "no committed offset", exc)
+                self._complain(tp, f"no committed offset: {exc}")
             return
+        lows: list[TP] = []
         for tpp in got:
             tp = (tpp.topic, tpp.partition)
             if tpp.error is not None:
-                self._complain(tp, "no committed offset", KafkaException(tpp.error))
-                continue
-            start = tpp.offset
-            if start < 0:
-                try:
-                    start, _ = self.consumer.get_watermark_offsets(tpp, WATERMARK_TIMEOUT_S)
-                except KafkaException as exc:
-                    self._complain(tp, "no low watermark", exc)
-                    continue
-            self._start[tp] = int(start)
+                self._complain(tp, f"no committed offset: {tpp.error}")
+            elif tpp.offset < 0:
+                lows.append(tp)
+            else:
+                self._start[tp] = int(tpp.offset)
+        if lows:
+            found = self.ends.starts(lows)
+            for tp in lows:
+                if tp in found:
+                    self._start[tp] = found[tp]
+                else:
+                    self._complain(tp, "no low watermark")

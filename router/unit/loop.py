@@ -178,6 +178,8 @@ class TransferUnit(Recovery):
             self.publisher.maybe_publish(force=True)
             self.exporter.stop()
             self.source.close()
+            if self.bands is not None:
+                self.bands.ends.close()
             if self.tracing is not None:
                 self.tracing.shutdown()  # exports what is left
         return 0

@@ -5,6 +5,10 @@ the consumer's connection to the partition leader, where the broker answers it o
 after the consumer's fetch long-poll in flight (`fetch.wait.max.ms`, 500 ms by default),
 so an idle consumer waited about 0.5 s per partition. An admin client has its own
 connection, and one request carries every partition asked (about 1 ms on loopback).
+The priority bands' paused partitions are asked here too (`router.unit.bandsource`,
+`router.receiver.bands`): through the consumer, each ask cost a unit's loop up to half a
+second, and a high-priority message fetched meanwhile waited for all of them (0.3 to
+1.1 s per loop turn in the priority bench stage, whose short version failed a CI run).
 
 After a failed answer the admin client is made again (at most once per `REMAKE_S`: during
 a broker outage, a new client per request would only pile up threads). Its metadata names
@@ -20,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -32,6 +36,17 @@ log = logging.getLogger("router.endoffsets")
 TP = tuple[str, int]
 
 REMAKE_S = 5.0  # at least this long between two admin clients
+
+
+class Watermarks(Protocol):
+    """What the priority bands ask: partitions' ends (`__call__`) and starts (`starts`),
+    those the broker cannot say now left out."""
+
+    def __call__(self, tps: Iterable[TP]) -> dict[TP, int]: ...
+
+    def starts(self, tps: Iterable[TP]) -> dict[TP, int]: ...
+
+    def close(self) -> None: ...
 
 
 class EndOffsets:
@@ -56,6 +71,13 @@ class EndOffsets:
         self.failures = 0  # answers in a row that left a partition out
 
     def __call__(self, tps: Iterable[TP]) -> dict[TP, int]:
+        return self._ask(tps, OffsetSpec.latest(), "end")
+
+    def starts(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """Each partition's first offset (its low watermark), as `__call__` its end."""
+        return self._ask(tps, OffsetSpec.earliest(), "start")
+
+    def _ask(self, tps: Iterable[TP], spec: OffsetSpec, what: str) -> dict[TP, int]:
         wanted = list(dict.fromkeys(tps))
         if not wanted:
             return {}
@@ -64,12 +86,12 @@ class EndOffsets:
             self._made_at = time.monotonic()
         try:
             futures = self._admin.list_offsets(
-                {TopicPartition(t, p): OffsetSpec.latest() for t, p in wanted},
+                {TopicPartition(t, p): spec for t, p in wanted},
                 isolation_level=self._isolation,
                 request_timeout=self.timeout_s,
             )
         except KafkaException as exc:
-            self._failed(f"end offsets of {len(wanted)} partitions unknown: {exc}")
+            self._failed(f"{what} offsets of {len(wanted)} partitions unknown: {exc}")
             return {}
         out: dict[TP, int] = {}
         errors: list[str] = []
@@ -83,14 +105,14 @@ class EndOffsets:
             if offset < 0:
                 # Resolved without an error but with no offset (OFFSET_INVALID, -1001):
                 # seen right after a broker was killed. Not an end: a drain would take
-                # any position as past it.
+                # any position as past it (nor, asked for its start, a start).
                 errors.append(f"{tp.topic}[{tp.partition}]: no offset ({offset})")
             else:
                 out[(tp.topic, tp.partition)] = offset
         if errors:
-            self._failed(f"end offsets unknown ({'; '.join(errors)})")
+            self._failed(f"{what} offsets unknown ({'; '.join(errors)})")
         elif self.failures:
-            log.info("end offsets answered again after %d failed requests", self.failures)
+            log.info("%s offsets answered again after %d failed requests", what, self.failures)
             self.failures = 0
         return out
 
@@ -114,4 +136,4 @@ class EndOffsets:
             dispose_in_background(box)
 
 
-__all__ = ["EndOffsets"]
+__all__ = ["EndOffsets", "Watermarks"]

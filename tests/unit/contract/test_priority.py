@@ -22,7 +22,7 @@ from router.unit.steps.bands import BandStep
 from router.unit.steps.batch import Batch
 from router.unit.steps.classify import Classifier
 from router.unit.steps.emit.emitter import Emitter
-from tests.fixtures.bands import FakeConsumer, MemoryBands, received
+from tests.fixtures.bands import FakeConsumer, FakeEnds, MemoryBands, received
 from tests.fixtures.fakes import FakeMessage, msg
 
 P = priority.PRIORITY
@@ -275,10 +275,11 @@ def test_records_for_destinations_go_to_their_bands_topic_with_their_markers() -
 
 def test_the_receiver_reads_every_band_and_the_highest_backlog_first() -> None:
     topics = {"q", "q.p1", "q.p2", "r", "r.p1", "r.p2"}
-    assert ReceiverBands.of(FakeConsumer({}), ["q"], {"q"}) is None
+    assert ReceiverBands.of(FakeConsumer({}), ["q"], {"q"}, {}) is None
     consumer = FakeConsumer({("q", 0): (0, 100), ("q.p1", 0): (0, 0), ("q.p2", 0): (5, 9)})
-    bands = ReceiverBands.of(consumer, ["q"], topics)
+    bands = ReceiverBands.of(consumer, ["q"], topics, {})
     assert bands is not None and bands.topics == ["q", "q.p1", "q.p2"]
+    bands.ends = FakeEnds(consumer)
     bands.before_poll()
     assert consumer.calls == [("pause", ["q", "q.p1"])]
     consumer.positions[("q.p2", 0)] = (9, 9)  # band 2 drained: every band again
@@ -288,7 +289,7 @@ def test_the_receiver_reads_every_band_and_the_highest_backlog_first() -> None:
 
 def test_the_receiver_never_switches_bands_inside_a_group() -> None:
     consumer = FakeConsumer({("q", 0): (0, 100), ("q.p2", 0): (0, 0)})
-    bands = ReceiverBands(consumer, ["q"], 3)
+    bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))
     assert bands.admit(received("q", 10, "g"))  # the group opens in band 0
     assert not bands.admit(received("q.p2", 3))  # came after its final: read again later
     assert consumer.calls == [("seek", ("q.p2", 3)), ("pause", ["q.p2"])]
@@ -309,7 +310,7 @@ def test_the_receiver_never_switches_bands_inside_a_group() -> None:
 
 def test_a_group_whose_band_went_quiet_stops_holding_the_other_bands() -> None:
     consumer = FakeConsumer({("q", 0): (11, 11), ("q.p2", 0): (0, 4)})
-    bands = ReceiverBands(consumer, ["q"], 3)
+    bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))
     assert bands.admit(received("q", 10, "g"))  # opens; its sender then stops for good
     bands.before_poll()
     assert bands.open == {"q": 0}  # band 0 caught up: idle from now

@@ -9,7 +9,7 @@ from typing import Any
 
 from router.receiver.bands import ReceiverBands
 from router.receiver.received import Received
-from tests.fixtures.bands import FakeConsumer, received
+from tests.fixtures.bands import FakeConsumer, FakeEnds, received
 from tests.fixtures.fakes import msg
 from tests.fixtures.receivers import banded_receiver, rec
 
@@ -87,7 +87,7 @@ def test_a_held_queues_unreadable_backlog_does_not_starve_other_queues() -> None
     c = FakeConsumer(
         {("q", 0): (1, 1), ("q.p2", 0): (0, 50), ("r", 0): (0, 1000), ("r.p2", 0): (0, 0)}
     )
-    bands = ReceiverBands(c, ["q", "r"], 3)
+    bands = ReceiverBands(c, ["q", "r"], 3, ends=FakeEnds(c))
     assert bands.admit(received("q", 0, "g"))  # q's group opens in band 0: q.p2 must wait
     readable = 0
     for _ in range(22):
@@ -98,9 +98,21 @@ def test_a_held_queues_unreadable_backlog_does_not_starve_other_queues() -> None
 
 def test_revoking_one_band_partition_keeps_the_hold_of_a_band_kept() -> None:
     c = FakeConsumer({("q", 0): (4, 5), ("q.p1", 0): (0, 0), ("q.p2", 0): (1, 3)})
-    bands = ReceiverBands(c, ["q"], 3)
+    bands = ReceiverBands(c, ["q"], 3, ends=FakeEnds(c))
     assert bands.admit(received("q.p2", 0, "g"))  # g handed out part way in band 2
     bands.forget(("q.p1", 0))  # an incremental assignor revokes q.p1 alone
     assert not bands.admit(received("q", 4)), "q@4 handed out inside g"
     bands.forget(("q.p2", 0))  # g's own band went: its hold goes with it
     assert bands.open == {}
+
+
+def test_the_first_turn_asks_every_partition_in_one_request() -> None:
+    """Never fetched yet, every band partition's end is asked before the first turn, in
+    one request on the bands' own connection (`router.backends.kafka.endoffsets`), not
+    one partition after another through the consumer (each waiting behind its fetch)."""
+    c = FakeConsumer({("q", 0): (0, 10), ("q.p1", 0): (0, 0), ("q.p2", 0): (0, 3)})
+    ends = FakeEnds(c)
+    bands = ReceiverBands(c, ["q"], 3, ends=ends)
+    bands.before_poll()
+    assert ends.asked == [[("q", 0), ("q.p1", 0), ("q.p2", 0)]]
+    assert c.calls == [("pause", ["q", "q.p1"])]  # band 2 first

@@ -23,7 +23,7 @@ from router.unit.steps.bands import BandStep
 from router.unit.steps.batch import Batch
 from router.unit.steps.classify import Classifier
 from router.unit.steps.emit.emitter import Emitter
-from tests.fixtures.bands import FakeConsumer, MemoryBands, received
+from tests.fixtures.bands import FakeConsumer, FakeEnds, MemoryBands, received
 from tests.fixtures.fakes import FakeMessage, msg
 from tests.fixtures.receivers import banded_receiver, rec
 
@@ -155,7 +155,7 @@ def test_a_lower_band_paused_while_empty_still_gets_its_share_in_the_receiver() 
     and was not read at all while a higher band kept a backlog (the documented bound: 1
     batch in ceil(1 / min_share) + bands - 2)."""
     consumer = StaleConsumer({("q", 0): (0, 0), ("q.p2", 0): (0, 1_000)})
-    bands = ReceiverBands(consumer, ["q"], 3)
+    bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))
     bands.refresh_s = 0.0  # the broker is asked at most once per refresh_s: every call here
     bands.before_poll()
     assert ("q", 0) in consumer.held  # band 0 empty: paused behind band 2
@@ -180,7 +180,7 @@ def test_an_older_lower_band_record_is_not_handed_out_inside_a_slow_group() -> N
     between a slow sender's members. It now lasts the group's TTL (`guarantee-ttl-ms`, else
     the router's default), after which the router has swept the group too."""
     consumer = FakeConsumer({("q", 0): (4, 5), ("q.p2", 0): (0, 1)})
-    bands = ReceiverBands(consumer, ["q"], 3)
+    bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))
     bands.before_poll()
     assert bands.admit(received("q.p2", 0, "g"))
     consumer.positions[("q.p2", 0)] = (1, 1)  # the sender pauses 10 s (its TTL: minutes)
@@ -199,7 +199,7 @@ def test_an_older_lower_band_record_is_not_handed_out_inside_a_slow_group() -> N
 
 def test_a_groups_own_ttl_bounds_its_hold() -> None:
     consumer = FakeConsumer({("q", 0): (4, 5), ("q.p2", 0): (0, 1)})
-    bands = ReceiverBands(consumer, ["q"], 3)
+    bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))
     member = received("q.p2", 0, "g")
     member.headers.append((contract.TTL_MS, b"30000"))
     assert bands.admit(member)
@@ -222,7 +222,7 @@ def test_a_restarted_receiver_does_not_hand_out_another_band_inside_an_open_grou
     # Before the restart: g's member 0 (q.p2@0) handed out and committed; the older
     # ordinary record q@4 was passed over (band 2 first). g's member 1 is not sent yet.
     consumer = FakeConsumer({("q", 0): (4, 5), ("q.p2", 0): (1, 1)})
-    bands = ReceiverBands(consumer, ["q"], 3)  # the restarted receiver
+    bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))  # the restarted receiver
     g0 = received("q.p2", 0, "g")
     found = {("q.p2", 0): bandrestore.open_member([g0]), ("q", 0): None}
     bands.restore(bandrestore.open_groups(found, ["q"]))
@@ -386,7 +386,7 @@ def test_a_queue_without_bands_does_not_hide_the_other_queues_bands() -> None:
     collector reads the events topic beside the receive queues) and it read no band topic
     at all, so every message of a higher band stayed unread, without a word."""
     topics = {"q", "q.p1", "q.p2", "events"}
-    bands = ReceiverBands.of(FakeConsumer({}), ["q", "events"], topics)
+    bands = ReceiverBands.of(FakeConsumer({}), ["q", "events"], topics, {})
     assert bands is not None and bands.topics == ["q", "q.p1", "q.p2", "events"]
 
 
@@ -396,7 +396,7 @@ def test_another_record_of_the_groups_band_ends_its_hold() -> None:
     the router appends nothing to the queue inside an open group's span, so that record
     shows the group ended. Without it the other bands waited for the group's TTL."""
     consumer = FakeConsumer({("q", 0): (4, 5), ("q.p2", 0): (0, 3)})
-    bands = ReceiverBands(consumer, ["q"], 3)
+    bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))
     bands.before_poll()
     assert bands.admit(received("q.p2", 0, "g"))
     assert bands.admit(received("q.p2", 1, "g"))  # its own member: still held

@@ -8,7 +8,7 @@ import time
 from router.metrics.registry import Metrics
 from router.unit.bandsource import BandSource
 from router.unit.stalls import MAX_SUSPECTS, StallGuard
-from tests.fixtures.bands import FakeConsumer
+from tests.fixtures.bands import FakeConsumer, FakeEnds
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 
@@ -153,7 +153,9 @@ def test_a_band_resumed_for_its_turn_starts_its_delay_over() -> None:
     consumer = FakeConsumer({low: (0, 0), high: (0, 50)})  # position, high watermark
     g = StallGuard(after_s=20.0)
     g.assigned([low, high], now=0.0)
-    bands = BandSource(consumer, ["q"], 2, 0.5, Metrics(), refresh_s=0.0, stalls=g)
+    bands = BandSource(
+        consumer, ["q"], 2, 0.5, Metrics(), refresh_s=0.0, stalls=g, ends=FakeEnds(consumer)
+    )
     assert bands.before_poll([low, high], []).bands == {1}  # the low band is paused
     assert bands.paused == {low}
     consumer.positions[low] = (0, 3)  # records come in on the low band

@@ -1,0 +1,64 @@
+"""Priority bands ask paused partitions' watermarks of the broker on a connection of their
+own, all in one request (`router.backends.kafka.endoffsets`): never through the unit's
+consumer, whose connection answers only after its fetch in flight (up to 500 ms each; the
+short priority bench stage failed a CI run on it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from router.metrics.registry import Metrics
+from router.unit.bandsource import BandSource
+from tests.fixtures.bands import FakeConsumer, FakeEnds
+
+TP = tuple[str, int]
+
+
+class CachedOnly(FakeConsumer):
+    """A consumer that may be asked only its cached watermarks (from its fetches)."""
+
+    def get_watermark_offsets(
+        self, tp: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
+        assert cached, f"{tp.topic}[{tp.partition}] asked through the consumer"
+        return super().get_watermark_offsets(tp, cached=True)
+
+
+class Broker(FakeEnds):
+    """The broker's ends, ahead of what the consumer last fetched."""
+
+    def __init__(self, consumer: Any, ends: dict[TP, int]) -> None:
+        super().__init__(consumer)
+        self.ends = ends
+
+    def __call__(self, tps: Any) -> dict[TP, int]:
+        wanted = list(tps)
+        self.asked.append(wanted)
+        return {tp: self.ends[tp] for tp in wanted if tp in self.ends}
+
+
+def test_paused_partitions_are_asked_in_one_request_and_not_through_the_consumer() -> None:
+    consumer = CachedOnly({("q", 0): (5, 5), ("q", 1): (7, 7), ("q.p2", 0): (0, 4)})
+    broker = Broker(consumer, {("q", 0): 9, ("q", 1): 7})
+    bands = BandSource(consumer, ["q"], 3, 0.1, Metrics(), refresh_s=60.0, ends=broker)
+    tps = list(consumer.positions)
+    assert bands.before_poll(tps, []).bands == {2}  # band 2 has a backlog: q is paused
+    assert broker.asked == [] and bands.paused == {("q", 0), ("q", 1)}
+    consumer.positions[("q.p2", 0)] = (4, 4)  # band 2 drained
+    turn = bands.before_poll(tps, [])
+    assert broker.asked == [[("q", 0), ("q", 1)]], "paused and looking empty: one request"
+    assert turn.bands == {0, 1, 2}  # q[0] has 4 new records the consumer never fetched
+    assert bands.before_poll(tps, []) and len(broker.asked) == 1  # resumed: fetched again
+
+
+def test_a_partition_the_broker_cannot_say_keeps_what_was_known() -> None:
+    consumer = CachedOnly({("q", 0): (5, 5), ("q.p1", 0): (0, 2)})
+    broker = Broker(consumer, {})  # no answer for q[0]
+    bands = BandSource(consumer, ["q"], 2, 0.5, Metrics(), refresh_s=0.0, ends=broker)
+    tps = list(consumer.positions)
+    assert bands.before_poll(tps, []).bands == {1}
+    consumer.positions[("q.p1", 0)] = (2, 2)
+    assert bands.before_poll(tps, []).bands == {0, 1}  # nothing known to wait: every band
+    assert broker.asked == [[("q", 0)]]
