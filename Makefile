@@ -36,7 +36,7 @@ else
 $(error ROUTER_STACK must be local, docker or external, not '$(ROUTER_STACK)')
 endif
 
-.PHONY: test-judge jaeger jaeger-background toxiproxy toxiproxy-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos soak bench spark-demo spark-bench clean
+.PHONY: test-judge test-chaos jaeger jaeger-background toxiproxy toxiproxy-background dist segments-100mb test-faults test-sentinel sentinel-up sentinel-down sentinel-status test-cluster cluster-up cluster-down cluster-status test-ha stack-up-ha stack-down-ha stack-status-ha test-secure secure-up secure-down help venv jars stack-up stack-down stack-status lint fmt test test-fast demo chaos soak bench spark-demo spark-bench clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -105,6 +105,9 @@ test-secure: venv jars ## Security tests: SASL_SSL Kafka with per-role ACLs, Red
 
 test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on a 3-broker cluster, and the short chaos --ha --all-features (3,000 messages, a broker kill, a Redis failover, the 6 network faults) (own servers, ~9 min)
 	ROUTER_TEST_HA=1 $(BIN)/pytest tests/integration/ha
+
+test-chaos: venv $(JARS) ## The short chaos runs of tests/integration/ops/test_chaos.py, the whole-group waiting-room run included (make test skips that one), on a private stack (~5 min)
+	ROUTER_TEST_CHAOS=1 $(BIN)/pytest tests/integration/ops/test_chaos.py
 
 test-faults: venv $(JARS) toxiproxy ## Fault kinds with open defects or long runs (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min); every network fault kind with unit kills (~2 min); a send unit cut off from the broker (~1-4 min)
 	ROUTER_TEST_FAULTS=1 $(BIN)/pytest tests/integration/faults -s

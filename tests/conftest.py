@@ -34,7 +34,7 @@ from router.config import KafkaSettings, RedisSettings, RouterSettings
 from router.topology.side import table_for
 from router.topology.topics import ensure_topics, plan
 from tests.fixtures.factories import PipelineFactory, TopicFactory, TopologyFactory
-from tests.fixtures.helpers import unique, wait_until
+from tests.fixtures.helpers import SLOW_TEARDOWNS, said_if_slow, unique, wait_until
 from tests.fixtures.paths import ROOT
 
 
@@ -57,6 +57,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 STACK_SCRIPT = ROOT / "ops" / "stack.sh"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Session fixtures' slow teardowns (`tests.fixtures.helpers.said_if_slow`)."""
+    for line in SLOW_TEARDOWNS:
+        terminalreporter.write_line(line)
+
 
 _quiet = logging.getLogger("tests.quiet-librdkafka")
 _quiet.addHandler(logging.NullHandler())
@@ -102,7 +109,8 @@ def _local_stack() -> Iterator[Stack]:
         started = True
     yield stack
     if started and not os.environ.get("ROUTER_KEEP_STACK"):
-        subprocess.run([str(STACK_SCRIPT), "down"], check=False, capture_output=True)
+        with said_if_slow("the local stack (ops/stack.sh down)"):
+            subprocess.run([str(STACK_SCRIPT), "down"], check=False, capture_output=True)
 
 
 def _external_stack() -> Iterator[Stack]:
@@ -306,7 +314,8 @@ def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     stack = LocalStack.private(STACK_SCRIPT, tmp_path_factory.mktemp("private-stack"), unit_links=5)
     stack.up()
     yield stack
-    stack.down()
+    with said_if_slow("the private stack"):
+        stack.down()
 
 
 @pytest.fixture

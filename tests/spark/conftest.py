@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from spark_jobs.session import SparkOptions, build_session, connector_jars
+from tests.fixtures.helpers import said_if_slow
 
 
 def _missing_for_spark() -> str | None:
@@ -44,4 +45,5 @@ def spark() -> Iterator[Any]:
         )
     )
     yield session
-    session.stop()
+    with said_if_slow("the Spark session"):
+        session.stop()
