@@ -36,9 +36,11 @@ from router.unit.steps.batch import TP
 log = logging.getLogger("router.bandsource")
 
 WATERMARK_TIMEOUT_S = 2.0
-# librdkafka waits this long (default 1 s) to fetch a partition again once the prefetch
-# queue is full: with priority bands, a higher band's new message would wait that long.
-FETCH_QUEUE_BACKOFF_MS = 10
+# How long a fetch waits for data (librdkafka's default 500 ms): a higher band's first
+# messages after a quiet spell waited about that long (docs/explanation/priority.md).
+# (Every unit's consumer also sets `fetch.queue.backoff.ms` to 10 ms:
+# `router.backends.kafka.clients.consumer_config`.)
+FETCH_WAIT_MAX_MS = 100
 COMPLAIN_S = 30.0  # between two warnings about one partition's failed broker calls
 NEVER = float("-inf")  # a time.monotonic() long ago (it starts near 0 on a fresh machine)
 
@@ -77,10 +79,9 @@ class BandSource:
     @staticmethod
     def tuned(settings: RouterSettings, config: dict[str, Any]) -> dict[str, Any]:
         """A unit's consumer configuration for its bands (unchanged with one band; a
-        `fetch.queue.backoff.ms` from `kafka.client_config` is kept)."""
+        `fetch.wait.max.ms` from `kafka.client_config` is kept)."""
         if settings.priority.bands > 1:
-            config.setdefault("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
-            config.setdefault("fetch.wait.max.ms", 100)
+            config.setdefault("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
         return config
 
     @classmethod

@@ -96,8 +96,8 @@ def command(p: Pipeline, side: Side, classes: Path) -> list[str]:
         ",".join(s.sources),
         "--targets",
         targets,
-        "--max-poll",
-        str(p.settings.unit.batch_size),
+        "--max-poll",  # the Python stages' largest batch (they grow to it under a backlog)
+        str(max(p.settings.unit.batch_size, p.settings.unit.max_batch_size)),
         "--linger-ms",
         str(k.linger_ms),
         "--compression",
