@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from ops.harness.stack.hacluster import HaCluster
@@ -108,9 +108,22 @@ def test_topics_are_created_with_three_replicas_and_min_insync_two(
         for name in names:
             for partition in topics[name].partitions.values():
                 assert len(partition.replicas) == 3, (name, partition.replicas)
-        described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names])
-        for resource, future in described.items():
-            assert future.result(timeout=30)["min.insync.replicas"].value == "2", resource
+        # Asked right after the creation, a broker that has not yet learned of a topic
+        # answers UNKNOWN_TOPIC_OR_PART (seen once in a fresh-clone run): ask until known.
+        isr: dict[str, str] = {}
+
+        def described() -> bool:
+            wanted = [ConfigResource(ResourceType.TOPIC, n) for n in names if n not in isr]
+            for resource, future in admin.describe_configs(wanted).items():
+                try:
+                    isr[resource.name] = future.result(timeout=30)["min.insync.replicas"].value
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise
+            return len(isr) == len(names)
+
+        wait_until(described, 30, "every topic's configuration described")
+        assert set(isr.values()) == {"2"}, isr
     finally:
         for future in admin.delete_topics(names, operation_timeout=30).values():
             future.result(timeout=30)
