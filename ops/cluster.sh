@@ -210,7 +210,7 @@ c_up() {
 c_down() {  # the replicas first (a primary's SHUTDOWN then waits for no lagging replica)
   local n role later=()
   for n in $(seq 1 "$NODES"); do
-    role="$(rcli "$(node_port "$n")" info replication 2>/dev/null | tr -d '\r' | awk -F: '$1 == "role" {print $2}')"
+    role="$(rcli "$(node_port "$n")" info replication 2>/dev/null | tr -d '\r' | awk -F: '$1 == "role" {print $2}' || true)"
     if [ "$role" = master ]; then later+=("$n"); else node_stop "$n" & fi
   done
   wait  # each takes a second or two to exit: side by side
@@ -261,7 +261,7 @@ c_main() {
   mkdir -p "$C_LOG_DIR" "$C_RUN_DIR"
   case "$cmd" in
     up) c_lock; c_up ;;
-    down) c_lock; c_down ;;
+    down) c_lock; kill_all_in "$C_RUN_DIR"; c_down ;;
     status) c_status ;;
     env) c_env ;;
     ports) printf '%s\n' "${CL_PORTS[@]}" ;;

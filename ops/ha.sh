@@ -235,7 +235,7 @@ h_main() {
   mkdir -p "$H_LOG_DIR" "$H_RUN_DIR"
   case "$cmd" in
     up) h_lock; h_up ;;
-    down) h_lock; h_down ;;
+    down) h_lock; kill_all_in "$H_RUN_DIR"; h_down ;;
     status) h_status ;;
     env) h_env ;;
     broker-start) check_broker "${1:-}"; h_lock; need_java; fetch_kafka_jars; node_launch "$1"; node_wait "$1" ;;

@@ -258,7 +258,7 @@ s_main() {
   mkdir -p "$S_LOG_DIR" "$S_RUN_DIR"
   case "$cmd" in
     up) s_lock; s_redis_up; s_kafka_up ;;
-    down) s_lock; s_kafka_down; s_redis_down ;;
+    down) s_lock; kill_all_in "$S_RUN_DIR"; s_kafka_down; s_redis_down ;;
     redis-up) s_lock; s_redis_up ;;
     redis-down) s_lock; s_redis_down ;;
     kafka-up) s_lock; s_kafka_up ;;

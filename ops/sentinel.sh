@@ -300,7 +300,7 @@ x_main() {
   mkdir -p "$X_LOG_DIR" "$X_RUN_DIR"
   case "$cmd" in
     up) x_lock; x_up ;;
-    down) x_lock; x_down ;;
+    down) x_lock; kill_all_in "$X_RUN_DIR"; x_down ;;
     status) x_status ;;
     env) x_env ;;
     primary) asked_primary || die "no Sentinel answers." ;;

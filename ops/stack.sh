@@ -29,7 +29,10 @@
 # ROUTER_KAFKA_VERSION (4.1.2), ROUTER_KAFKA_PORT (9092), ROUTER_KAFKA_CONTROLLER_PORT (9093),
 # ROUTER_REDIS_PORT (6379), ROUTER_KAFKA_HEAP (512m), ROUTER_MAVEN_SETTINGS (ops/maven/settings.xml),
 # ROUTER_KAFKA_UNIT_LISTENERS (none: extra listeners for per-unit fault proxies, write_kafka_config),
-# ROUTER_PYTHON (.venv/bin/python, used to find the installed pyspark version).
+# ROUTER_PYTHON (.venv/bin/python, used to find the installed pyspark version),
+# ROUTER_STACK_KILL (1: `down` SIGKILLs the servers instead of stopping them gracefully, for
+# servers whose data is thrown away, as the test session's own at its end; every script
+# that sources this one does the same).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -421,6 +424,19 @@ kafka_stop() {  # [--kill]
   say "kafka stopped"
 }
 
+kill_all_in() {  # <run dir>: with ROUTER_STACK_KILL=1, SIGKILL every server recorded there
+  [ "${ROUTER_STACK_KILL:-}" = 1 ] || return 0
+  local f pids=()
+  for f in "$1"/*.pid; do
+    if pid_alive "$f" 'kafka.Kafka\|redis-s'; then
+      kill -CONT "$(cat "$f")" 2>/dev/null || true  # a paused one too
+      kill -KILL "$(cat "$f")" 2>/dev/null && pids+=("$(cat "$f")")
+    fi
+  done
+  for f in "${pids[@]}"; do wait_gone "$f" "process $f"; done
+  [ ${#pids[@]} -eq 0 ] || say "killed ${#pids[@]} server(s) (ROUTER_STACK_KILL=1)"
+}
+
 wait_gone() {  # <pid> <name>: wait for a graceful exit, then SIGKILL
   local pid="$1" name="$2" deadline=$((SECONDS + STOP_TIMEOUT))
   while kill -0 "$pid" 2>/dev/null; do
@@ -469,7 +485,7 @@ main() {
       kafka_start
       say "stack up in $((SECONDS - t0))s"
       ;;
-    down) with_lock; stop_units; kafka_stop; redis_stop ;;
+    down) with_lock; stop_units; kill_all_in "$RUN_DIR"; kafka_stop; redis_stop ;;
     status) status ;;
     env) print_env ;;
     fetch-jars) with_lock; need_java; fetch_kafka_jars; fetch_kafka_tools; fetch_spark_jars ;;

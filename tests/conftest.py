@@ -34,7 +34,7 @@ from router.config import KafkaSettings, RedisSettings, RouterSettings
 from router.topology.side import table_for
 from router.topology.topics import ensure_topics, plan
 from tests.fixtures.factories import PipelineFactory, TopicFactory, TopologyFactory
-from tests.fixtures.helpers import SLOW_TEARDOWNS, said_if_slow, unique, wait_until
+from tests.fixtures.helpers import SLOW_TEARDOWNS, killing, said_if_slow, unique, wait_until
 from tests.fixtures.paths import ROOT
 
 
@@ -314,7 +314,7 @@ def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     stack = LocalStack.private(STACK_SCRIPT, tmp_path_factory.mktemp("private-stack"), unit_links=5)
     stack.up()
     yield stack
-    with said_if_slow("the private stack"):
+    with said_if_slow("the private stack"), killing():
         stack.down()
 
 
