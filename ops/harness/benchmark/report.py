@@ -205,7 +205,9 @@ def summary(results: Results) -> list[str]:
             f"Redis per message through both sides, {name} ({cost.workload.label}): "
             f"{cost.script_us:.2f} us in scripts ({cost.us_per_call:.0f} us per call, "
             f"{cost.messages_per_call:.0f} messages per call), {cost.cpu_us:.2f} us of server "
-            f"CPU{goal}: one Redis routes about {cost.ceiling:,.0f} msg/s "
+            f"CPU{goal} (at one unit's pace: Redis idles between calls, which makes each "
+            f"dearer; near its ceiling it runs them back to back, the scripts' own lines "
+            f"below): one Redis routes about {cost.ceiling:,.0f} msg/s at this pace "
             f"({cost.script_ceiling:,.0f} counting scripts only; goal >= {REDIS_GOAL:,})"
         )
     out += [f"the routing scripts alone, no Kafka, {line}" for line in results.scripts]

@@ -138,7 +138,7 @@ def test_bench_quick_run_reports_every_stage_and_ends_with_the_ratio(tmp_path: P
     redis_lines = re.findall(r"one Redis routes about ([\d,]+) msg/s", md)
     assert redis_lines and all(int(x.replace(",", "")) > 0 for x in redis_lines)
     # The routing scripts' own cost (ops/harness/benchmark/scriptcost.py), against the goal.
-    for load in ("grouped", "unsaturated"):
+    for load in ("grouped", "unsaturated", "paced"):
         assert re.search(
             rf"the routing scripts alone, no Kafka, {load} \(.*\): \d+\.\d\d us of Redis CPU "
             r"per grouped message, both sides \(goal <= 6;",

@@ -11,6 +11,8 @@ from ops.harness.benchmark.report import summary
 from ops.harness.benchmark.scriptcost import (
     GROUPED,
     KINDS,
+    LOADS,
+    PACED,
     UNSATURATED,
     Cost,
     Traffic,
@@ -118,3 +120,10 @@ def test_kind_figures_are_per_message_through_both_sides() -> None:
     pair = (send, receive)
     line = kind_figures([{kind: pair for kind in KINDS}])
     assert line == "first 6.00, middle 6.00, final 6.00, ordinary 6.00"
+
+
+def test_the_paced_load_is_the_grouped_one_with_a_pause_between_batches() -> None:
+    assert LOADS["paced"] is PACED
+    assert replace(PACED, name="grouped", pace_ms=0) == GROUPED
+    assert "25 ms between batches" in PACED.label()
+    assert "between batches" not in GROUPED.label()
