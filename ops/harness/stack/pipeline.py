@@ -231,13 +231,18 @@ class Pipeline:
             time.sleep(0.1)
 
     def wait_ready(self, timeout: float = 90.0) -> None:
-        """Until every unit process has joined its group and every partition is assigned."""
+        """Until every unit process has joined its group and every partition of its sources
+        and of its waiting room is assigned."""
         deadline = time.monotonic() + timeout
         sides: tuple[Side, ...] = ("send", "receive")
         for side in sides:
             spec = side_spec(self.settings, side)
             meta = self._admin.list_topics(timeout=30).topics
-            wanted = {(t, p) for t in spec.sources for p in meta[t].partitions}
+            # the sources, and the side's waiting room, which its units consume too: until
+            # its partitions are assigned again after the units' start-up rebalances, nobody
+            # drains the room (about a second, seen as a stall of parked groups)
+            topics = [*spec.sources, self.settings.topology.room_topic(side)]
+            wanted = {(t, p) for t in topics if t in meta for p in meta[t].partitions}
             while True:
                 dead = self.fleet.crashed()
                 if dead:
