@@ -21,6 +21,7 @@ from router.table.store.codec import text as _text
 from router.table.store.owners import FENCED, LaneFenced, OwnersTable
 from router.table.store.placement import SteerTable
 from router.table.store.room import RoomTable
+from router.table.store.settling import SettleTable
 from router.table.store.writers import WRITER_IDLE_S, WritersTable
 
 __all__ = ["CALL_REQUESTS", "CALL_WORK", "ManagementTable", "Side", "TableKeys"]
@@ -31,7 +32,7 @@ CALL_REQUESTS = 2_000
 CALL_WORK = 20_000  # requests x destinations
 
 
-class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
+class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OwnersTable):
     """The Redis-backed table of one side. Every method is one round trip."""
 
     def __init__(
@@ -73,9 +74,10 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
         self.writer = secrets.token_hex(6)  # this caller, in the table's writers hash
         self._routed_at: float | None = None
         self.resets = 0
+        self.drains_fenced = 0  # settles whose drains a newer claim of their room lane fenced
         self._settle_keys = keys.named(
             "entries deadlines load closing stats inflight cursor room parks admitted done"
-            " done_at draining"
+            " done_at draining owners"
         )
         self._dests: list[str | int] = [len(self.destinations), *self.destinations]
 
@@ -193,42 +195,6 @@ class ManagementTable(RoomTable, SteerTable, WritersTable, OwnersTable):
             *self._dests,
             *tail,
         ]
-
-    def settle(
-        self,
-        batch: str,
-        dests: Iterable[str],
-        finals: Iterable[tuple[str, str]] = (),
-        drains: Iterable[tuple[str, int] | tuple[str, int, int]] = (),
-    ) -> int:
-        """After a batch's Kafka commit: end its in-flight leases on `dests` (where it sent
-        ordinary messages) and its park leases, release the groups whose final (gid,
-        token) it committed, open the admitted groups it drained ((gid, parks seen[,
-        next sequence number]): `router.table.room.drained`) and admit waiting groups to
-        destinations that became clean."""
-        dest_list = list(dests)
-        final_list = list(finals)
-        drain_list = list(drains)
-        args: list[str | int] = [batch, len(dest_list), *dest_list, len(final_list)]
-        for gid, token in final_list:
-            args += (gid, token)
-        args.append(len(drain_list))
-        for gid, parks, *next_seq in drain_list:
-            args += (gid, parks, next_seq[0] if next_seq else -1)
-        args += self._dests
-        return int(self._settle(keys=self._settle_keys, args=args))
-
-    def release(self, finals: Iterable[tuple[str, str]]) -> int:
-        """Remove the entries of groups whose final message (gid, token) is committed."""
-        return self.settle("", (), finals)
-
-    def inflight(self) -> dict[tuple[str, str], int]:
-        """(destination, batch) -> lease expiry of batches not yet settled."""
-        out = {}
-        for member, score in self._r.zrange(self.keys.inflight, 0, -1, withscores=True):
-            dest, batch = _text(member).split("|", 1)
-            out[(dest, batch)] = int(score)
-        return out
 
     def sweep(
         self, limit: int, now_ms: int | None = None, horizon_ms: int | None = None

@@ -153,7 +153,9 @@ class RoutingSteps:
         releases = [*out.finals, *((gid, STOPPED) for gid in out.stopped)]
         try:
             t0 = time.perf_counter()
-            released = self.release_table.settle(batch.id, out.ordinary_dests, releases, out.drains)
+            released = self.release_table.settle(
+                batch.id, out.ordinary_dests, releases, out.drains, out.drain_lanes
+            )
             batch.extra["release"] = (released, time.perf_counter() - t0)
         except Exception as exc:  # reported by `settle`, on the run loop
             batch.extra["release"] = exc

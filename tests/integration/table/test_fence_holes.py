@@ -1,9 +1,8 @@
 """Attacks on the zombie fence (`router/table/store/owners.py`, `router/unit/steps/ownership.py`),
 against the real Redis: what a unit's claims do when the claim is taken late (a lazy claim after
 Redis refused the one at the assignment; an assignment callback run after a freeze), a fenced
-call over several lanes, chunked route calls carrying claims, and a claim of many lanes at once.
-
-One is a strict xfail: a defect found and not fixed yet (see its reason)."""
+call over several lanes, chunked route calls carrying claims, a claim of many lanes at once,
+and a zombie's late settle (its drains fenced by its room lanes' claims)."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ def units(redis_client: redis.Redis) -> Iterator[tuple[ManagementTable, Manageme
     owner.drop()
 
 
-def req(gid: str, offset: int, final: bool = False, lane: str = LANE) -> RouteRequest:
+def req(gid: str | None, offset: int, final: bool = False, lane: str = LANE) -> RouteRequest:
     return RouteRequest(gid, final, 60_000, f"{lane}/{offset}", lane)
 
 
@@ -172,17 +171,19 @@ def test_a_unit_assigned_many_partitions_claims_them_all(
     assert owner.owners() == got
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: a settle is not fenced and its drains name a group by its ID only: "
-    "a unit frozen between its drain batch's commit and its settle opens, when it resumes, a "
-    "later group of the same ID admitted meanwhile with as many parks, before that group's "
-    "parked records are drained (the drain then dead-letters them, room-late)",
-)
+ROOM_LANE = "room.send/0"
+
+
 def test_a_zombies_late_settle_does_not_open_a_later_group_of_the_same_id(
     units: tuple[ManagementTable, ManagementTable],
 ) -> None:
+    """A settle's drains name their groups by ID only: a unit frozen between its drain
+    batch's commit and its settle, resumed after the ID came again as a new group admitted
+    meanwhile with as many parks, opened that group before its parked records were drained
+    (the drain then dead-lettered them, room-late). The drains are fenced now by the
+    caller's claims on the room lanes they came from (`settle.lua`)."""
     zombie, owner = units
+    zombie.claim([ROOM_LANE])  # the zombie-to-be owns the room partition
     # g0 holds d0 and g9 d1; H waits in the room with one park; g0 ends: H is admitted.
     owner.route([req("g0", 1), req("g9", 2), req("H", 3)], batch="b1")
     owner.settle("b1", [])
@@ -191,7 +192,8 @@ def test_a_zombies_late_settle_does_not_open_a_later_group_of_the_same_id(
     # The zombie-to-be drains H's one parked record, commits, and freezes before its
     # settle, which would open H: drains [("H", 1, -1)]. The room partition moves on; the
     # new owner reads the drain marker and opens H itself; H ends and is released.
-    owner.settle("n1", [], [], [("H", 1, -1)])
+    owner.claim([ROOM_LANE])
+    owner.settle("n1", [], [], [("H", 1, -1)], [ROOM_LANE])
     assert owner.entries()["H"].state == "open"
     owner.route([req("H", 4, final=True)], batch="n2")
     owner.settle("n2", [], [("H", f"{LANE}/4")])
@@ -202,5 +204,26 @@ def test_a_zombies_late_settle_does_not_open_a_later_group_of_the_same_id(
     assert owner.admitted() == {"H": "d0"}
     # The zombie resumes and settles its committed drain batch: the new H must stay
     # admitted until its own parked record is drained.
-    zombie.settle("z1", [], [], [("H", 1, -1)])
+    zombie.settle("z1", [], [], [("H", 1, -1)], [ROOM_LANE])
     assert owner.entries()["H"].state == "admitted", "a stale settle opened a later group"
+    assert zombie.drains_fenced == 1
+    # The new owner's own drain of it opens it.
+    owner.settle("n4", [], [], [("H", 1, -1)], [ROOM_LANE])
+    assert owner.entries()["H"].state == "open"
+
+
+def test_a_fenced_settle_still_ends_its_leases_and_releases_its_finals(
+    units: tuple[ManagementTable, ManagementTable],
+) -> None:
+    """Only the drains are fenced: the zombie's batch committed, so its in-flight leases
+    end and its finals release their groups (by their token, which a reused ID does not
+    match)."""
+    zombie, owner = units
+    zombie.claim([ROOM_LANE, LANE])
+    zombie.route([req("G", 1), req("G", 2, final=True), req(None, 3)], batch="z1")
+    assert zombie.inflight()
+    owner.claim([ROOM_LANE])
+    zombie.settle("z1", ["d1", "d0"], [("G", f"{LANE}/2")], [("~x", 1, -1)], [ROOM_LANE])
+    assert zombie.drains_fenced == 1
+    assert owner.entries() == {}
+    assert owner.inflight() == {}

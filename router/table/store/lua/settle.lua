@@ -6,22 +6,32 @@
 -- KEYS: 1 entries  2 deadlines  3 load  4 closing  5 stats  6 inflight  7 cursor  8 room
 --       9 parks  10 admitted  11 done  12 done_at (route.lua: finished groups in logical
 --       order, whose later members below their next number are duplicates)  13 draining
+--       14 owners (hash lane -> token of its latest claim, owners.lua)
 -- ARGV: 1 batch ID ('' if none)  2 n destinations the batch sent ordinary messages to,
 --       then their names; then n finals, then pairs of guarantee ID, token (the source
 --       position the group's final was routed from); then n drains, then pairs of
 --       guarantee ID, parks seen, next sequence number or -1 (router/table/room.py `drained`);
---       then n, then every
---       destination name of the side (for admissions)
+--       then n room lanes the drains came from, then pairs of lane, the caller's claim
+--       token (router/table/store/owners.py); then n, then every destination name of the
+--       side (for admissions)
+-- A drain names its group by ID only, so a drain whose room lane was claimed by another
+-- unit since (a zombie's settle, late) is ignored, drains and what they reached: the lane's
+-- new owner opens its groups (its drain markers), and a later group of the same ID,
+-- admitted meanwhile, must not open before its own parked records are drained. The rest of
+-- the settle holds whoever calls it (its batch committed): leases end, finals release by
+-- their token.
 -- An entry is removed only if it is still closing with that same token: a group whose ID
 -- was reused after its final (the mark cleared or replaced) is left alone. The token '*'
 -- (an operator's `router table release`) removes the entry whatever its state, and
 -- '@<dest>' (an operator's `router table evict`) any entry on that destination. The token
 -- '!stop' (a group this batch stopped) frees a stopped group's destination and keeps its
 -- entry, without a destination, so that its later messages are still parked.
--- Returns: the number of entries released.
+-- Returns: {the number of entries released, the room lane whose claim fenced the drains
+-- or ''}.
 local K_ENTRIES, K_DEADLINES, K_LOAD, K_CLOSING, K_STATS, K_INFLIGHT, K_CURSOR, K_ROOM,
-  K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT, K_DRAINING = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
-  KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+  K_PARKS, K_ADMITTED, K_DONE, K_DONE_AT, K_DRAINING, K_OWNERS = KEYS[1], KEYS[2], KEYS[3],
+  KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
+  KEYS[13], KEYS[14]
 local batch = ARGV[1]
 local i = 2
 local function count()
@@ -39,11 +49,19 @@ end
 -- The drains' next numbers, read ahead: a group in logical order released by this batch
 -- is remembered as finished with the number its drain reached.
 local reached = {}
+local fenced_by = nil
 do
   local j = i + 1 + 2 * tonumber(ARGV[i])
-  for _ = 1, tonumber(ARGV[j]) do
-    reached[ARGV[j + 1]] = tonumber(ARGV[j + 3])
-    j = j + 3
+  local ndrains = tonumber(ARGV[j])
+  local f = j + 3 * ndrains + 1  -- the drains' room lanes and the caller's claims
+  local fences = {}
+  for k = 1, 2 * tonumber(ARGV[f]) do fences[k] = ARGV[f + k] end
+  fenced_by = fenced_lane(K_OWNERS, fences)
+  if not fenced_by then
+    for _ = 1, ndrains do
+      reached[ARGV[j + 1]] = tonumber(ARGV[j + 3])
+      j = j + 3
+    end
   end
 end
 -- The finals' entries are read in one HMGET and the released groups' keys removed in one
@@ -131,6 +149,11 @@ for _ = 1, count() do
   drains[#drains + 1] = { ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]) }
   i = i + 3
 end
+i = i + 1 + 2 * tonumber(ARGV[i])  -- (the fences, read above)
+if fenced_by then
+  drains = {}
+  redis.call('HINCRBY', K_STATS, 'drains_fenced', 1)
+end
 local dests = {}
 for _ = 1, count() do
   dests[#dests + 1] = ARGV[i]
@@ -178,4 +201,4 @@ if #dests > 0 then
   admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests, K_DRAINING)
 end
 if released > 0 then redis.call('HINCRBY', K_STATS, 'released', released) end
-return released
+return { released, fenced_by or '' }

@@ -17,6 +17,7 @@ from router.unit.steps.drain import writes as drainwrite
 from router.unit.steps.drain.context import Draining
 from router.unit.steps.drain.index import Parked
 from router.unit.steps.emit.records import Output, Record
+from router.unit.steps.ownership import lane_of
 
 log = logging.getLogger("router.drain")
 
@@ -100,6 +101,7 @@ class LogicalOrder:
                 out.finals[before:] = [(g, state.closing) for g, _ in out.finals[before:]]
                 if len(out.finals) > before:  # the table remembers the number reached
                     out.drains.append((gid, -1, plan.next))  # (parks -1: no opening)
+                    out.drain_lanes.add(lane_of(*tp))
         bad_final = [p for p in plan.unsequenced if p.final]
         if bad_final and final_waits and not plan.waiting:  # no good final forwarded
             # A final whose number cannot be read still ends its group (as in
@@ -107,6 +109,7 @@ class LogicalOrder:
             p = bad_final[-1]
             out.finals.append((gid, state.closing))
             out.drains.append((gid, -1, plan.next))
+            out.drain_lanes.add(lane_of(*tp))
             if d.spec.side == "send":
                 item = Item(p.m, p.headers(), None, p.bad)
                 out.records.append(d.emitter.close_marker(item, state.dest, out, p.token))

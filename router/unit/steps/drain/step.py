@@ -220,6 +220,7 @@ class Drain:
             elif positions.get(check.tp, -1) >= check.end:
                 # opens it, unless parked meanwhile
                 out.drains.append((gid, check.parks, check.next))
+                out.drain_lanes.add(lane_of(*check.tp))
                 del self.checks[gid]
         for key in list(self.index.pending):  # the table knows the marker's next number
             state = states.get(key[1])
@@ -281,6 +282,7 @@ class Drain:
                 chained.add(gid)
                 if room.is_pseudo(gid):  # a lane: released by this settle if nothing came
                     out.drains.append((gid, len(parked), -1))
+                    out.drain_lanes.add(lane_of(*tp))
         out.chained += len(chained)
         return chained
 

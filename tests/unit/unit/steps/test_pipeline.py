@@ -22,14 +22,21 @@ from router.unit.steps.route import TableRoute
 class Table:
     def __init__(self, fail: BaseException | None = None) -> None:
         self.calls: list[tuple[str, list[str], list[tuple[str, str]]]] = []
+        self.drains: list[tuple[Any, set[str]]] = []  # (drains, their room lanes) per call
         self.fail = fail
 
     def settle(
-        self, batch_id: str, dests: set[str], releases: list[tuple[str, str]], drains: Any
+        self,
+        batch_id: str,
+        dests: set[str],
+        releases: list[tuple[str, str]],
+        drains: Any,
+        lanes: set[str],
     ) -> int:
         if self.fail is not None:
             raise self.fail
         self.calls.append((batch_id, sorted(dests), releases))
+        self.drains.append((list(drains), set(lanes)))
         return len(releases)
 
 
@@ -60,6 +67,17 @@ def test_released_after_the_commit_and_counted_once_by_settle() -> None:
     assert len(table.calls) == 1
     assert metrics.get("released") == 1 and metrics.get("redis_round_trips") == 1
     assert "release" not in batch.extra
+
+
+def test_the_drains_go_with_the_room_lanes_they_came_from() -> None:
+    """The settle's drains are fenced by the unit's claims on their room lanes (a zombie's
+    late settle opens nothing): the lanes travel with them."""
+    table, metrics = Table(), Metrics()
+    batch, out = finished()
+    out.drains.append(("H", 1, -1))
+    out.drain_lanes.add("t.room.send/2")
+    steps(table, metrics).release(batch, out)
+    assert table.drains == [([("H", 1, -1)], {"t.room.send/2"})]
 
 
 def test_settle_releases_when_the_commit_did_not() -> None:

@@ -1,0 +1,71 @@
+"""Settling a batch after its Kafka commit (`settle.lua`): its leases end, its finals release
+their groups, its drains open the admitted groups they forwarded, and waiting groups are
+admitted. Mixed into `router.table.store.management.ManagementTable`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from router.table.store.codec import text as _text
+from router.table.store.owners import OwnersTable
+
+log = logging.getLogger(__name__)
+
+
+class SettleTable(OwnersTable):
+    keys: Any
+    _r: Any
+    _settle: Any
+    _settle_keys: list[str]
+    _dests: list[str | int]
+    drains_fenced: int  # settles whose drains a newer claim of their room lane fenced
+
+    def settle(
+        self,
+        batch: str,
+        dests: Iterable[str],
+        finals: Iterable[tuple[str, str]] = (),
+        drains: Iterable[tuple[str, int] | tuple[str, int, int]] = (),
+        lanes: Iterable[str] = (),
+    ) -> int:
+        """After a batch's Kafka commit: end its in-flight leases on `dests` (where it sent
+        ordinary messages) and its park leases, release the groups whose final (gid,
+        token) it committed, open the admitted groups it drained ((gid, parks seen[,
+        next sequence number]): `router.table.room.drained`) and admit waiting groups to
+        destinations that became clean. `lanes`: the room lanes the drains came from,
+        fenced by this caller's claims on them: if another unit claimed one since, the
+        drains are ignored (counted in `drains_fenced`, said in the log), the rest holds."""
+        dest_list = list(dests)
+        final_list = list(finals)
+        drain_list = list(drains)
+        args: list[str | int] = [batch, len(dest_list), *dest_list, len(final_list)]
+        for gid, token in final_list:
+            args += (gid, token)
+        args.append(len(drain_list))
+        for gid, parks, *next_seq in drain_list:
+            args += (gid, parks, next_seq[0] if next_seq else -1)
+        args += self.fences(lanes)
+        args += self._dests
+        released, fenced = self._settle(keys=self._settle_keys, args=args)
+        if fenced:
+            self.drains_fenced += 1
+            log.warning(
+                "batch %s: its drains are ignored: room lane %s was claimed by another unit",
+                batch,
+                _text(fenced),
+            )
+        return int(released)
+
+    def release(self, finals: Iterable[tuple[str, str]]) -> int:
+        """Remove the entries of groups whose final message (gid, token) is committed."""
+        return self.settle("", (), finals)
+
+    def inflight(self) -> dict[tuple[str, str], int]:
+        """(destination, batch) -> lease expiry of batches not yet settled."""
+        out = {}
+        for member, score in self._r.zrange(self.keys.inflight, 0, -1, withscores=True):
+            dest, batch = _text(member).split("|", 1)
+            out[(dest, batch)] = int(score)
+        return out
