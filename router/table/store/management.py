@@ -74,7 +74,7 @@ class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OwnersTa
         self.writer = secrets.token_hex(6)  # this caller, in the table's writers hash
         self._routed_at: float | None = None
         self.resets = 0
-        self.drains_fenced = 0  # settles whose drains a newer claim of their room lane fenced
+        self.last_fenced: str | None = None  # (router.table.store.settling)
         self._settle_keys = keys.named(
             "entries deadlines load closing stats inflight cursor room parks admitted done"
             " done_at draining owners"

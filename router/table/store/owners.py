@@ -12,9 +12,10 @@ the lane's token becomes larger than every one given before. Calls that change t
 a lane (route, chained drains) carry the caller's tokens for the lanes they speak for
 (`fences`), and the script refuses the whole call if any is older than the lane's latest
 claim (`fenced_lane` in `prelude.lua`): `LaneFenced`, the batch is rewound, and the unit
-backs off while its consumer learns it lost the partition. A settle is not fenced: it
-follows a committed transaction, which Kafka allowed. Mixed into
-`router.table.store.management.ManagementTable`.
+backs off while its consumer learns it lost the partition. A settle follows a committed
+transaction, which Kafka allowed, so it is not refused; only its drains, which name groups
+by ID, carry the claims they were drained under and are ignored when a newer claim exists
+(`router.table.store.settling`). Mixed into `router.table.store.management.ManagementTable`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ admitted. Mixed into `router.table.store.management.ManagementTable`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from router.table.store.codec import text as _text
@@ -20,7 +20,7 @@ class SettleTable(OwnersTable):
     _settle: Any
     _settle_keys: list[str]
     _dests: list[str | int]
-    drains_fenced: int  # settles whose drains a newer claim of their room lane fenced
+    last_fenced: str | None  # the room lane whose newer claim fenced the last settle's drains
 
     def settle(
         self,
@@ -28,15 +28,16 @@ class SettleTable(OwnersTable):
         dests: Iterable[str],
         finals: Iterable[tuple[str, str]] = (),
         drains: Iterable[tuple[str, int] | tuple[str, int, int]] = (),
-        lanes: Iterable[str] = (),
+        claims: Mapping[str, str] | None = None,
     ) -> int:
         """After a batch's Kafka commit: end its in-flight leases on `dests` (where it sent
         ordinary messages) and its park leases, release the groups whose final (gid,
         token) it committed, open the admitted groups it drained ((gid, parks seen[,
         next sequence number]): `router.table.room.drained`) and admit waiting groups to
-        destinations that became clean. `lanes`: the room lanes the drains came from,
-        fenced by this caller's claims on them: if another unit claimed one since, the
-        drains are ignored (counted in `drains_fenced`, said in the log), the rest holds."""
+        destinations that became clean. `claims`: the room lanes the drains came from, with
+        the caller's claim token on each as it was when it drained them: if another unit
+        claimed one since, the drains are ignored (the table's `drains_fenced`; the lane in
+        `last_fenced`, said in the log), the rest holds."""
         dest_list = list(dests)
         final_list = list(finals)
         drain_list = list(drains)
@@ -46,15 +47,18 @@ class SettleTable(OwnersTable):
         args.append(len(drain_list))
         for gid, parks, *next_seq in drain_list:
             args += (gid, parks, next_seq[0] if next_seq else -1)
-        args += self.fences(lanes)
+        fences = sorted((claims or {}).items())
+        args.append(len(fences))
+        for lane, token in fences:
+            args += (lane, token)
         args += self._dests
         released, fenced = self._settle(keys=self._settle_keys, args=args)
-        if fenced:
-            self.drains_fenced += 1
+        self.last_fenced = _text(fenced) if fenced else None
+        if self.last_fenced and drain_list:
             log.warning(
                 "batch %s: its drains are ignored: room lane %s was claimed by another unit",
                 batch,
-                _text(fenced),
+                self.last_fenced,
             )
         return int(released)
 

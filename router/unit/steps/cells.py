@@ -51,7 +51,7 @@ def by_cell(tps: Iterable[TP], cell: int, cells: int) -> list[TP]:
 
 def merge(outs: Sequence[Output]) -> Output:
     """One output of the cells' outputs, their records in cell order: counts summed, lists
-    joined, sets united; barriers and the drain's start moved by the records before."""
+    joined, sets and dicts united; barriers and the drain's start moved by the records before."""
     out = Output()
     for o in outs:
         base = len(out.records)
@@ -66,6 +66,8 @@ def merge(outs: Sequence[Output]) -> Output:
                 mine.extend(theirs)
             elif isinstance(mine, set):
                 mine |= theirs
+            elif isinstance(mine, dict):
+                mine.update(theirs)
             else:
                 setattr(out, name, mine + theirs)
     return out

@@ -153,10 +153,12 @@ class RoutingSteps:
         releases = [*out.finals, *((gid, STOPPED) for gid in out.stopped)]
         try:
             t0 = time.perf_counter()
-            released = self.release_table.settle(
-                batch.id, out.ordinary_dests, releases, out.drains, out.drain_lanes
+            table = self.release_table
+            released = table.settle(
+                batch.id, out.ordinary_dests, releases, out.drains, out.drain_claims
             )
-            batch.extra["release"] = (released, time.perf_counter() - t0)
+            fenced = table.last_fenced if out.drains else None
+            batch.extra["release"] = (released, time.perf_counter() - t0, fenced)
         except Exception as exc:  # reported by `settle`, on the run loop
             batch.extra["release"] = exc
 
@@ -180,10 +182,14 @@ class RoutingSteps:
         outcome = batch.extra.pop("release", None)
         m = self.metrics
         if isinstance(outcome, tuple):
-            released, seconds = outcome
+            released, seconds, fenced = outcome
             m.inc("released", released)
             m.observe("redis_rtt_seconds", seconds)
             m.inc("redis_round_trips")
+            if fenced is not None:  # its drains ignored: another unit claimed the room lane
+                m.inc("lanes_fenced")
+                if self.claims is not None:
+                    self.claims.fenced(fenced)  # rechecked with the coordinator, reclaimed
         elif isinstance(outcome, redis.RedisError):
             m.inc("redis_errors")
             m.inc("release_failures", len(out.finals))

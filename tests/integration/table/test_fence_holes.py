@@ -181,9 +181,11 @@ def test_a_zombies_late_settle_does_not_open_a_later_group_of_the_same_id(
     batch's commit and its settle, resumed after the ID came again as a new group admitted
     meanwhile with as many parks, opened that group before its parked records were drained
     (the drain then dead-lettered them, room-late). The drains are fenced now by the
-    caller's claims on the room lanes they came from (`settle.lua`)."""
+    caller's claims on the room lanes they came from, as they were when it drained them
+    (`settle.lua`)."""
     zombie, owner = units
     zombie.claim([ROOM_LANE])  # the zombie-to-be owns the room partition
+    drained_under = dict(zombie.claims)  # its claim when it drains (Output.drain_claims)
     # g0 holds d0 and g9 d1; H waits in the room with one park; g0 ends: H is admitted.
     owner.route([req("g0", 1), req("g9", 2), req("H", 3)], batch="b1")
     owner.settle("b1", [])
@@ -193,8 +195,8 @@ def test_a_zombies_late_settle_does_not_open_a_later_group_of_the_same_id(
     # settle, which would open H: drains [("H", 1, -1)]. The room partition moves on; the
     # new owner reads the drain marker and opens H itself; H ends and is released.
     owner.claim([ROOM_LANE])
-    owner.settle("n1", [], [], [("H", 1, -1)], [ROOM_LANE])
-    assert owner.entries()["H"].state == "open"
+    owner.settle("n1", [], [], [("H", 1, -1)], dict(owner.claims))
+    assert owner.entries()["H"].state == "open" and owner.last_fenced is None
     owner.route([req("H", 4, final=True)], batch="n2")
     owner.settle("n2", [], [("H", f"{LANE}/4")])
     # The ID comes again, a new group: it waits behind g1 and g9, then is admitted.
@@ -204,11 +206,11 @@ def test_a_zombies_late_settle_does_not_open_a_later_group_of_the_same_id(
     assert owner.admitted() == {"H": "d0"}
     # The zombie resumes and settles its committed drain batch: the new H must stay
     # admitted until its own parked record is drained.
-    zombie.settle("z1", [], [], [("H", 1, -1)], [ROOM_LANE])
+    zombie.settle("z1", [], [], [("H", 1, -1)], drained_under)
     assert owner.entries()["H"].state == "admitted", "a stale settle opened a later group"
-    assert zombie.drains_fenced == 1
+    assert zombie.last_fenced == ROOM_LANE
     # The new owner's own drain of it opens it.
-    owner.settle("n4", [], [], [("H", 1, -1)], [ROOM_LANE])
+    owner.settle("n4", [], [], [("H", 1, -1)], dict(owner.claims))
     assert owner.entries()["H"].state == "open"
 
 
@@ -220,10 +222,41 @@ def test_a_fenced_settle_still_ends_its_leases_and_releases_its_finals(
     match)."""
     zombie, owner = units
     zombie.claim([ROOM_LANE, LANE])
+    drained_under = {ROOM_LANE: zombie.claims[ROOM_LANE]}
     zombie.route([req("G", 1), req("G", 2, final=True), req(None, 3)], batch="z1")
     assert zombie.inflight()
     owner.claim([ROOM_LANE])
-    zombie.settle("z1", ["d1", "d0"], [("G", f"{LANE}/2")], [("~x", 1, -1)], [ROOM_LANE])
-    assert zombie.drains_fenced == 1
+    zombie.settle("z1", ["d1", "d0"], [("G", f"{LANE}/2")], [("~x", 1, -1)], drained_under)
+    assert zombie.last_fenced == ROOM_LANE
     assert owner.entries() == {}
     assert owner.inflight() == {}
+
+
+def test_a_fenced_settle_still_finishes_a_logical_group_at_the_number_its_drain_reached(
+    units: tuple[ManagementTable, ManagementTable], redis_client: redis.Redis
+) -> None:
+    """Logical order: the number a drain reached is recorded for a group its own batch's
+    final releases (by its token) even when the drains are fenced: a later copy of a member
+    below it is a duplicate, not a new group (found by the review of the fence)."""
+    zombie, owner = units
+    zombie.claim([ROOM_LANE])
+    drained_under = dict(zombie.claims)
+
+    def member(offset: int, seq: int, final: bool = False) -> RouteRequest:
+        return RouteRequest(
+            "G", final, 60_000, f"{LANE}/{offset}", LANE, seq=seq, continuation=seq > 0
+        )
+
+    owner.route([req("a", 1), req("b", 2)], batch="b1")
+    owner.settle("b1", [])
+    owner.route([member(3, 0), member(4, 1), member(5, 2, final=True)], batch="b2")
+    owner.settle("b2", [])
+    owner.route([req("a", 6, final=True)], batch="b3")
+    owner.settle("b3", [], [("a", f"{LANE}/6")])
+    closing = owner.entries()["G"].closing
+    owner.claim([ROOM_LANE])
+    # the zombie's drain forwarded members 0 to 2 (the final): its final and the number reached
+    zombie.settle("z1", ["d0"], [("G", closing)], [("G", -1, 3)], drained_under)
+    assert zombie.last_fenced == ROOM_LANE
+    assert redis_client.hget(owner.keys.done, "G").startswith(b"3|")
+    assert owner.route([member(7, 1)], batch="b4").decisions == ["!D"]

@@ -15,7 +15,7 @@
 --       token (router/table/store/owners.py); then n, then every destination name of the
 --       side (for admissions)
 -- A drain names its group by ID only, so a drain whose room lane was claimed by another
--- unit since (a zombie's settle, late) is ignored, drains and what they reached: the lane's
+-- unit since (a zombie's settle, late) is ignored: the lane's
 -- new owner opens its groups (its drain markers), and a later group of the same ID,
 -- admitted meanwhile, must not open before its own parked records are drained. The rest of
 -- the settle holds whoever calls it (its batch committed): leases end, finals release by
@@ -57,11 +57,11 @@ do
   local fences = {}
   for k = 1, 2 * tonumber(ARGV[f]) do fences[k] = ARGV[f + k] end
   fenced_by = fenced_lane(K_OWNERS, fences)
-  if not fenced_by then
-    for _ = 1, ndrains do
-      reached[ARGV[j + 1]] = tonumber(ARGV[j + 3])
-      j = j + 3
-    end
+  -- read even when fenced: a number reached is used only for a group this batch's final
+  -- releases by its token (the same group, its drain committed), never for a later one
+  for _ = 1, ndrains do
+    reached[ARGV[j + 1]] = tonumber(ARGV[j + 3])
+    j = j + 3
   end
 end
 -- The finals' entries are read in one HMGET and the released groups' keys removed in one
@@ -150,7 +150,7 @@ for _ = 1, count() do
   i = i + 3
 end
 i = i + 1 + 2 * tonumber(ARGV[i])  -- (the fences, read above)
-if fenced_by then
+if fenced_by and #drains > 0 then
   drains = {}
   redis.call('HINCRBY', K_STATS, 'drains_fenced', 1)
 end

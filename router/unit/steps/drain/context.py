@@ -1,14 +1,15 @@
 """What the drain step's helpers (`router.unit.steps.drain.writes`,
-`router.unit.steps.drain.logical`) read of the
-drain that calls them (`router.unit.steps.drain.step.Drain`): its side, its emitter, its room index,
-the groups it is opening, and its consumer. A protocol, so that the helpers import neither the step
-nor each other's caller."""
+`router.unit.steps.drain.logical`) read of the drain that calls them
+(`router.unit.steps.drain.step.Drain`): its side, its emitter, its room index, the groups it
+is opening, its consumer and its claims. A protocol, so that the helpers import neither the
+step nor each other's caller."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from router.topology.side import SideSpec
+from router.unit.steps.batch import TP
 from router.unit.steps.drain.index import RoomIndex
 from router.unit.steps.emit.emitter import Emitter
 
@@ -31,4 +32,8 @@ class Draining(Protocol):
     @property
     def consumer(self) -> object:
         """The unit's source consumer: committed offsets and watermarks."""
+        ...
+
+    def claim_of(self, tp: TP) -> str | None:
+        """This unit's claim token on a room partition (None: it holds no claim)."""
         ...

@@ -17,7 +17,6 @@ from router.unit.steps.drain import writes as drainwrite
 from router.unit.steps.drain.context import Draining
 from router.unit.steps.drain.index import Parked
 from router.unit.steps.emit.records import Output, Record
-from router.unit.steps.ownership import lane_of
 
 log = logging.getLogger("router.drain")
 
@@ -100,16 +99,15 @@ class LogicalOrder:
             if state.closing:  # released by the entry's token, whichever copy went out
                 out.finals[before:] = [(g, state.closing) for g, _ in out.finals[before:]]
                 if len(out.finals) > before:  # the table remembers the number reached
-                    out.drains.append((gid, -1, plan.next))  # (parks -1: no opening)
-                    out.drain_lanes.add(lane_of(*tp))
+                    # (parks -1: no opening)
+                    drainwrite.drained(d, out, tp, (gid, -1, plan.next))
         bad_final = [p for p in plan.unsequenced if p.final]
         if bad_final and final_waits and not plan.waiting:  # no good final forwarded
             # A final whose number cannot be read still ends its group (as in
             # `Drain.forward`): released, and closed downstream on the send side.
             p = bad_final[-1]
             out.finals.append((gid, state.closing))
-            out.drains.append((gid, -1, plan.next))
-            out.drain_lanes.add(lane_of(*tp))
+            drainwrite.drained(d, out, tp, (gid, -1, plan.next))
             if d.spec.side == "send":
                 item = Item(p.m, p.headers(), None, p.bad)
                 out.records.append(d.emitter.close_marker(item, state.dest, out, p.token))

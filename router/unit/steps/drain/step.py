@@ -219,8 +219,7 @@ class Drain:
                 self.checks[gid] = Check(tp, state.parks, end, nxt)
             elif positions.get(check.tp, -1) >= check.end:
                 # opens it, unless parked meanwhile
-                out.drains.append((gid, check.parks, check.next))
-                out.drain_lanes.add(lane_of(*check.tp))
+                drainwrite.drained(self, out, check.tp, (gid, check.parks, check.next))
                 del self.checks[gid]
         for key in list(self.index.pending):  # the table knows the marker's next number
             state = states.get(key[1])
@@ -281,10 +280,12 @@ class Drain:
                 self.opening.add(gid)
                 chained.add(gid)
                 if room.is_pseudo(gid):  # a lane: released by this settle if nothing came
-                    out.drains.append((gid, len(parked), -1))
-                    out.drain_lanes.add(lane_of(*tp))
+                    drainwrite.drained(self, out, tp, (gid, len(parked), -1))
         out.chained += len(chained)
         return chained
+
+    def claim_of(self, tp: TP) -> str | None:
+        return self.table.claims.get(lane_of(*tp))
 
     def _end(self, tp: TP) -> int | None:
         """A room partition's end offset, read after this batch's room states; None if the

@@ -16,6 +16,7 @@ from router.unit.steps.drain.context import Draining
 from router.unit.steps.drain.index import Parked
 from router.unit.steps.emit import letters
 from router.unit.steps.emit.records import Output, Record, new_record
+from router.unit.steps.ownership import lane_of
 
 log = logging.getLogger("router.drain")
 
@@ -168,3 +169,14 @@ def marker(
         next_seq if next_seq >= 0 else None,
         origin,
     )
+
+
+def drained(d: Draining, out: Output, tp: TP, drain: tuple[str, int, int]) -> None:
+    """A drain for the settle (`router.table.room.drained`), with this unit's claim on its
+    room partition as it is now: the settle's drains are fenced by it, so that a zombie's
+    late settle opens nothing (`router.table.store.settling`). A partition this unit holds
+    no claim on (its claim refused at the assignment, not taken since) is not fenced."""
+    out.drains.append(drain)
+    token = d.claim_of(tp)
+    if token is not None:
+        out.drain_claims[lane_of(*tp)] = token

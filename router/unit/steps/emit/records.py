@@ -70,9 +70,10 @@ class Output:
     orphans_parked: int = 0
     # (gid, parks seen, next sequence number or -1): `router.table.room.drained`
     drains: list[tuple[str, int, int]] = field(default_factory=list)
-    # the room lanes they came from: the settle's drains are fenced by this unit's claims
-    # on them (a zombie's late settle opens nothing: `router.table.store.settling`)
-    drain_lanes: set[str] = field(default_factory=set)
+    # the room lanes they came from, with this unit's claim token on each when it drained
+    # them: the settle's drains are fenced by them (a zombie's late settle opens nothing:
+    # `router.table.store.settling`)
+    drain_claims: dict[str, str] = field(default_factory=dict)
     parked_in_room: int = 0  # parked in the waiting room
     drained: int = 0  # forwarded out of the waiting room (counted in forwarded too)
     chained: int = 0  # waiting groups drained whole behind an admitted one (router.table.chain)

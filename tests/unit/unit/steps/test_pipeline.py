@@ -22,8 +22,10 @@ from router.unit.steps.route import TableRoute
 class Table:
     def __init__(self, fail: BaseException | None = None) -> None:
         self.calls: list[tuple[str, list[str], list[tuple[str, str]]]] = []
-        self.drains: list[tuple[Any, set[str]]] = []  # (drains, their room lanes) per call
+        self.drains: list[tuple[Any, dict[str, str]]] = []  # (drains, their claims) per call
         self.fail = fail
+        self.fenced: str | None = None  # the room lane a newer claim holds, if any
+        self.last_fenced: str | None = None
 
     def settle(
         self,
@@ -31,12 +33,13 @@ class Table:
         dests: set[str],
         releases: list[tuple[str, str]],
         drains: Any,
-        lanes: set[str],
+        claims: dict[str, str],
     ) -> int:
         if self.fail is not None:
             raise self.fail
         self.calls.append((batch_id, sorted(dests), releases))
-        self.drains.append((list(drains), set(lanes)))
+        self.drains.append((list(drains), dict(claims)))
+        self.last_fenced = self.fenced if self.fenced in claims else None
         return len(releases)
 
 
@@ -69,15 +72,42 @@ def test_released_after_the_commit_and_counted_once_by_settle() -> None:
     assert "release" not in batch.extra
 
 
-def test_the_drains_go_with_the_room_lanes_they_came_from() -> None:
+def test_the_drains_go_with_the_claims_they_were_drained_under() -> None:
     """The settle's drains are fenced by the unit's claims on their room lanes (a zombie's
-    late settle opens nothing): the lanes travel with them."""
+    late settle opens nothing): the tokens travel with them."""
     table, metrics = Table(), Metrics()
     batch, out = finished()
     out.drains.append(("H", 1, -1))
-    out.drain_lanes.add("t.room.send/2")
+    out.drain_claims["t.room.send/2"] = "7"
     steps(table, metrics).release(batch, out)
-    assert table.drains == [([("H", 1, -1)], {"t.room.send/2"})]
+    assert table.drains == [([("H", 1, -1)], {"t.room.send/2": "7"})]
+
+
+def test_fenced_drains_are_counted_and_their_lane_rechecked() -> None:
+    """A settle whose drains another unit's claim fenced: counted like a fenced route call,
+    and the lane goes to the claims' recheck (the coordinator is asked whether this member
+    still holds it; if so it claims it back), so that a wrongly fenced owner does not leave
+    its admitted groups unopened for good."""
+
+    class Claims:
+        def __init__(self) -> None:
+            self.fenced_lanes: list[str] = []
+
+        def fenced(self, lane: str) -> None:
+            self.fenced_lanes.append(lane)
+
+    table, metrics = Table(), Metrics()
+    table.fenced = "t.room.send/2"
+    s = steps(table, metrics)
+    claims = Claims()
+    s.claims = cast(Any, claims)
+    batch, out = finished()
+    out.drains.append(("H", 1, -1))
+    out.drain_claims["t.room.send/2"] = "7"
+    s.settle(batch, out)
+    assert metrics.get("lanes_fenced") == 1
+    assert claims.fenced_lanes == ["t.room.send/2"]
+    assert metrics.get("released") == 1
 
 
 def test_settle_releases_when_the_commit_did_not() -> None:

@@ -79,6 +79,7 @@ class _Table:
 
     def __init__(self, hop: Hop) -> None:
         self.hop = hop
+        self.claims: dict[str, str] = {}  # the model fences nothing: no claims
 
     def route(self, requests: list[Any], batch: str, carried: Any = (), earlier: Any = ()) -> Any:
         hop = self.hop
