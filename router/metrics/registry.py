@@ -50,6 +50,7 @@ MetricName = Literal[
     "released",  # entries released after their final committed
     "release_failures",  # release deferred to the sweeper
     "rebalances",
+    "room_strays",  # admitted groups the room held no record of, found and checked (drain)
     "lanes_fenced",  # table calls refused: another unit claimed the lane since (a zombie's)
     "swept",  # sweeper: entries removed past their TTL
     "abandoned_events",  # sweeper: abandoned-group events published

@@ -20,7 +20,7 @@ by ID, carry the claims they were drained under and are ignored when a newer cla
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from router.errors import RouterError
@@ -85,13 +85,17 @@ class OwnersTable:
         token pairs. Lanes this caller never claimed are not fenced (tests and tools
         that call the table directly)."""
         claims = self.claims
-        out: list[str] = []
-        for lane in sorted(set(lanes)):
-            token = claims.get(lane)
-            if token is not None:
-                out += (lane, token)
-        return [str(len(out) // 2), *out]
+        return fence_args({lane: claims[lane] for lane in lanes if lane in claims})
 
     def owners(self) -> dict[str, str]:
         """Lane -> the token of its latest claim (operators, tests)."""
         return {_text(k): _text(v) for k, v in self.client.hgetall(self.keys.owners).items()}
+
+
+def fence_args(claims: Mapping[str, str]) -> list[str]:
+    """A script's fence arguments for lanes and the caller's claim tokens on them: n, then
+    lane, token pairs, in lane order (`fenced_lane` in `prelude.lua`)."""
+    out: list[str] = []
+    for lane, token in sorted(claims.items()):
+        out += (lane, token)
+    return [str(len(out) // 2), *out]

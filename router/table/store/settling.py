@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from router.table.store.codec import text as _text
-from router.table.store.owners import OwnersTable
+from router.table.store.owners import OwnersTable, fence_args
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,7 @@ class SettleTable(OwnersTable):
         args.append(len(drain_list))
         for gid, parks, *next_seq in drain_list:
             args += (gid, parks, next_seq[0] if next_seq else -1)
-        fences = sorted((claims or {}).items())
-        args.append(len(fences))
-        for lane, token in fences:
-            args += (lane, token)
+        args += fence_args(claims or {})
         args += self._dests
         released, fenced = self._settle(keys=self._settle_keys, args=args)
         self.last_fenced = _text(fenced) if fenced else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from router.topology.side import SideSpec
-from router.unit.steps.batch import TP
 from router.unit.steps.drain.index import RoomIndex
 from router.unit.steps.emit.emitter import Emitter
 
@@ -34,6 +33,6 @@ class Draining(Protocol):
         """The unit's source consumer: committed offsets and watermarks."""
         ...
 
-    def claim_of(self, tp: TP) -> str | None:
-        """This unit's claim token on a room partition (None: it holds no claim)."""
+    def claim_of(self, lane: str) -> str | None:
+        """This unit's claim token on a room partition's lane (None: it holds no claim)."""
         ...

@@ -17,24 +17,24 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 
 from router.metrics.registry import Metrics
 from router.table import room
-from router.table.routing import NO_DEST, STOPPED, RoomState
+from router.table.routing import NO_DEST, STOPPED
 from router.table.store.management import ManagementTable
-from router.table.store.owners import LaneFenced
 from router.topology.cells import room_partition
 from router.topology.side import SideSpec
 from router.unit.steps.batch import TP, Batch
-from router.unit.steps.drain import chaining
+from router.unit.steps.drain import chained, chaining
 from router.unit.steps.drain import writes as drainwrite
 from router.unit.steps.drain.index import RoomIndex
 from router.unit.steps.drain.logical import LogicalOrder
 from router.unit.steps.emit.emitter import Emitter
 from router.unit.steps.emit.records import Output
-from router.unit.steps.ownership import LaneClaims, Unclaimed, lane_of
+from router.unit.steps.ownership import LaneClaims
 from router.utils.clock import Every
 
 log = logging.getLogger("router.drain")
 
 IDLE_S = 0.05  # between two batches that only drain
+STRAYS_S = 1.0  # between two looks for admitted groups the room holds no record of
 
 
 @dataclass(slots=True)
@@ -83,6 +83,9 @@ class Drain:
         self.ends = ends
         self._ends_now: dict[TP, int] | None = None
         self.claims: LaneClaims | None = None  # the unit's claims: chains are fenced
+        self.strays: set[str] = set()  # admitted here, no record, marker or check of them
+        self._strays = Every(STRAYS_S)
+        self._reported: set[str] = set()
 
     def take(self, messages: list[Message]) -> list[Message]:
         """Index the room records among polled messages; return the others."""
@@ -100,13 +103,41 @@ class Drain:
         """Whether a batch with nothing but the drain is worth running now: something
         may be forwarded or opened, and the last drain did something (its settle frees
         and admits) or ran at least IDLE_S ago (a group waiting for the room's end
-        offsets must not spin empty transactions)."""
+        offsets must not spin empty transactions). Every STRAYS_S it looks for strays."""
+        if self.owned and self._strays.due():
+            self._find_strays()
         return self.busy() and (self.eager or self._idle.due())
 
     def busy(self) -> bool:
         """Parked groups or checks in hand: another unit's settle may admit one at any
         time, so the unit polls no longer than IDLE_S between drains."""
-        return bool(self.index.groups or self.checks or self.opening)
+        return bool(self.index.groups or self.checks or self.opening or self.strays)
+
+    def _find_strays(self) -> None:
+        """Admitted groups on this unit's room partitions of which it holds no record,
+        marker or check. A batch counted their parks and aborted, and its replay did not
+        park them again (an ordinary message that found a destination free then, a member
+        whose lifetime ended meanwhile); or the drain marker that would open them lies
+        below the committed low mark. Nothing of theirs is in the room, yet each holds its
+        destination: they are checked as any admitted group (open, or a lane's released,
+        once the partition was read to its end with no park in flight)."""
+        try:
+            admitted = self.table.admitted()
+        except redis.RedisError as exc:
+            self.metrics.inc("redis_errors")
+            log.warning("admitted groups not read, looked for again later: %s", exc)
+            return
+        known = self.index.gids() | set(self.checks) | self.opening
+        self.strays = {
+            gid
+            for gid in admitted
+            if gid not in known and (self.topic, room_partition(gid, self.partitions)) in self.owned
+        }
+        new = self.strays - self._reported  # reported once each
+        self._reported = (self._reported & set(admitted)) | new
+        if new:
+            self.metrics.inc("room_strays", len(new))
+            log.warning("admitted with no record in the room, checked: %s", ", ".join(sorted(new)))
 
     def assign(self, tps: list[TP]) -> None:
         for tp in tps:
@@ -142,7 +173,10 @@ class Drain:
         if not self.owned:
             return
         self._ends_now = None
-        states = self.table.room_state(sorted(self.index.gids() | set(self.checks) | self.opening))
+        stray, self.strays = self.strays, set()  # a check each, or looked for again
+        states = self.table.room_state(
+            sorted(self.index.gids() | set(self.checks) | self.opening | stray)
+        )
         self.opening &= {g for g, st in states.items() if st.state == room.ADMITTED}
         consumer = self.consumer
         positions = {
@@ -200,7 +234,7 @@ class Drain:
                         if state.dest != NO_DEST:  # stopped while it held its destination
                             drainwrite.close_stopped(self, gid, parked, state.dest, out)
         if heads:
-            drained |= self._chain(heads, states, out, batch, now_ms)
+            drained |= chained.chain(self, heads, states, out, batch, now_ms)
         for gid, state in states.items():
             if state.state != room.ADMITTED or gid in drained or gid in held_back:
                 self.checks.pop(gid, None)
@@ -236,56 +270,8 @@ class Drain:
             if positions.get(tp, -1) >= 0
         ]
 
-    def _chain(
-        self,
-        heads: dict[str, list[tuple[TP, str]]],
-        states: dict[str, RoomState],
-        out: Output,
-        batch: Batch,
-        now_ms: int,
-    ) -> set[str]:
-        """Write complete waiting groups back to back behind the groups this batch forwards
-        whole (`router.unit.steps.drain.chaining`, `router.table.chain`); the chained IDs.
-        If Redis cannot say, nothing is chained: a chain the table made but this batch does
-        not write stays admitted, and the partition's next drain writes it."""
-        request = chaining.plan(heads, self.index.groups, states)
-        if not request:
-            return set()
-        lanes = {lane_of(*tp) for tp in self.owned}
-        try:
-            if self.claims is not None:
-                self.claims.ensure(lanes)
-            taken = self.table.chain(request, lanes)
-        except LaneFenced as exc:  # another unit owns the partition now: nothing changed
-            self.metrics.inc("lanes_fenced")
-            if self.claims is not None:
-                self.claims.fenced(exc.lane)
-            log.warning("no chained drain this batch: %s", exc)
-            return set()
-        except Unclaimed as exc:
-            log.warning("no chained drain this batch: %s", exc)
-            return set()
-        except redis.RedisError as exc:
-            self.metrics.inc("redis_errors")
-            log.warning("no chained drain this batch: %s", exc)
-            return set()
-        chained = set()
-        for dest, gids in taken.items():
-            tp = heads[dest][0][0]
-            for gid in gids:
-                parked = self.index.groups[tp][gid]
-                ts_type, ts = parked[0].m.timestamp()
-                out.room_waits_ms.append(max(now_ms - ts, 0) if ts_type else 0)
-                drainwrite.forward(self, tp, gid, parked, dest, out, batch, now_ms)
-                self.opening.add(gid)
-                chained.add(gid)
-                if room.is_pseudo(gid):  # a lane: released by this settle if nothing came
-                    drainwrite.drained(self, out, tp, (gid, len(parked), -1))
-        out.chained += len(chained)
-        return chained
-
-    def claim_of(self, tp: TP) -> str | None:
-        return self.table.claims.get(lane_of(*tp))
+    def claim_of(self, lane: str) -> str | None:
+        return self.table.claims.get(lane)
 
     def _end(self, tp: TP) -> int | None:
         """A room partition's end offset, read after this batch's room states; None if the

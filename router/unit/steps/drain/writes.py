@@ -177,6 +177,7 @@ def drained(d: Draining, out: Output, tp: TP, drain: tuple[str, int, int]) -> No
     late settle opens nothing (`router.table.store.settling`). A partition this unit holds
     no claim on (its claim refused at the assignment, not taken since) is not fenced."""
     out.drains.append(drain)
-    token = d.claim_of(tp)
+    lane = lane_of(*tp)
+    token = d.claim_of(lane)
     if token is not None:
-        out.drain_claims[lane_of(*tp)] = token
+        out.drain_claims[lane] = token
