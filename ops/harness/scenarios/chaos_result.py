@@ -143,6 +143,11 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
     if r.features is not None:
         items.extend(f"    {e}" for e in r.features.examples)
     items.extend(f"    {e}" for x in result.rest for e in x.examples)
+    if result.policy == "wait":  # none is allowed: where, for a diagnosis
+        for s in (r.send, r.receive):
+            if s is not None and s.inside:
+                items.append(f"    interleaved on the {s.side} side, the first:")
+                items.extend(f"      {e}" for e in s.inside)
     v = result.violations()
     items.append(
         "RESULT: "

@@ -177,6 +177,7 @@ class SideReport:
     placements_disallowed: int = 0
     held_up: int = 0  # occupancies extended by a disturbance
     examples: list[str] = field(default_factory=list)  # disallowed placements, explained
+    inside: list[str] = field(default_factory=list)  # the first interleavings, where
 
     def line(self) -> str:
         return (
@@ -331,6 +332,13 @@ def _judge_destination(
         ok = True
         if around:
             report.interleaved += 1
+            if len(report.inside) < EXAMPLES:
+                what = "ordinary" if g is None else f"group {g}{' final' if r.final else ''}"
+                report.inside.append(
+                    f"{lane_name(dest, r.band)}@{r.offset} {r.event_id} ({what}) inside "
+                    + ", ".join(f"{x} (from @{records[opened[x][0]].offset})" for x in around[:3])
+                    + (f" (+{len(around) - 3} more)" if len(around) > 3 else "")
+                )
             if g is not None and g in opened:  # a later message of g: follows its group
                 mine, mine_ok = opened[g]
                 ok = all(mine_ok if opened[x][0] < mine else opened[x][1] for x in around)

@@ -28,7 +28,7 @@ from router.unit.steps.drain.index import RoomIndex
 from router.unit.steps.drain.logical import LogicalOrder
 from router.unit.steps.emit.emitter import Emitter
 from router.unit.steps.emit.records import Output
-from router.unit.steps.ownership import LaneClaims
+from router.unit.steps.ownership import LaneClaims, Unclaimed, lane_of
 from router.utils.clock import Every
 
 log = logging.getLogger("router.drain")
@@ -172,6 +172,12 @@ class Drain:
         """Add the batch's drain: records, markers, finals, drains and room offsets."""
         if not self.owned:
             return
+        if self.claims is not None:  # the settle's drains carry these claims: take them first
+            try:
+                self.claims.ensure({lane_of(*tp) for tp in self.owned})
+            except Unclaimed as exc:
+                log.warning("no drain this batch: %s", exc)
+                return
         self._ends_now = None
         stray, self.strays = self.strays, set()  # a check each, or looked for again
         states = self.table.room_state(

@@ -14,9 +14,12 @@ from typing import cast
 import pytest
 import redis
 
+from router.metrics.registry import Metrics
 from router.table.store.management import ManagementTable
 from router.unit.steps import ownership
-from router.unit.steps.batch import TP
+from router.unit.steps.batch import TP, Batch
+from router.unit.steps.drain.step import Drain
+from router.unit.steps.emit.records import Output
 from router.unit.steps.ownership import LaneClaims, Unclaimed
 
 
@@ -138,3 +141,41 @@ def test_without_a_coordinator_view_claims_are_taken_as_assigned() -> None:
     c.revoked([("send.q", 0)])
     c.ensure({"send.q/0"})
     assert table.claimed == [["send.q/0"], ["send.q/0"]]
+
+
+class RoomTable(Table):
+    """The drain's view of the table: its claims, and what it asked of the room."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[list[str]] = []
+
+    def room_state(self, gids: list[str]) -> dict[str, object]:
+        self.asked.append(gids)
+        return {}
+
+
+def test_a_plain_drain_claims_its_room_partitions_before_draining() -> None:
+    """A settle's drains carry the claims they were drained under (`Output.drain_claims`): a
+    room partition whose claim was refused at the assignment is claimed before the drain, as
+    before a chained drain, or its drains would go unfenced; while the coordinator does not
+    confirm it, nothing is drained (the batch goes on without)."""
+    table, coord = RoomTable(), Coordinator(set())
+    drain = Drain(cast(ManagementTable, table), None, "room", 1, None, Metrics())  # type: ignore[arg-type]
+    drain.claims = claims_on(table, coord)
+    drain.claims.assigned([("room", 0)])  # refused: not confirmed yet
+    drain.assign([("room", 0)])
+    drain.emit(Batch("b1", 0), Output(), 0)
+    assert table.asked == [] and table.claimed == []  # no drain, nothing claimed
+    coord.holds = {("room", 0)}
+
+    class Consumer:
+        def position(self, tps: list[object]) -> list[object]:
+            return []
+
+        def get_watermark_offsets(self, *args: object) -> tuple[int, int]:
+            return 0, 0  # an empty room partition: caught up at once
+
+    drain.consumer = Consumer()
+    drain.emit(Batch("b2", 0), Output(), 0)
+    assert table.claimed == [["room/0"]] and table.asked == [[]]
