@@ -57,6 +57,7 @@ from ops.harness.scenarios.burst import (
     run_all_open,
     run_burst,
 )
+from ops.harness.signals import exit_on_sigterm
 from ops.harness.stack.pipeline import Pipeline
 from router.config import RouterSettings, load_settings
 
@@ -235,4 +236,5 @@ def all_open(settings: RouterSettings, out: Path, console: Console | None = None
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

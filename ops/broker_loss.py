@@ -36,6 +36,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ops.harness.signals import exit_on_sigterm
 from ops.harness.stack.localstack import STACK_SCRIPT, LocalStack
 
 TOPIC = "broker-loss.repro"
@@ -277,4 +278,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

@@ -62,6 +62,7 @@ from ops.harness.breakage import DEFECTS
 from ops.harness.console import Console
 from ops.harness.scenarios.chaos_result import SUMMARY_WIDTH, summary_rows
 from ops.harness.scenarios.chaos_run import ChaosSpec, run_chaos
+from ops.harness.signals import exit_on_sigterm
 from ops.harness.stack.hastack import HaStack
 from ops.harness.stack.localstack import LocalStack
 from ops.harness.stack.netplan import KINDS
@@ -266,4 +267,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from ops.harness.scenarios.demo_run import run_demo
+from ops.harness.signals import exit_on_sigterm
 from ops.harness.stack.pipeline import PipelineSpec
 from ops.harness.traffic.workload import WorkloadSpec
 from router.config import load_settings
@@ -87,4 +88,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

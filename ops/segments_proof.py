@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from ops.harness.signals import exit_on_sigterm
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from ops.harness.traffic.final_read import read_to_end
 from router.config import RouterSettings, load_settings
@@ -314,4 +315,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

@@ -29,6 +29,7 @@ from pathlib import Path
 from ops.harness.console import Console, Row, SummaryItem
 from ops.harness.scenarios.chaos_result import SUMMARY_WIDTH, summary_rows
 from ops.harness.scenarios.soak_run import SoakResult, SoakSpec, run_soak
+from ops.harness.signals import exit_on_sigterm
 from ops.harness.stack.localstack import LocalStack
 from router.config import KafkaSettings, RedisSettings, RouterSettings
 
@@ -109,4 +110,5 @@ def _is_result(item: SummaryItem) -> bool:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

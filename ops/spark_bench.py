@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ops.harness.console import Console
+from ops.harness.signals import exit_on_sigterm
 from ops.harness.spark import bench_report
 from ops.harness.spark.bench_flow import BenchSpec, run_bench
 from ops.harness.stack.localstack import ensure_stack
@@ -143,4 +144,5 @@ def main(argv: list[str] | None = None, settings: RouterSettings | None = None) 
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

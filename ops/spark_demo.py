@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ops.harness.console import Console
+from ops.harness.signals import exit_on_sigterm
 from ops.harness.spark.demo_flow import SparkDemoSpec, run_spark_demo
 from ops.harness.stack.localstack import ensure_stack
 from ops.harness.stack.pipeline import PipelineSpec
@@ -111,4 +112,5 @@ def main(argv: list[str] | None = None, settings: RouterSettings | None = None) 
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())
