@@ -24,7 +24,7 @@ from router.table.routing import DUPLICATE, NO_DEST, ORPHAN, PARKED, SPANS, STOP
 from router.topology.cells import room_partition
 from router.topology.side import SideSpec
 from router.unit.steps.batch import Batch, Item, where
-from router.unit.steps.emit import fanout, letters, markers
+from router.unit.steps.emit import alerts, fanout, letters, markers
 from router.unit.steps.emit.reasons import gid_of, late_member, spans_partitions, token_of
 from router.unit.steps.emit.records import TRACK_DELIVERY_BYTES, Output, Record, new_record
 
@@ -113,11 +113,11 @@ class Emitter:
                 if item.stop and item.bad is not None:
                     # it stopped an admitted group in the room: announced here, the drain
                     # dead-letters it and closes the group (router.unit.steps.drain.step)
-                    self._stopped(item, gid_of(item), now_ms, out)
+                    alerts.group_stopped(self, item, gid_of(item), now_ms, out)
                 if item.routing is not None and item.routing.complete:
                     out.staged_bytes += len(item.m.value() or b"")
                 if dest == UNSTAGED:
-                    records.append(self._staging_aborted(item, now_ms, out))
+                    records.append(alerts.staging_aborted(self, item, now_ms, out))
                 continue
             if item.bad is not None:
                 out.lettered(item.bad)
@@ -225,7 +225,7 @@ class Emitter:
         elif item.bad is not None and item.stop:
             reason = item.bad
             out.stopped.append(gid)
-            self._stopped(item, gid, now_ms, out)
+            alerts.group_stopped(self, item, gid, now_ms, out)
         else:
             reason = item.bad or BadInput(
                 "group-stopped", f"group {gid!r} is stopped (policy stop-group); parked"
@@ -235,25 +235,6 @@ class Emitter:
         else:
             out.parked += 1
         out.records.append(self.dead_letter(item, reason, now_ms))
-
-    def _stopped(self, item: Item, gid: str, now_ms: int, out: Output) -> None:
-        """The GroupStopped event of a poison message that stops its group."""
-        m, bad = item.m, item.bad
-        assert bad is not None
-        out.groups_stopped += 1
-        log.error("stopping group %r at %s: %s (policy stop-group)", gid, where(m), bad)
-        record = events.group_stopped(
-            gid,
-            bad,
-            side=self.spec.side,
-            topology=self.topology,
-            unit=self.unit,
-            topic=m.topic(),
-            partition=m.partition(),
-            offset=m.offset(),
-            now_ms=now_ms,
-        )
-        out.records.append(self.event(events.GROUP_STOPPED, gid.encode(), record))
 
     def park_in_room(self, item: Item, gid: str | None = None) -> Record:
         """A message of a waiting or admitted group (or an ordinary one while every
@@ -281,31 +262,6 @@ class Emitter:
         return Record(
             self.room_topic, partition, m.key(), m.value(), headers, ts if ts_type else 0, None
         )
-
-    def _staging_aborted(self, item: Item, now_ms: int, out: Output) -> Record:
-        """A staged group went over routing.max_staged_messages: it now waits streamed."""
-        m, r, bad = item.m, item.routing, item.bad
-        gid = (r.guarantee_id if r is not None else bad.guarantee_id if bad else None) or ""
-        out.staging_aborted += 1
-        log.warning(
-            "group %r staged %d messages without its final: delivered streamed (%s)",
-            gid,
-            self.max_staged,
-            where(m),
-        )
-        record = events.group_staging_aborted(
-            gid,
-            side=self.spec.side,
-            topology=self.topology,
-            unit=self.unit,
-            staged=self.max_staged,
-            max_staged=self.max_staged,
-            topic=m.topic(),
-            partition=m.partition(),
-            offset=m.offset(),
-            now_ms=now_ms,
-        )
-        return self.event(events.GROUP_STAGING_ABORTED, gid.encode(), record)
 
     def event(self, schema: str, key: bytes | None, record: bytes) -> Record:
         headers = [(schemas.SCHEMA_HEADER, schema.encode())]
