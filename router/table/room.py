@@ -68,11 +68,16 @@ def replayed(entry: Entry, token: str) -> bool:
 def park(
     t: TableState, gid: str, entry: Entry, batch: str, now_ms: int, lease_ms: int, token: str = ""
 ) -> str:
-    """Count one more parked message of the group (none for a replay: an aborted batch's
-    park was counted already), under the batch's park lease either way."""
+    """Count one more parked message of the group, under the batch's park lease. A replay
+    (an aborted batch's park was counted already) counts nothing twice, unless the group is
+    admitted: there the count is what a drain's check compares (`drained`), and a replay
+    whose batch settled before that check's settle shows nowhere else (its lease gone), so
+    the group would open (a lane's, be released) under its record."""
     if not replayed(entry, token):
         entry.parks += 1
         entry.parked = token or entry.parked
+    elif entry.state == ADMITTED:
+        entry.parks += 1
     t.park_leases[(gid, batch)] = now_ms + lease_ms
     return WAIT
 

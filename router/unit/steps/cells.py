@@ -119,7 +119,7 @@ class CellRoom:
         return any(d.busy() for d in self.cells)
 
     def due(self) -> bool:
-        return any(d.due() for d in self.cells)
+        return any([d.due() for d in self.cells])  # each cell's: each looks for its strays
 
     def reset(self) -> None:
         for d in self.cells:

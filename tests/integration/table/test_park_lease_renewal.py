@@ -21,7 +21,7 @@ def test_park_leases_are_renewed_all_together_and_a_lapsed_one_is_reported(
     s = topology(topology={"receive_units": 1})
     lane = f"{s.topology.send_queues[0]}/0"
     table = table_for(s, "send", redis_client)
-    now = table.now_ms()
+    now = table.now_ms() - 1_000  # routed a second ago: a renewal (Redis clock) is later
 
     def request(gid: str | None, offset: int) -> RouteRequest:
         return RouteRequest(gid, False, 600_000, f"{lane}/{offset}", lane)

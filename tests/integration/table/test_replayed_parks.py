@@ -1,5 +1,6 @@
-"""A replayed park is not counted again (`router.table.room.replayed`): the batch that
-first parked the record aborted, and its park was counted then. A drain check that read
+"""A replayed park is not counted again (`router.table.room.replayed`), unless its group is
+admitted (then a drain check's count must see it): the batch that first parked the record
+aborted, and its park was counted then. A drain check that read
 the group's park count before the replay, and that completes in the very batch that parks
 the replay, must not open (or release) the group: the replayed record is in the room
 after the check's end offset, and would be dead-lettered as `group-entry-missing` (a
@@ -61,9 +62,10 @@ def test_a_drain_settled_with_a_replayed_park_keeps_the_group_admitted(
         both_settle("b3")
         assert model.entries[gid].state == room.ADMITTED
         # the drain checks the room: 2 parks counted, the room holds record 1 only
-        # b4 replays b2's record (not counted again) and completes that drain check
+        # b4 replays b2's record and completes that drain check; the group being admitted,
+        # the replay counts (room.py `park`): no drain check made before it passes
         assert both_route("b4", 10_000, _req(member, 2)) == [room.WAIT]
-        assert model.entries[gid].parks == 2
+        assert model.entries[gid].parks == 3
         both_settle("b4", drains=[(gid, 2)])
         assert table.entries() == model.entries
         # record 2 is in the room, after the check: the group must still be the room's

@@ -499,6 +499,8 @@ local function park(gid, e, token)
   if not replayed(e, token) then
     e.parks = e.parks + 1
     if token ~= '' then e.parked = token end
+  elseif e.state == 'admitted' then
+    e.parks = e.parks + 1  -- a drain's check compares the count (room.py `park`)
   end
   parked[gid] = true
   touch(gid)

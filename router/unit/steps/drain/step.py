@@ -26,6 +26,7 @@ from router.unit.steps.drain import chained, chaining
 from router.unit.steps.drain import writes as drainwrite
 from router.unit.steps.drain.index import RoomIndex
 from router.unit.steps.drain.logical import LogicalOrder
+from router.unit.steps.drain.positions import Positions
 from router.unit.steps.emit.emitter import Emitter
 from router.unit.steps.emit.records import Output
 from router.unit.steps.ownership import LaneClaims, Unclaimed, lane_of
@@ -77,6 +78,7 @@ class Drain:
         self.eager = False  # the last drain did something: its settle may admit more
         self.consumer: object = None  # set by the unit: position() and watermarks
         self.owned: set[TP] = set()
+        self.positions = Positions()  # on the owned room partitions, read or not yet
         # Room partitions' end offsets (`router.backends.kafka.endoffsets`, one request on a
         # connection of its own); without, the consumer's watermarks, about 0.5 s apiece behind its
         # fetch long-poll. Asked at most once per batch, after the room states were read.
@@ -104,14 +106,17 @@ class Drain:
         may be forwarded or opened, and the last drain did something (its settle frees
         and admits) or ran at least IDLE_S ago (a group waiting for the room's end
         offsets must not spin empty transactions). Every STRAYS_S it looks for strays."""
-        if self.owned and self._strays.due():
-            self._find_strays()
+        self._look_for_strays()
         return self.busy() and (self.eager or self._idle.due())
 
     def busy(self) -> bool:
         """Parked groups or checks in hand: another unit's settle may admit one at any
         time, so the unit polls no longer than IDLE_S between drains."""
         return bool(self.index.groups or self.checks or self.opening or self.strays)
+
+    def _look_for_strays(self) -> None:
+        if self.owned and self._strays.due():
+            self._find_strays()
 
     def _find_strays(self) -> None:
         """Admitted groups on this unit's room partitions of which it holds no record,
@@ -144,6 +149,7 @@ class Drain:
             if tp[0] == self.topic:
                 self.owned.add(tp)
                 self.catch_up[tp] = None
+                self.positions.forget([tp])
 
     def reset(self) -> None:
         """The consumer went back to the committed offsets (a transaction's outcome was
@@ -151,6 +157,7 @@ class Drain:
         self.index = RoomIndex()
         self.checks.clear()
         self.catch_up = dict.fromkeys(self.owned)
+        self.positions.forget()
         self.logical.gaps.clear()
 
     def revoke(self, tps: list[TP]) -> None:
@@ -158,6 +165,7 @@ class Drain:
         finishes their groups' switches: nothing of theirs stays here (an `opening` group
         left behind would keep `busy()` true, and the unit running empty batches)."""
         gone = {tp for tp in tps if tp[0] == self.topic}
+        self.positions.forget(gone)
         for tp in gone:
             self.owned.discard(tp)
             self.catch_up.pop(tp, None)
@@ -172,6 +180,7 @@ class Drain:
         """Add the batch's drain: records, markers, finals, drains and room offsets."""
         if not self.owned:
             return
+        self._look_for_strays()  # here too: a unit with traffic never runs idle drains
         if self.claims is not None:  # the settle's drains carry these claims: take them first
             try:
                 self.claims.ensure({lane_of(*tp) for tp in self.owned})
@@ -184,11 +193,7 @@ class Drain:
             sorted(self.index.gids() | set(self.checks) | self.opening | stray)
         )
         self.opening &= {g for g, st in states.items() if st.state == room.ADMITTED}
-        consumer = self.consumer
-        positions = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in consumer.position([TopicPartition(*tp) for tp in self.owned])  # type: ignore[attr-defined]
-        }
+        positions = self.positions.of(self.consumer, self.owned)
         for tp, known in list(self.catch_up.items()):
             end = known
             if end is None:
@@ -257,7 +262,7 @@ class Drain:
                 if nxt >= 0:
                     nxt = max(nxt, self.index.drained_to(tp, gid, state.origin))
                 self.checks[gid] = Check(tp, state.parks, end, nxt)
-            elif positions.get(check.tp, -1) >= check.end:
+            elif check.end == 0 or positions.get(check.tp, -1) >= check.end:
                 # opens it, unless parked meanwhile
                 drainwrite.drained(self, out, check.tp, (gid, check.parks, check.next))
                 del self.checks[gid]

@@ -154,6 +154,9 @@ class RoomTable(Table):
         self.asked.append(gids)
         return {}
 
+    def admitted(self) -> dict[str, str]:
+        return {}
+
 
 def test_a_plain_drain_claims_its_room_partitions_before_draining() -> None:
     """A settle's drains carry the claims they were drained under (`Output.drain_claims`): a

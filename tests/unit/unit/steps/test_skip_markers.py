@@ -87,6 +87,9 @@ class _Table:
             requests, hop.now, batch=batch, lease_ms=LEASE_MS, carried=carried, earlier=earlier
         )
 
+    def admitted(self) -> dict[str, str]:
+        return {g: e.dest for g, e in self.hop.model.entries.items() if e.state == room.ADMITTED}
+
     def room_state(self, gids: list[str]) -> dict[str, RoomState]:
         model = self.hop.model
         leased = {g for (g, _) in model.park_leases}
