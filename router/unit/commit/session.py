@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -19,31 +18,21 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from router.backends.kafka.brokerwatch import NoBrokerWatch
 from router.backends.kafka.callthread import Abandoned, CallThread, Done
 from router.metrics.registry import Metrics
-from router.unit.commit.leases import appended_by
-from router.unit.commit.timeouts import timed_out
+from router.unit.commit.finishing import finish
+from router.unit.commit.timeouts import (
+    ABORT_TIMEOUT_S,
+    CALL_DEADLINE_S,
+    COMMIT_DEADLINE_S,
+    STOP_GRACE_S,
+    TXN_TIMEOUT_S,
+    timed_out,
+)
 from router.unit.commit.txnstate import TRANSITIONS, TxnFailed, TxnState
 from router.unit.steps.emit.records import Record
 from router.utils.faults import Faults
 
 log = logging.getLogger("router.session")
 S = TxnState
-
-TXN_TIMEOUT_S = 30.0  # librdkafka's own timeout for a transactional call
-CALL_DEADLINE_S = TXN_TIMEOUT_S + 15  # ours: past it, the call is abandoned
-# Offsets + commit (with its retries) and the release after it. After a broker restart
-# librdkafka's send_offsets_to_transaction was seen to block past its own timeout
-# (confluentinc/librdkafka#5456, #5511) in most short chaos runs, holding the unit and its
-# partitions until this deadline; past it the call is abandoned and the producer replaced
-# (the unit resumes from the committed offsets, whatever the abandoned call did).
-COMMIT_DEADLINE_S = TXN_TIMEOUT_S + 15
-# An abort that has not finished by then is given up on (a second such one in a row means
-# BROKEN, and a new producer under the same transactional ID fences the old one and
-# aborts its transaction). After a broker outage librdkafka's abort_transaction was seen
-# to wait out its whole timeout twice ("retry call to resume"), holding a unit for a
-# minute (tests/integration/unit/test_servers_away.py: 76 s from the broker's return to the
-# last record delivered, with 30 s); a healthy abort takes milliseconds.
-ABORT_TIMEOUT_S = 5.0
-STOP_GRACE_S = 10.0  # how long a stop request waits for a call that finishes a batch
 
 
 class TransactionalSession:
@@ -224,33 +213,10 @@ class TransactionalSession:
         append_by: float | None,
         after: Callable[[], None] | None = None,
     ) -> None:
-        m = self.metrics
-        t0 = time.perf_counter()
-        producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
-        t1 = time.perf_counter()
-        m.inc("time_offsets_us", int((t1 - t0) * 1e6))
-        if self.faults.hit("after_produce"):
-            producer.flush(TXN_TIMEOUT_S)  # on the broker, inside the open transaction
-            self.faults.die("after_produce")
-        if append_by is not None:  # the batch's leases end then: `router.unit.commit.leases`
-            appended_by(producer, append_by)
-        t2 = time.perf_counter()
-        m.inc("time_append_us", int((t2 - t1) * 1e6))
-        for attempt in range(5):
-            try:
-                producer.commit_transaction(TXN_TIMEOUT_S)
-                t3 = time.perf_counter()
-                m.observe("txn_commit_seconds", t3 - t0)
-                m.inc("time_commit_us", int((t3 - t2) * 1e6))
-                break
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.retriable() and not err.txn_requires_abort() and attempt < 4:
-                    log.warning("commit failed (retriable), retrying: %s", err)
-                    if timed_out(err):
-                        self.suspect = str(err)
-                    continue
-                raise
+        def suspect(why: str) -> None:
+            self.suspect = why
+
+        finish(producer, offsets, metadata, append_by, self.metrics, self.faults, suspect)
         if after is not None:
             after()
 

@@ -1,4 +1,5 @@
-"""Which transactional failures leave a request of the producer's epoch in the air.
+"""The transactional session's time limits, and which transactional failures leave a
+request of the producer's epoch in the air.
 
 librdkafka has no transactions v2 (KIP-890, confluentinc/librdkafka#5423): a produce or
 EndTxn request that timed out on the client may still reach the broker later, and under the
@@ -13,6 +14,23 @@ retried call for which `timed_out` holds.
 from __future__ import annotations
 
 from confluent_kafka import KafkaError
+
+TXN_TIMEOUT_S = 30.0  # librdkafka's own timeout for a transactional call
+CALL_DEADLINE_S = TXN_TIMEOUT_S + 15  # ours: past it, the call is abandoned
+# Offsets + commit (with its retries) and the release after it. After a broker restart
+# librdkafka's send_offsets_to_transaction was seen to block past its own timeout
+# (confluentinc/librdkafka#5456, #5511) in most short chaos runs, holding the unit and its
+# partitions until this deadline; past it the call is abandoned and the producer replaced
+# (the unit resumes from the committed offsets, whatever the abandoned call did).
+COMMIT_DEADLINE_S = TXN_TIMEOUT_S + 15
+# An abort that has not finished by then is given up on (a second such one in a row means
+# BROKEN, and a new producer under the same transactional ID fences the old one and
+# aborts its transaction). After a broker outage librdkafka's abort_transaction was seen
+# to wait out its whole timeout twice ("retry call to resume"), holding a unit for a
+# minute (tests/integration/unit/test_servers_away.py: 76 s from the broker's return to the
+# last record delivered, with 30 s); a healthy abort takes milliseconds.
+ABORT_TIMEOUT_S = 5.0
+STOP_GRACE_S = 10.0  # how long a stop request waits for a call that finishes a batch
 
 TIMEOUTS = frozenset(
     {
