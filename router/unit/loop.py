@@ -28,15 +28,15 @@ from router.topology import topics
 from router.topology.cells import all_cells
 from router.topology.side import SideSpec, table_for
 from router.unit.bandsource import BandSource
-from router.unit.commit.bookkeeping import count_committed, forget_committed, tracker
+from router.unit.commit.bookkeeping import tracker
 from router.unit.commit.insync import ReplicaCheck
-from router.unit.commit.leases import LeaseLost, leases_of
+from router.unit.commit.leases import leases_of
 from router.unit.commit.replicawait import ReplicaAcks
 from router.unit.commit.session import TransactionalSession
 from router.unit.commit.txnstate import TxnFailed, TxnState
 from router.unit.exporting import unit_exporter
 from router.unit.membership import GroupView
-from router.unit.recovery import Recovery
+from router.unit.settling import Settling
 from router.unit.source import FatalUnitError, Source
 from router.unit.spans import UnitSpans
 from router.unit.steps.batch import TP, Batch
@@ -51,7 +51,7 @@ __all__ = ["FatalUnitError", "TransferUnit"]
 log = logging.getLogger("router.unit")
 
 
-class TransferUnit(Recovery):
+class TransferUnit(Settling):
     def __init__(
         self,
         settings: RouterSettings,
@@ -280,46 +280,3 @@ class TransferUnit(Recovery):
             self._fail(str(exc), batch)
             return
         self._inflight = (batch, out)
-
-    def _complete(self) -> bool:
-        """Wait for the batch in flight to commit, then settle it and apply its holds.
-        False if its transaction failed (rewound, backing off)."""
-        assert self._inflight is not None
-        (batch, out), self._inflight = self._inflight, None
-        t0 = time.perf_counter_ns()
-        try:
-            self.session.wait_committed()
-            self.metrics.inc("time_commit_wait_us", (time.perf_counter_ns() - t0) // 1000)
-        except TxnFailed as exc:
-            self._fail(str(exc), batch)
-            return False
-        count_committed(self.metrics, out)
-        self.backoff.ms = 0
-        self._failed_in_a_row = 0
-        if self.rejected:
-            forget_committed(self.rejected, batch)
-        self.steps.settle(batch, out)
-        self._apply_holds(batch)
-        if self.tracing is not None:
-            self.tracing.committed(batch, out)
-        return True
-
-    def _after_commit(self, batch: Batch, out: Output) -> None:
-        """On the session's call thread, as soon as the batch committed: the table's
-        releases (`Steps.release`), not delayed by the run loop deciding the next batch."""
-        if self.faults.hit("after_commit"):  # committed, nothing released: the sweeper's
-            self.faults.die("after_commit")
-        self.steps.release(batch, out)
-
-    def _keep_leases(self, batch: Batch, out: Output) -> float | None:
-        """When the batch's records must be appended by (None: no leases); renewed if
-        it waited long. Lapsed: its open transaction fails (rewound, replayed)."""
-        try:
-            return self.leases.keep(batch, out.ordinary_dests, out.parked_in_room > 0)
-        except LeaseLost as exc:
-            raise self.session.fail(str(exc)) from exc
-
-    def _apply_holds(self, batch: Batch) -> None:
-        for (topic, partition), offset in self.holds.settle(batch, time.monotonic()):
-            self.source.pause([(topic, partition)])
-            self.source.seek(topic, partition, offset)

@@ -44,7 +44,7 @@ class Recovery:
     _rewind_to_committed: bool
     _failed_in_a_row: int
 
-    def _complete(self) -> bool:  # router.unit.loop.TransferUnit
+    def _complete(self) -> bool:  # router.unit.settling.Settling
         raise NotImplementedError
 
     # ------------------------------------------------------------------ failures

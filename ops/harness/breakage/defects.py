@@ -103,7 +103,7 @@ def _fencing_off() -> None:
                     log.warning("broken build: offsets not committed: %s", exc)
         return ok
 
-    loop.TransferUnit._complete = complete_then_commit_offsets  # type: ignore[method-assign]
+    loop.TransferUnit._complete = complete_then_commit_offsets  # type: ignore[method-assign,assignment]
 
 
 # ---------------------------------------------------------------- release-before-commit
