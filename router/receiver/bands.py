@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from router.backends.kafka.endoffsets import EndOffsets, Watermarks
+from router.backends.kafka.starts import Starts
 from router.contract.bandsched import BandScheduler
 from router.contract.headers import TTL_MS as GUARANTEE_TTL
 from router.contract.priority import band_topic, band_topics, bands_in, split
@@ -67,7 +68,7 @@ class ReceiverBands:
         self.open: dict[str, int] = {}  # queue -> the band of the group being handed out
         self.paused: set[TP] = set()  # paused here
         self.rewound: set[TP] = set()  # sought back until its queue's group ends
-        self.starts: dict[TP, int] = {}  # where a partition read nothing of yet starts
+        self.starts = Starts(self.ends.starts, timeout_s=5)  # where one read nothing of yet is
         self.lag: dict[TP, int] = {}  # as last measured
         self.idle: dict[str, float] = {}  # queue -> since when its held band had nothing
         self.hold_idle_s = HOLD_IDLE_S
@@ -171,21 +172,7 @@ class ReceiverBands:
 
     def _start_of(self, tp: TopicPartition) -> int:
         key = (tp.topic, tp.partition)
-        if key not in self.starts:
-            part = TopicPartition(tp.topic, tp.partition)
-            try:
-                (got,) = self.consumer.committed([part], timeout=5)
-                start = got.offset
-            except KafkaException as exc:
-                log.debug("no start for %s[%d]: %s", tp.topic, tp.partition, exc)
-                return -1
-            if start < 0:
-                low = self.ends.starts([key]).get(key)
-                if low is None:
-                    return -1
-                start = low
-            self.starts[key] = start
-        return self.starts[key]
+        return self.starts.of(self.consumer, [key]).get(key, -1)
 
     def before_poll(self, waiting: Collection[TP] = ()) -> None:
         """Pause and resume band topics for the next read. `waiting`: partitions paused by
@@ -311,7 +298,7 @@ class ReceiverBands:
         self.paused.discard(key)
         self.asked.pop(key, None)
         self.highs.pop(key, None)
-        self.starts.pop(key, None)
+        self.starts.forget([key])
         self.lag.pop(key, None)
         self.rewound.discard(key)
         queue, band = split(key[0], self.bases)
