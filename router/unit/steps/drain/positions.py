@@ -18,7 +18,7 @@ from router.unit.steps.batch import TP
 
 class Positions:
     def __init__(self) -> None:
-        self.starts = Starts()
+        self.starts = Starts(timeout_s=5.0)  # the run loop waits for it: not long
 
     def forget(self, tps: Iterable[TP] | None = None) -> None:
         """Assigned again, revoked or rewound: read again when needed."""
