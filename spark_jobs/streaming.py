@@ -188,6 +188,10 @@ _INTERRUPT_LOGGERS = (
     "org.apache.spark.sql.execution.datasources.FileFormatWriter",
     "org.apache.spark.scheduler.DAGScheduler",
     "org.apache.spark.broadcast.TorrentBroadcast",
+    # the next batch's offset log being written when the stop came (its temporary file's
+    # permissions set through a shell: "Interrupted while joining"); it is renamed into
+    # place only once written, so the batch is logged whole or not at all
+    "org.apache.hadoop.util.Shell",
 )
 
 
