@@ -22,9 +22,11 @@ from router.receiver.received import (
     Received,
     ReceivedGroup,
     from_message,
+    offsets_of,
+    token_of,
     usable,
 )
-from router.receiver.redelivery import Redeliveries, offsets_of, token_of
+from router.receiver.redelivery import Redeliveries
 from router.receiver.traced import ReceiveSpans
 from router.state.store import StatusStore
 

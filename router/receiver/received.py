@@ -273,3 +273,13 @@ def _missing(members: list[Received], expired: tuple[int, ...]) -> tuple[int, ..
             return ()
         have.update(range(m.seq, m.seq + max(len(m.parts), 1)))
     return tuple(sorted(set(range(max(have) + 1)) - have)) if have else ()
+
+
+def offsets_of(m: Received) -> tuple[int, ...]:
+    """The records a message was read from (a reassembled one: every segment's)."""
+    return getattr(m, "parts", ()) or (m.offset,)
+
+
+def token_of(m: Received) -> Received | None:
+    """What `OffsetTracker` knows this delivery by (a reassembled message: its records)."""
+    return None if getattr(m, "parts", ()) else m

@@ -29,7 +29,14 @@ from router.receiver.deliverycounts import Counts, DeliveryCounts, MemoryCounts
 from router.receiver.expiry import ReceiverExpiry
 from router.receiver.expiry_rules import ExpiryOptions
 from router.receiver.letters import ReceiverLetters, group_stopped_reason, max_deliveries_reason
-from router.receiver.received import Gatherer, OffsetTracker, Received, ReceivedGroup
+from router.receiver.received import (
+    Gatherer,
+    OffsetTracker,
+    Received,
+    ReceivedGroup,
+    offsets_of,
+    token_of,
+)
 from router.receiver.redelivery_rules import TP, Ledger, RedeliveryOptions
 from router.state.store import StatusStore
 
@@ -37,16 +44,6 @@ log = logging.getLogger("router.receiver")
 
 CommitHook = Callable[[Any, list[TopicPartition]], None]
 PAUSE_S = (1.0, 30.0)  # a partition paused after a failure: first, longest
-
-
-def offsets_of(m: Received) -> tuple[int, ...]:
-    """The records a message was read from (a reassembled one: every segment's)."""
-    return getattr(m, "parts", ()) or (m.offset,)
-
-
-def token_of(m: Received) -> Received | None:
-    """What `OffsetTracker` knows this delivery by (a reassembled message: its records)."""
-    return None if getattr(m, "parts", ()) else m
 
 
 class Redeliveries:
