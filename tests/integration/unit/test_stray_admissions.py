@@ -20,27 +20,18 @@ from __future__ import annotations
 
 import redis
 
-from router.config import RouterSettings
 from router.contract import headers_for
 from router.table import room
-from router.table.routing import RouteRequest
 from router.topology.side import table_for
 from tests.fixtures.factories import TopologyFactory
 from tests.fixtures.inprocess import read_records, room_unit, send, step_until, stop
-
-
-def settings(topology: TopologyFactory) -> RouterSettings:
-    return topology(
-        topology={"send_queue_count": 1, "send_queue_partitions": 1, "receive_units": 1},
-        routing={"busy_policy": "wait", "room_partitions": 1},
-        unit={"batch_size": 50},
-    )
+from tests.fixtures.strays import one_lane, park_and_abort
 
 
 def test_an_admitted_group_with_no_record_in_the_room_is_opened_by_the_drain(
     topology: TopologyFactory, redis_client: redis.Redis
 ) -> None:
-    s = settings(topology)
+    s = one_lane(topology)
     q, boot = s.topology.send_queues[0], s.kafka.bootstrap_servers
     lane = f"{q}/0"
     table = table_for(s, "send", redis_client)
@@ -48,13 +39,9 @@ def test_an_admitted_group_with_no_record_in_the_room_is_opened_by_the_drain(
     try:
         send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
         step_until(unit, lambda: "A" in table.entries(), 60, "A open")
-        # A batch that parked an ordinary message of the lane (the only destination is A's)
-        # and aborted: its park is counted, no record of it was ever committed to the room.
-        aborted = table.route([RouteRequest(None, False, 600_000, f"{lane}/90", lane)], batch="x")
-        assert aborted.decisions == [room.WAIT]
+        park_and_abort(table, lane)  # the only destination is A's
         pseudo = room.ordinary_group(lane)
         assert table.entries()[pseudo].parks == 1
-        table.expire_leases(now_ms=table.now_ms() + 3_600_000)  # its park lease ran out
         # A's final frees the destination: the pseudo-group, first in the room, is admitted
         # to it. C comes after and must wait behind it, its records parked in the room.
         send(boot, q, [(0, b"A1", headers_for("A", seq=1, final=True))])

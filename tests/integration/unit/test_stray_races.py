@@ -20,14 +20,7 @@ from router.topology.cells import room_partition
 from router.topology.side import table_for
 from tests.fixtures.factories import TopologyFactory
 from tests.fixtures.inprocess import read_records, room_unit, send, step_until, stop
-
-
-def one_lane(topology: TopologyFactory) -> RouterSettings:
-    return topology(
-        topology={"send_queue_count": 1, "send_queue_partitions": 1, "receive_units": 1},
-        routing={"busy_policy": "wait", "room_partitions": 1},
-        unit={"batch_size": 50},
-    )
+from tests.fixtures.strays import one_lane, park_and_abort
 
 
 def test_a_replayed_park_after_the_stray_check_is_not_released_under_it(
@@ -141,9 +134,7 @@ def test_strays_are_found_while_other_traffic_flows(
         send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
         step_until(unit, lambda: "A" in table.entries(), 60, "A open")
         assert table.entries()["A"].dest != table.entries()["F"].dest
-        aborted = table.route([RouteRequest(None, False, 600_000, f"{lane0}/90", lane0)], batch="x")
-        assert aborted.decisions == [room.WAIT]
-        table.expire_leases(now_ms=table.now_ms() + 3_600_000)
+        park_and_abort(table, lane0)
         a_dest = table.entries()["A"].dest
 
         def traffic() -> None:
@@ -222,9 +213,7 @@ def test_a_cells_strays_are_found_while_another_cell_has_a_waiting_group(
         # cell 1: the stray of test_stray_admissions
         send(boot, q, [(1, b"D0", headers_for("D", seq=0))])
         step_until(unit, lambda: "D" in t1.entries(), 60, "D open")
-        aborted = t1.route([RouteRequest(None, False, 600_000, f"{lane1}/90", lane1)], batch="x")
-        assert aborted.decisions == [room.WAIT]
-        t1.expire_leases(now_ms=t1.now_ms() + 3_600_000)
+        park_and_abort(t1, lane1)
         send(boot, q, [(1, b"D1", headers_for("D", seq=1, final=True))])
         step_until(unit, lambda: pseudo in t1.admitted(), 60, "the stray admitted")
         send(
@@ -265,9 +254,7 @@ def test_a_stray_on_a_room_partition_not_read_since_the_assignment_is_released(
     try:
         send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
         step_until(unit, lambda: "A" in table.entries(), 60, "A open")
-        aborted = table.route([RouteRequest(None, False, 600_000, f"{lane}/90", lane)], batch="x")
-        assert aborted.decisions == [room.WAIT]
-        table.expire_leases(now_ms=table.now_ms() + 3_600_000)
+        park_and_abort(table, lane)
         send(boot, q, [(0, b"A1", headers_for("A", seq=1, final=True))])
         step_until(unit, lambda: table.admitted() == {pseudo: "0"}, 60, "the stray admitted")
         deadline = time.monotonic() + 8
@@ -313,9 +300,7 @@ def test_a_stray_is_released_by_a_unit_that_took_over_a_drained_room_partition(
     finally:
         stop(unit)
     # X: an ordinary message parked while G holds the destination, aborted, its lease ended
-    aborted = table.route([RouteRequest(None, False, 600_000, f"{lane}/90", lane)], batch="x")
-    assert aborted.decisions == [room.WAIT]
-    table.expire_leases(now_ms=table.now_ms() + 3_600_000)
+    park_and_abort(table, lane)
     unit = room_unit(s)  # takes the partitions over
     drain = unit.steps.room
     try:
