@@ -1,7 +1,7 @@
 """`make spark-bench` in small: Spark's rate source -> Spark sender -> send units ->
 receive units -> Spark receiver, on the real stack; every message the rate source
 generated (recomputed from its rows) is in the receiver's output once, and the figures
-(rate, group latency, each query's phases) come out of one run."""
+(rate, group latency, each hop's share of it, each query's phases) come out of one run."""
 
 from __future__ import annotations
 
@@ -44,5 +44,13 @@ def test_a_short_spark_bench_accounts_for_every_message_and_reports_its_figures(
     assert lat["groups"] > 0 and 0 < lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"]
     assert not math.isnan(result["offered_msg_s"])
     assert "addBatch" in result["receiver_profile_ms"]
+    # Each hop from the final's times on the topics it crossed; they add up to the whole.
+    hops = result["hops"]
+    assert hops["lacking"] == 0, hops
+    whole = hops["hops"]["whole"]
+    assert whole["groups"] == lat["groups"] and whole["p99_ms"] <= lat["max_ms"], (whole, lat)
+    for hop in ("sender", "send unit", "receive unit", "receiver"):
+        assert hops["hops"][hop]["groups"] == whole["groups"], hop
+        assert 0 <= hops["hops"][hop]["p50_ms"] <= whole["p99_ms"], (hop, hops)
     saved = json.loads((tmp_path / "spark-bench-test" / "result.json").read_text())
     assert saved["completeness"] == c

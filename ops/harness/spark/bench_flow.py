@@ -32,7 +32,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ops.harness.console import Console
-from ops.harness.spark import bench_output, bench_report
+from ops.harness.spark import bench_hops, bench_output, bench_report
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from router.config import RouterSettings
 from spark_jobs import receiver, sender
@@ -185,6 +185,15 @@ def run_bench(
         recv.stop()
         failures = [f"{j.name}: {j.failure()}" for j in jobs if j.failure()]
         pipeline.stop()
+        say("   reading each group's final back from the topics it crossed (its hops)")
+        finals = {
+            side: bench_hops.final_times(spark, topics, kafka)
+            for side, topics in (
+                ("send", tuple(t.send_queues)),
+                ("transfer", (t.transfer_topic,)),
+                ("receive", tuple(t.receive_queues)),
+            )
+        }
         say("   reading the receiver's output back (through the file sink's log)")
         got = bench_output.read(spark, run_dir / "output")
         generated = bench_output.rate_rows(run_dir / "checkpoints" / "sender", spec.rows_per_second)
@@ -197,6 +206,8 @@ def run_bench(
             got,
             complete,
             (started_ms + spec.warmup_s * 1000, stopped_ms),
+            finals,
+            spec.rate,
         )
         result.update(
             run_id=run_id,

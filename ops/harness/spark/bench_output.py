@@ -24,6 +24,7 @@ class Output:
     """The receiver's output, per micro-batch."""
 
     groups: list[tuple[int, int]] = field(default_factory=list)  # (batch, last created ms)
+    batch_of_group: dict[str, int] = field(default_factory=dict)  # guarantee ID -> batch
     messages_per_batch: dict[int, int] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)  # rows per `output`
     reasons: list[str] = field(default_factory=list)  # a few violations' reasons
@@ -74,12 +75,13 @@ def read(spark: Any, output: Path) -> Output:
             .collect()
         }
         last = F.array_max(F.transform("members", lambda m: F.unix_millis(m["created_at"])))
-        out.groups = [
-            (r.batch, r.created)
-            for r in df.where(F.col("output") == "groups")
-            .select("batch", last.alias("created"))
+        rows = (
+            df.where(F.col("output") == "groups")
+            .select("batch", "guarantee_id", last.alias("created"))
             .collect()
-        ]
+        )
+        out.groups = [(r.batch, r.created) for r in rows]
+        out.batch_of_group = {r.guarantee_id: r.batch for r in rows}
         out.reasons = [
             f"{r.guarantee_id or r.record_id}: {r.reason}"
             for r in df.where(F.col("output") == "violations").limit(5).collect()
