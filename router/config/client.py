@@ -139,8 +139,9 @@ def producer_config(config: Mapping[str, Any], client_id: str) -> dict[str, Any]
 
 
 def consumer_config(config: Mapping[str, Any], client_id: str) -> dict[str, Any]:
-    """The Receiver's consumer: the defaults < `config` < committed reads and offsets
-    stored only for processed messages; ConfigError if `config` says otherwise or has no
+    """The Receiver's consumer: the defaults (`fetch.queue.backoff.ms` 10, not
+    librdkafka's 1,000) < `config` < committed reads and offsets stored only for processed
+    messages; ConfigError if `config` says otherwise or has no
     `group.id` (the consumer group whose committed offsets say what was processed)."""
     if not config.get("group.id"):
         raise ConfigError("group.id is required: the receiver commits what it processed there")
@@ -164,6 +165,10 @@ def consumer_config(config: Mapping[str, Any], client_id: str) -> dict[str, Any]
         "enable.auto.commit": True,
         "auto.commit.interval.ms": 1000,
         "auto.offset.reset": "earliest",
+        # librdkafka's 1,000 ms: once the prefetch queue is full it fetches nothing for a
+        # second, and a reader that empties it faster waits (a backlog of 1 KB records read
+        # through `process`: about 76,000 msg/s with it, 140,000 with 10 ms)
+        "fetch.queue.backoff.ms": 10,
         **config,
         "isolation.level": "read_committed",
         "enable.auto.offset.store": False,

@@ -50,6 +50,9 @@ def test_the_consumer_needs_a_group_and_reads_committed_data_only() -> None:
     assert config["enable.auto.offset.store"] is False
     assert config["enable.auto.commit"] is False  # the caller's choice: commits on revoke/close
     assert config["auto.offset.reset"] == "earliest"
+    assert config["fetch.queue.backoff.ms"] == 10  # librdkafka's 1,000 holds a fast reader
+    mine = {"group.id": "g", "fetch.queue.backoff.ms": 250}
+    assert clientconfig.consumer_config(mine, "me")["fetch.queue.backoff.ms"] == 250
     with pytest.raises(ValueError, match=re.escape("group.id")):
         clientconfig.consumer_config({"bootstrap.servers": "b"}, "me")
     with pytest.raises(ValueError, match=re.escape("isolation.level")):
