@@ -25,7 +25,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from ops.harness.stats import percentile
+from ops.harness.spark.bench_stats import latency_summary
 from spark_jobs import domain
 from spark_jobs.reading import header_value, read_router_queues
 
@@ -35,8 +35,9 @@ HOPS = ("sender", "send unit", "receive unit", "receiver")
 def hop_figures(
     finals: Iterable[Sequence[int]], since_ms: float | None = None, until_ms: float | None = None
 ) -> dict[str, dict[str, float]]:
-    """(created, sent, transferred, received, committed) ms per group -> p50 and p99 ms
-    of each hop and of the whole, for groups created in [since_ms, until_ms]."""
+    """(created, sent, transferred, received, committed) ms per group -> each hop's and
+    the whole's `latency_summary` (groups, p50, p99, max), for groups created in
+    [since_ms, until_ms]."""
     spans: dict[str, list[float]] = {h: [] for h in (*HOPS, "whole")}
     for times in finals:
         if len(times) != len(HOPS) + 1:
@@ -49,14 +50,7 @@ def hop_figures(
         for hop, start, end in zip(HOPS, times, times[1:], strict=False):
             spans[hop].append(end - start)
         spans["whole"].append(times[-1] - created)
-    return {
-        hop: {
-            "groups": float(len(vals)),
-            "p50_ms": percentile(vals, 0.50),
-            "p99_ms": percentile(vals, 0.99),
-        }
-        for hop, vals in spans.items()
-    }
+    return {hop: latency_summary(vals) for hop, vals in spans.items()}
 
 
 def join_times(
