@@ -27,7 +27,7 @@ COMMIT_DEADLINE_S = TXN_TIMEOUT_S + 15
 # BROKEN, and a new producer under the same transactional ID fences the old one and
 # aborts its transaction). After a broker outage librdkafka's abort_transaction was seen
 # to wait out its whole timeout twice ("retry call to resume"), holding a unit for a
-# minute (tests/integration/unit/test_servers_away.py: 76 s from the broker's return to the
+# minute (tests/integration/faults/test_broker_outage.py: 76 s from the broker's return to the
 # last record delivered, with 30 s); a healthy abort takes milliseconds.
 ABORT_TIMEOUT_S = 5.0
 STOP_GRACE_S = 10.0  # how long a stop request waits for a call that finishes a batch
