@@ -173,7 +173,7 @@ segments-100mb: venv $(JARS) stack-up ## A 100 MiB message in segments: sender -
 spark-demo: venv jars ## Spark sender -> router -> Spark receiver end to end, checked (starts the stack if needed)
 	$(BIN)/python -m ops.spark_demo $(ARGS)
 
-spark-bench: venv jars stack-up ## Spark bench: rate source -> Spark sender -> router -> Spark receiver, sustained msg/s and group latency at 5,000 and 2,500 msg/s offered (~8 min); .results/spark-bench
+spark-bench: venv jars stack-up ## Spark bench: rate source -> Spark sender (micro-batch, and real-time from an upstream topic) -> router -> Spark receiver, sustained msg/s, group latency and its hops at 5,000 and 2,500 msg/s offered (~20 min); .results/spark-bench
 	$(BIN)/python -m ops.spark_bench $(ARGS)
 
 clean: ## Remove the venv, caches and local stack data (stops the stack first)

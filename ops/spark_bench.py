@@ -15,11 +15,12 @@ import secrets
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ops.harness.console import Console
 from ops.harness.signals import exit_on_sigterm
 from ops.harness.spark import bench_report
-from ops.harness.spark.bench_flow import BenchSpec, run_bench
+from ops.harness.spark.bench_flow import REAL_TIME, SENDERS, BenchSpec, run_bench
 from ops.harness.stack.localstack import ensure_stack
 from ops.harness.stack.pipeline import PipelineSpec
 from router.config import RouterSettings, load_settings
@@ -50,12 +51,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fair", action="store_true", help="Lever: FAIR scheduler pools")
     p.add_argument("--linger-ms", type=int, help="Lever: sender producer linger.ms")
     p.add_argument("--compression", help="Lever: sender producer compression.type (lz4, ...)")
+    p.add_argument(
+        "--senders",
+        default=",".join(SENDERS),
+        help="Which Spark senders, each run at every rate (default: %(default)s): the "
+        "micro-batch sender on the rate source, and the real-time sender on an upstream "
+        "topic the rate source fills",
+    )
+    p.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        help="The real-time sender's checkpoint interval (default 5)",
+    )
     p.add_argument("--trigger-seconds", type=float, default=1.0)
     p.add_argument("--send-units", type=int, default=2)
     p.add_argument("--receive-units", type=int, default=2)
     p.add_argument("--transfer-partitions", type=int, default=4)
     p.add_argument("--receive-queues", type=int, default=4)
-    p.add_argument("--master", default="local[2]", help="(default: %(default)s)")
+    p.add_argument(
+        "--master",
+        help="(default: local[2]; local[3] for the real-time sender, whose long-lived task "
+        "holds a slot: the other queries keep two)",
+    )
     p.add_argument("--driver-memory", default="1g")
     p.add_argument("--jars-dir", type=Path)
     p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE")
@@ -80,17 +97,31 @@ def specs_of(args: argparse.Namespace) -> list[BenchSpec]:
         "max_offsets_per_trigger": args.max_offsets_per_trigger,
         "trigger_seconds": args.trigger_seconds,
         "fair": args.fair or None,
+        "checkpoint_seconds": args.checkpoint_seconds,
         "producer": tuple((k, str(v)) for k, v in producer.items() if v is not None) or None,
     }
     spec = replace(base, **{k: v for k, v in levers.items() if v is not None})
+    senders = [x.strip() for x in str(args.senders).split(",") if x.strip()]
+    if not senders or any(x not in SENDERS for x in senders):
+        raise SystemExit(f"--senders takes some of {','.join(SENDERS)}, not {args.senders!r}")
     if args.rate is not None:
-        return [replace(spec, rate=args.rate)]
-    if args.quick:
-        return [spec]
-    rates = [int(r) for r in str(args.rates).split(",") if r.strip()]
+        rates = [args.rate]
+    elif args.quick:
+        rates = [spec.rate]
+    else:
+        rates = [int(r) for r in str(args.rates).split(",") if r.strip()]
     if not rates or min(rates) <= 0:
         raise SystemExit(f"--rates needs positive rates, not {args.rates!r}")
-    return [replace(spec, rate=r) for r in rates]
+    return [replace(spec, rate=r, sender=x) for r in rates for x in senders]
+
+
+def master_of(args: argparse.Namespace, spec: BenchSpec) -> str:
+    """--master, or the default: two task slots for the micro-batch queries, as many as
+    the cores (more let Spark's tasks starve the units and the broker of the same two
+    cores), and one more for the real-time sender's long-lived task."""
+    if args.master:
+        return str(args.master)
+    return "local[3]" if spec.sender == REAL_TIME else "local[2]"
 
 
 def main(argv: list[str] | None = None, settings: RouterSettings | None = None) -> int:
@@ -105,15 +136,18 @@ def main(argv: list[str] | None = None, settings: RouterSettings | None = None) 
     conf = key_values(args.spark_conf, "--spark-conf")
     if any(spec.fair for spec in specs):
         conf["spark.scheduler.mode"] = "FAIR"
-    spark = build_session(
-        SparkOptions(
-            master=args.master,
-            app_name="router-spark-bench",
-            driver_memory=args.driver_memory,
-            jars_dir=args.jars_dir,
-            conf=conf,
+
+    def session(master: str) -> Any:
+        return build_session(
+            SparkOptions(
+                master=master,
+                app_name="router-spark-bench",
+                driver_memory=args.driver_memory,
+                jars_dir=args.jars_dir,
+                conf=conf,
+            )
         )
-    )
+
     pipeline_spec = PipelineSpec(
         send_units=args.send_units,
         receive_units=args.receive_units,
@@ -122,15 +156,23 @@ def main(argv: list[str] | None = None, settings: RouterSettings | None = None) 
     )
     out_dir = args.results / f"spark-bench-{secrets.token_hex(3)}"
     results = []
+    spark, master = None, None
     try:
         for i, spec in enumerate(specs):
-            run_dir = out_dir / f"run-{i + 1}-{spec.rate}"
+            if master != master_of(args, spec):  # a session of its own for another master
+                if spark is not None:
+                    spark.stop()
+                master = master_of(args, spec)
+                spark = session(master)
+            # Named after the bench too: the run's topics never meet an earlier bench's.
+            run_dir = out_dir / f"{out_dir.name[-6:]}-{i + 1}-{spec.rate}-{spec.sender}"
             results.append(
                 run_bench(spark, base, spec, pipeline_spec, run_dir, keep=args.keep, out=console)
             )
             console.table(["figure", "value", "note"], bench_report.table_rows(results[-1]))
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "results.md").write_text(bench_report.markdown(results))

@@ -38,7 +38,7 @@ from pyspark.sql.avro.functions import to_avro
 
 from router import contract
 from router.contract.schemas import SCHEMA_HEADER
-from spark_jobs import api, domain
+from spark_jobs import api, domain, realtime
 from spark_jobs.session import (
     add_kafka_arguments,
     add_spark_arguments,
@@ -233,10 +233,12 @@ def _exploded(records: Any, valid: Any) -> Any:
     )
 
 
-def _messages(rows: Any, valid: Any, *extra: Any) -> Any:
+def _messages(rows: Any, valid: Any, *extra: Any, created: Any = None) -> Any:
     """`_exploded` rows -> the message columns (MESSAGE_COLUMNS; null where not `valid`:
-    a refused record is never encoded), and `extra` columns."""
-    now = F.current_timestamp()  # the micro-batch's timestamp: the same when it is repeated
+    a refused record is never encoded), and `extra` columns. `created` dates the messages
+    (`created_at`, the `created-ms` header)."""
+    # By default the micro-batch's timestamp: the same when the batch is repeated.
+    now = F.current_timestamp() if created is None else created
     t = F.col("type")
     is_order, is_document = t == domain.PURCHASE_ORDER, t == domain.DOCUMENT
     pos, n = F.col("pos"), F.size("lines")
@@ -320,16 +322,21 @@ def to_kafka_rows(
     )
 
 
-def sender_stream(records: Any, config: SenderConfig) -> Any:
+def sender_stream(records: Any, config: SenderConfig, created: Any = None) -> Any:
     """Messages (`to_messages`' columns) and rejects (`record`, `reject_reason`) in one
     stream, told apart by `reject_reason`, from one read of the source; `SendBatch` turns
-    the messages into Kafka rows (`to_kafka_rows`) batch by batch."""
+    the messages into Kafka rows (`to_kafka_rows`) batch by batch. `created` (a timestamp
+    column of `records`) dates the messages; by default the micro-batch's time."""
     checked = validate(records, config.max_guarantee_id_bytes)
     valid = F.col("reject_reason").isNull()
     fields = [c for c in checked.columns if c not in ("_corrupt_record", "_line", "reject_reason")]
     raw = F.coalesce(F.col("_line"), F.to_json(F.struct(*fields)))
     return _messages(
-        _exploded(checked, valid), valid, F.when(~valid, raw).alias("record"), "reject_reason"
+        _exploded(checked, valid),
+        valid,
+        F.when(~valid, raw).alias("record"),
+        "reject_reason",
+        created=created,
     )
 
 
@@ -391,19 +398,33 @@ def start(
     config: SenderConfig,
     name: str = "sender",
     writer: SendBatch | None = None,
+    created: Any = None,
 ) -> StreamJob:
     """Start the sender on a stream of business records (through `writer`, by default a
     `SendBatch`). `job.metric("messages")` counts the messages it sent,
     `job.metric("rejected")` the records it refused (`observe`: in each committed
-    micro-batch's progress)."""
+    micro-batch's progress). `created`: see `sender_stream`."""
     refused = F.col("reject_reason").isNotNull()
-    stream = sender_stream(records, config).observe(
+    stream = sender_stream(records, config, created).observe(
         "sender",
         F.count(F.when(~refused, 1)).alias("messages"),
         F.count(F.when(refused, 1)).alias("rejected"),
     )
     sink = writer if writer is not None else SendBatch(config)
     return StreamJob(spark, name, stream, sink, config.checkpoint, config.trigger_seconds).start()
+
+
+def start_realtime(
+    spark: Any, records: Any, config: realtime.RealTimeConfig, name: str = "sender-realtime"
+) -> StreamJob:
+    """Start the sender in Spark's real-time mode on `realtime.read_upstream`'s records:
+    the same checks and messages as `start`, each record sent as it comes, dated by its
+    upstream Kafka timestamp (`spark_jobs.realtime`)."""
+    checks = SenderConfig(
+        config.send_queues, config.kafka, config.checkpoint, "", 0, config.max_guarantee_id_bytes
+    )
+    messages = sender_stream(records, checks, created=F.col(realtime.CREATED))
+    return realtime.start(spark, messages, config, name)
 
 
 # ---------------------------------------------------------------------- main
@@ -414,13 +435,28 @@ def parser() -> argparse.ArgumentParser:
         prog="router spark sender",
         description="Spark sender: business records -> groups on the router's send queues.",
     )
-    p.add_argument("--source", choices=["files", "rate"], default="files")
+    p.add_argument("--source", choices=["files", "rate", "kafka"], default="files")
     p.add_argument("--input", help="Directory JSON-lines files are dropped into (--source files)")
+    p.add_argument(
+        "--upstream",
+        help="Kafka topic whose values are the JSON records, read from its start (--source kafka)",
+    )
+    p.add_argument(
+        "--real-time",
+        type=float,
+        metavar="SECONDS",
+        help="Spark's real-time mode (--source kafka): each record sent as it comes, the "
+        "checkpoint every SECONDS; refused records go to --rejects-topic, and no payload is "
+        "cut into segments (spark_jobs.realtime)",
+    )
+    p.add_argument("--rejects-topic", help="Where refused records go with --real-time (Kafka)")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
     p.add_argument("--rows-per-second", type=int, default=10, help="(--source rate)")
     p.add_argument("--run-id", default="rate", help="Prefix of synthetic IDs (--source rate)")
     p.add_argument("--checkpoint", required=True, help="Checkpoint directory (any Hadoop path)")
-    p.add_argument("--rejects", required=True, help="Where refused input records go (JSON)")
+    p.add_argument(
+        "--rejects", help="Where refused input records go (JSON files; not with --real-time)"
+    )
     p.add_argument(
         "--send-queues",
         help="Comma-separated send queues (default: the topology's)",
@@ -451,6 +487,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.source == "files" and not args.input:
         parser().error("--input is required with --source files")
+    if args.source == "kafka" and not args.upstream:
+        parser().error("--upstream is required with --source kafka")
+    if args.real_time is not None:
+        if args.source != "kafka":
+            parser().error("--real-time needs --source kafka (Spark's real-time mode reads Kafka)")
+        if not args.rejects_topic:
+            parser().error("--rejects-topic is required with --real-time")
+        if args.real_time <= 0:
+            parser().error("--real-time SECONDS must be positive")
+    elif not args.rejects:
+        parser().error("--rejects is required (or --real-time with --rejects-topic)")
     if not domain.MIN_SEGMENT_BYTES <= args.segment_bytes <= domain.MAX_SEGMENT_BYTES:
         parser().error(
             f"--segment-bytes must be in {domain.MIN_SEGMENT_BYTES}..{domain.MAX_SEGMENT_BYTES}"
@@ -461,9 +508,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.send_queues
         else tuple(settings.topology.send_queues)
     )
+    kafka = kafka_options(settings.kafka, key_values(args.kafka_option, "--kafka-option"))
+    spark = build_session(spark_options(args, "router-spark-sender"))
+    if args.real_time is not None:
+        rt = realtime.RealTimeConfig(
+            send_queues=queues,
+            rejects_topic=args.rejects_topic,
+            kafka=kafka,
+            checkpoint=args.checkpoint,
+            checkpoint_seconds=args.real_time,
+            max_guarantee_id_bytes=settings.routing.max_guarantee_id_bytes,
+            delivery=args.delivery,
+        )
+        job = start_realtime(spark, realtime.read_upstream(spark, args.upstream, kafka), rt)
+        log.info("sending %s to %s in real-time mode", args.upstream, ",".join(queues))
+        return job.run_until_signalled(args.stop_file)
     config = SenderConfig(
         send_queues=queues,
-        kafka=kafka_options(settings.kafka, key_values(args.kafka_option, "--kafka-option")),
+        kafka=kafka,
         checkpoint=args.checkpoint,
         rejects=args.rejects,
         segment_bytes=args.segment_bytes,
@@ -471,12 +533,15 @@ def main(argv: list[str] | None = None) -> int:
         trigger_seconds=args.trigger_seconds,
         delivery=args.delivery,
     )
-    spark = build_session(spark_options(args, "router-spark-sender"))
+    created = None
     if args.source == "files":
         records = read_files(spark, args.input, args.max_files_per_trigger)
+    elif args.source == "kafka":
+        records = realtime.read_upstream(spark, args.upstream, kafka)
+        created = F.col(realtime.CREATED)
     else:
         records = read_rate(spark, args.rows_per_second, args.run_id)
-    job = start(spark, records, config)
+    job = start(spark, records, config, created=created)
     log.info("sending to %s via %s", ",".join(queues), settings.kafka.bootstrap_servers)
     return job.run_until_signalled(args.stop_file)
 

@@ -192,7 +192,28 @@ _INTERRUPT_LOGGERS = (
     # permissions set through a shell: "Interrupted while joining"); it is renamed into
     # place only once written, so the batch is logged whole or not at all
     "org.apache.hadoop.util.Shell",
+    # real-time mode: the long-lived tasks of the Kafka sink, killed by the stop
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.util.Utils",
 )
+
+
+def _wait_for_tasks(spark: Any, run_id: str, timeout: float) -> None:
+    """Wait (at most `timeout`) for the jobs of a stopped query's run (its job group) to
+    end, so that their killed tasks log while `_quiet_interrupts` holds."""
+    if is_connect(spark):
+        return
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout
+
+    def running() -> bool:
+        infos = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(run_id)]
+        return any(info is not None and info.status == "RUNNING" for info in infos)
+
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the status tracker for the killed tasks' end
 
 
 @contextmanager
@@ -225,15 +246,26 @@ class FileSink:
     partition_by: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class KafkaSink:
+    """Spark's Kafka sink (`options`: `kafka.`-prefixed client properties; the rows name
+    their `topic`), run in real-time mode (`trigger(realTime=...)`): long-lived tasks
+    write each record as it comes, and the query checkpoints every trigger interval
+    (`spark_jobs.realtime`)."""
+
+    options: tuple[tuple[str, str], ...]
+
+
 class StreamJob:
-    """A streaming query into `write` (a foreachBatch function) or a `FileSink`."""
+    """A streaming query into `write` (a foreachBatch function), a `FileSink`, or a
+    `KafkaSink` in real-time mode."""
 
     def __init__(
         self,
         spark: Any,
         name: str,
         df: Any,
-        write: Writer | FileSink,
+        write: Writer | FileSink | KafkaSink,
         checkpoint: str,
         trigger_seconds: float,
     ) -> None:
@@ -242,13 +274,20 @@ class StreamJob:
         self.checkpoint = checkpoint.rstrip("/")
         self.writer = write
         self.file_sink = write if isinstance(write, FileSink) else None
+        self.kafka_sink = write if isinstance(write, KafkaSink) else None
         # Each run its own stop marker: one left by an earlier run never stops this one.
         self.stop_marker = f"{self.checkpoint}/stop/{secrets.token_hex(8)}"
-        self.sink = BatchSink(write, self.stop_marker) if self.file_sink is None else None
+        self.sink = (
+            BatchSink(write, self.stop_marker)
+            if not isinstance(write, (FileSink, KafkaSink))
+            else None
+        )
         self._df = df
         self._trigger = f"{trigger_seconds} seconds"
+        self._trigger_s = trigger_seconds
         self.query: Any = None
-        self.progress = Progress(name, trigger_seconds * 1000)
+        # A real-time batch lasts its whole trigger interval by design: none is "behind".
+        self.progress = Progress(name, 0 if self.kafka_sink else trigger_seconds * 1000)
 
     @property
     def dropped_by_watermark(self) -> int:
@@ -282,13 +321,18 @@ class StreamJob:
                 .option("path", self.file_sink.path)
                 .partitionBy(*self.file_sink.partition_by)
             )
+        elif self.kafka_sink is not None:
+            writer = (
+                writer.format("kafka").outputMode("update").options(**dict(self.kafka_sink.options))
+            )
         else:
             writer = writer.foreachBatch(self.sink)
-        self.query = (
-            writer.option("checkpointLocation", self.checkpoint)
-            .trigger(processingTime=self._trigger)
-            .start()
-        )
+        writer = writer.option("checkpointLocation", self.checkpoint)
+        if self.kafka_sink is not None:
+            writer = writer.trigger(realTime=self._trigger)
+        else:
+            writer = writer.trigger(processingTime=self._trigger)
+        self.query = writer.start()
         self.progress.query_id = str(self.query.id)
         log.info("%s started (checkpoint %s)", self.name, self.checkpoint)
         return self
@@ -310,11 +354,15 @@ class StreamJob:
     def stop(self, timeout: float = 120.0) -> None:
         """Stop between micro-batches (foreachBatch: see the module's docstring), or at
         once (a file sink: a batch it interrupts is repeated by the next run and committed
-        once). A foreachBatch batch still running after `timeout` is stopped inside, with
-        a warning: Spark's stop interrupts it (and may itself wait for its tasks)."""
+        once; a Kafka sink in real-time mode: what it wrote since its last checkpoint is
+        written again by the next run). A foreachBatch batch still running after `timeout`
+        is stopped inside, with a warning: Spark's stop interrupts it (and may itself wait
+        for its tasks)."""
         if self.query is None:
             return
         with _quiet_interrupts(self.spark):
+            if self.kafka_sink is not None and self.active:
+                self._after_a_checkpoint(timeout)
             if self.sink is not None and self.active:
                 self.spark.createDataFrame([(self.name,)], "stopping STRING").write.mode(
                     "overwrite"
@@ -335,7 +383,10 @@ class StreamJob:
                         )
                         break
                     time.sleep(0.05)  # polling the query's status for the batch's end
+            run_id = str(self.query.runId)
             self.query.stop()
+            if self.kafka_sink is not None:  # its long-lived tasks end after the query
+                _wait_for_tasks(self.spark, run_id, 10.0)
         # The listener bus delivers the last progress before the termination event.
         if not self.progress.terminated.wait(30):
             log.warning("%s: no termination event from Spark within 30 s", self.name)
@@ -353,6 +404,22 @@ class StreamJob:
             log.info("%s stopped after a failure: %s", self.name, self.progress.finished())
             return
         log.info("%s stopped on request: %s; %s", self.name, self.progress.finished(), self.left())
+
+    @property
+    def _where(self) -> str:
+        if self.kafka_sink is not None:
+            return "after the running real-time batch"
+        return "between micro-batches"
+
+    def _after_a_checkpoint(self, timeout: float) -> None:
+        """Real-time mode: wait for the batch that is running to end (its progress
+        reported: its offsets checkpointed), at most one trigger interval and `timeout`,
+        so that what the next run writes again is what came in the moments since, not
+        everything since the last checkpoint."""
+        seen = self.progress.batches
+        deadline = time.monotonic() + min(timeout, self._trigger_s + 5)
+        while self.active and self.progress.batches == seen and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling the listener's count of finished batches
 
     def left(self) -> str:
         """What the stopped query left for the next run, in words: the batch whose offsets
@@ -378,16 +445,14 @@ class StreamJob:
         stop = threading.Event()
 
         def request(signum: int, _frame: Any) -> None:
-            log.info(
-                "%s: %s, stopping between micro-batches", self.name, signal.Signals(signum).name
-            )
+            log.info("%s: %s, stopping %s", self.name, signal.Signals(signum).name, self._where)
             stop.set()
 
         signal.signal(signal.SIGTERM, request)
         signal.signal(signal.SIGINT, request)
         while self.active and not stop.wait(1.0):
             if stop_file and exists(self.spark, stop_file):
-                log.info("%s: %s exists, stopping between micro-batches", self.name, stop_file)
+                log.info("%s: %s exists, stopping %s", self.name, stop_file, self._where)
                 break
         self.stop()
         failure = self.failure()

@@ -76,9 +76,18 @@ def to_router_rows(
     on_expiry: ColumnLike | None = None,
     multicast_to: ColumnLike | Sequence[str] | bool | None = None,
     priority: ColumnLike | int | None = None,
+    in_order: bool = False,
+    keep: Sequence[str] = (),
 ) -> Any:
     """Router-ready Kafka rows (`topic` if `queues` is given, `key`, `value`, `headers`),
     ordered for the Kafka sink: one partition per group, sorted by sequence.
+
+    `in_order=True` says `df` already holds each group in one partition, in sequence (a
+    Kafka source keyed by group, or one record exploded into its group's messages): the
+    rows keep their partitions and order, with no shuffle and no sort, which is what
+    Spark's real-time mode needs (`spark_jobs.realtime`). It cannot be combined with
+    `segment_bytes` or `partitions`. `keep` names columns of `df` carried through as they
+    are (on every segment of a row), for a caller that looks at them before the sink.
 
     `group_id` null makes an ordinary message (no group headers, whatever `final` says).
     `key` defaults to the group ID; `queues` picks a send queue by a stable hash of the
@@ -113,6 +122,8 @@ def to_router_rows(
     value = _col(payload).cast("binary")
     user_key = None if key is None else _col(key).cast("binary")
     segmenting = segment_bytes is not None
+    if in_order and (segmenting or partitions is not None):
+        raise ValueError("in_order keeps the input's partitions: no segment_bytes, no partitions")
     if segment_bytes is not None:
         segments.check_size(segment_bytes, RECORD_LIMIT)
         if df.isStreaming:
@@ -169,6 +180,7 @@ def to_router_rows(
         ),
         F.when(cut, size).alias("_total"),
         F.when(cut, F.sha2(value, 256)).alias("_sha"),
+        *keep,
     )
     if segmenting:
         route = F.coalesce("_gid", F.col("_key").cast("string"), F.sha2("_value", 256))
@@ -182,7 +194,7 @@ def to_router_rows(
         )
     else:
         rows = rows.select("*", F.lit(0).alias("_shift"), F.lit(0).alias("_i"))
-    return _finish_rows(rows, segment_bytes or 0, key is None, queues, partitions)
+    return _finish_rows(rows, segment_bytes or 0, key is None, queues, partitions, in_order, keep)
 
 
 def _priority(p: ColumnLike | int | None) -> Column:
@@ -234,8 +246,11 @@ def _finish_rows(
     key_default: bool,
     queues: Sequence[str] | None,
     partitions: int | None,
+    in_order: bool = False,
+    keep: Sequence[str] = (),
 ) -> Any:
-    """Exploded rows -> the Kafka sink's columns, each segment with its headers, ordered."""
+    """Exploded rows -> the Kafka sink's columns, each segment with its headers, ordered
+    (by a shuffle on the group and a sort, unless the rows are `in_order` already)."""
     cut, i, n = F.col("_cut"), F.col("_i"), F.col("_n")
     last = i == n - 1
     own = cut & F.col("_gid").isNull()  # an ordinary message, as a group of its own
@@ -270,6 +285,7 @@ def _finish_rows(
         key.alias("key"),
         chunk.alias("value"),
         headers.alias("headers"),
+        *keep,
     ]
     if queues is not None:
         if not queues:
@@ -278,5 +294,7 @@ def _finish_rows(
         pick = (F.pmod(F.xxhash64(route), F.lit(len(queues))) + 1).cast("int")
         columns.insert(3, F.element_at(names, pick).alias("topic"))
     out = rows.select(*columns)
+    if in_order:
+        return out.drop("_route", "_order", "_part")
     out = out.repartition(partitions, "_route") if partitions else out.repartition("_route")
     return out.sortWithinPartitions("_route", "_order", "_part").drop("_route", "_order", "_part")

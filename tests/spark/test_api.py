@@ -108,6 +108,43 @@ def test_rows_carry_the_header_contract_and_one_task_writes_each_group_in_order(
     assert len({t for ts in tasks.values() for t in ts}) > 1  # and the work is spread
 
 
+def _plan_counts(df: Any) -> tuple[int, int]:
+    """Exchanges (shuffles) and sorts in `df`'s physical plan."""
+    plan = str(df._jdf.queryExecution().executedPlan().toString())
+    return plan.count("Exchange"), plan.count("Sort [")
+
+
+def test_rows_in_order_already_keep_their_tasks_and_order_with_no_shuffle(spark: Any) -> None:
+    """`in_order=True` (what Spark's real-time mode needs): each group already in one
+    partition in sequence stays so, with no exchange added; `keep` carries columns."""
+    rows = _lines(20)
+    ordered = (
+        _frame(spark, rows).repartition(3, "order_id").sortWithinPartitions("order_id", "line_no")
+    )
+    before = ordered.withColumn("task", F.spark_partition_id())
+    out = _router_rows(before, queues=("sq.a", "sq.b"), in_order=True, keep=("task", "amount"))
+    assert _plan_counts(out) == _plan_counts(ordered) == (1, 1)  # no shuffle, no sort added
+    got = (
+        out.withColumn("now", F.spark_partition_id())
+        .withColumn("position", F.monotonically_increasing_id())
+        .collect()
+    )
+    assert len(got) == len(rows)
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for r in sorted(got, key=lambda r: r.position):
+        assert r.now == r.task  # each row in the task it came in
+        body = json.loads(bytes(r.value))
+        assert r.amount == body["amount"]
+        routing = contract.parse(list(_headers(r).items()), ROUTING)
+        if routing.guarantee_id is not None:
+            assert routing.seq is not None
+            seqs[routing.guarantee_id].append(routing.seq)
+    assert len(seqs) == 20 and all(s == list(range(len(s))) for s in seqs.values())
+    for bad in ({"partitions": 2}, {"segment_bytes": 16 * 1024}):
+        with pytest.raises(ValueError, match="in_order"):
+            _router_rows(ordered, in_order=True, **bad)
+
+
 def test_router_headers_cannot_be_passed_as_headers_of_ones_own(spark: Any) -> None:
     with pytest.raises(ValueError, match="router's"):
         _router_rows(_frame(spark, _lines(1)), headers={contract.FINAL: F.lit("true")})

@@ -1,7 +1,9 @@
 """`make spark-bench` in small: Spark's rate source -> Spark sender -> send units ->
-receive units -> Spark receiver, on the real stack; every message the rate source
-generated (recomputed from its rows) is in the receiver's output once, and the figures
-(rate, group latency, each hop's share of it, each query's phases) come out of one run."""
+receive units -> Spark receiver, on the real stack, with either sender (the micro-batch
+one on the rate source; the real-time one on an upstream topic the rate source fills);
+every message the rate source generated (recomputed from its rows) is in the receiver's
+output once, and the figures (rate, group latency, each hop's share of it, each query's
+phases) come out of one run."""
 
 from __future__ import annotations
 
@@ -14,21 +16,29 @@ from typing import Any
 import pytest
 
 from ops.harness.console import Console
-from ops.harness.spark.bench_flow import BenchSpec, run_bench
+from ops.harness.spark.bench_flow import SENDERS, BenchSpec, run_bench
 from ops.harness.stack.pipeline import PipelineSpec
 from router.config import load_settings
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+@pytest.mark.parametrize("sender", SENDERS)
 def test_a_short_spark_bench_accounts_for_every_message_and_reports_its_figures(
-    spark: Any, kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Path
+    sender: str,
+    spark: Any,
+    kafka_bootstrap: str,
+    redis_url: str,
+    redis_prefix: str,
+    tmp_path: Path,
 ) -> None:
     base = load_settings(
         kafka={"bootstrap_servers": kafka_bootstrap},
         redis={"url": redis_url, "key_prefix": redis_prefix},
     )
-    spec = BenchSpec(rate=400, seconds=20, warmup_s=5, drain_timeout_s=60, max_lines=8)
+    spec = BenchSpec(
+        rate=400, seconds=20, warmup_s=5, drain_timeout_s=60, max_lines=8, sender=sender
+    )
     pipeline = PipelineSpec(send_units=1, receive_units=1, transfer_partitions=2, receive_queues=2)
     log = io.StringIO()
     result = run_bench(spark, base, spec, pipeline, tmp_path / "spark-bench-test", out=Console(log))

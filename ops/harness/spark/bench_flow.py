@@ -26,22 +26,25 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ops.harness.console import Console
-from ops.harness.spark import bench_hops, bench_output, bench_report
+from ops.harness.spark import bench_hops, bench_output, bench_report, bench_upstream
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from router.config import RouterSettings
-from spark_jobs import receiver, sender
+from spark_jobs import realtime, receiver, sender
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
 
 # One micro-batch of the file sink per log file, so each batch's files are known (the
 # default compacts every 10 batches; `bench_stats.batch_of_files` copes either way).
 SINK_LOG_COMPACT = "spark.sql.streaming.fileSink.log.compactInterval"
+MICRO_BATCH, REAL_TIME = "micro-batch", "real-time"
+SENDERS = (MICRO_BATCH, REAL_TIME)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,11 @@ class BenchSpec:
     max_offsets_per_trigger: int | None = None  # receiver
     fair: bool = False  # each query in a FAIR scheduler pool of its own
     producer: tuple[tuple[str, str], ...] = ()  # kafka.* options of the sender's sink
+    # MICRO_BATCH: `sender.start` on the rate source; REAL_TIME: `sender.start_realtime` on
+    # an upstream topic the rate source fills (`bench_upstream`), checkpointing every
+    # `checkpoint_seconds`
+    sender: str = "micro-batch"
+    checkpoint_seconds: float = 5.0
 
     @property
     def messages_per_row(self) -> float:
@@ -104,6 +112,60 @@ def _check(jobs: list[StreamJob]) -> None:
             raise RuntimeError(f"{job.name} stopped: {job.failure()}")
 
 
+def source_dir(spec: BenchSpec) -> str:
+    """The checkpoint (under `checkpoints/`) of the query that reads the rate source."""
+    return "upstream" if spec.sender == REAL_TIME else "sender"
+
+
+def _start_sender(
+    spark: Any, pipeline: Pipeline, spec: BenchSpec, kafka: dict[str, str], run_dir: Path
+) -> tuple[StreamJob, StreamJob | None]:
+    """The sender, and for the real-time one the upstream writer that feeds it."""
+    run_id = run_dir.name
+    t = pipeline.settings.topology
+    checkpoints = run_dir / "checkpoints"
+    max_id = pipeline.settings.routing.max_guarantee_id_bytes
+    pool = "sender" if spec.fair else None
+    if spec.sender == MICRO_BATCH:
+        send_config = sender.SenderConfig(
+            tuple(t.send_queues),
+            {**kafka, **dict(spec.producer)},
+            str(checkpoints / "sender"),
+            str(run_dir / "rejects"),
+            max_guarantee_id_bytes=max_id,
+            trigger_seconds=spec.trigger_seconds,
+        )
+        rate = sender.read_rate(spark, spec.rows_per_second, run_id, spec.max_lines, False)
+        start = partial(sender.start, spark, rate, send_config, name=f"{run_id}-sender")
+        return _in_pool(spark, pool, start), None
+    if spec.sender != REAL_TIME:
+        raise ValueError(f"unknown sender {spec.sender!r}: one of {SENDERS}")
+    upstream, rejects = bench_upstream.topics(run_id)
+    bench_upstream.create(pipeline.settings, (upstream, rejects))
+    rt_config = realtime.RealTimeConfig(
+        tuple(t.send_queues),
+        rejects,
+        {**kafka, **dict(spec.producer)},
+        str(checkpoints / "sender"),
+        spec.checkpoint_seconds,
+        max_guarantee_id_bytes=max_id,
+    )
+    records = realtime.read_upstream(spark, upstream, kafka)
+    send = sender.start_realtime(spark, records, rt_config, name=f"{run_id}-sender")
+    writer = bench_upstream.start_writer(
+        spark,
+        kafka,
+        upstream,
+        spec.rows_per_second,
+        run_id,
+        spec.max_lines,
+        str(checkpoints / "upstream"),
+        spec.trigger_seconds,
+        f"{run_id}-upstream",
+    )
+    return send, writer
+
+
 def run_bench(
     spark: Any,
     base: RouterSettings,
@@ -148,41 +210,37 @@ def run_bench(
             lambda: receiver.start(spark, recv_config, name=f"{run_id}-receiver"),
         )
         jobs.append(recv)
-        send_config = sender.SenderConfig(
-            tuple(t.send_queues),
-            {**kafka, **dict(spec.producer)},
-            str(run_dir / "checkpoints" / "sender"),
-            str(run_dir / "rejects"),
-            max_guarantee_id_bytes=pipeline.settings.routing.max_guarantee_id_bytes,
-            trigger_seconds=spec.trigger_seconds,
-        )
-        rate = sender.read_rate(spark, spec.rows_per_second, run_id, spec.max_lines, False)
-        send = _in_pool(
-            spark,
-            "sender" if spec.fair else None,
-            lambda: sender.start(spark, rate, send_config, name=f"{run_id}-sender"),
-        )
-        jobs.append(send)
+        send, upstream = _start_sender(spark, pipeline, spec, kafka, run_dir)
+        jobs += [send] + ([upstream] if upstream is not None else [])
+        source = upstream or send  # the query that reads the rate source
         started_ms = time.time() * 1000
         t0 = time.monotonic()
         with console.progress("committed by the receiver", None) as bar:
             while time.monotonic() - t0 < spec.seconds:
                 _check(jobs)
-                bar.update(recv.metric("messages"), f"sent {send.metric('messages')}")
+                bar.update(recv.metric("messages"), f"generated {source.progress.input_rows} rows")
                 time.sleep(0.5)  # pacing the progress line; the load runs in Spark
-        send.stop()
+        source.stop()
         stopped_ms = time.time() * 1000
-        sent = send.metric("messages")
-        say(f"   sender stopped: {sent} messages sent; draining the receiver")
+        generated = bench_output.rate_rows(
+            run_dir / "checkpoints" / source_dir(spec), spec.rows_per_second
+        )
+        if upstream is None:
+            sent = send.metric("messages")
+            say(f"   sender stopped: {sent} messages sent; draining the receiver")
+        else:  # the real-time sender goes on until the receiver has it all
+            sent = bench_output.expected_count(spark, run_id, generated, spec.max_lines)
+            say(f"   upstream writer stopped: {generated} records, {sent} messages; draining")
         with console.progress("committed by the receiver", sent) as bar:
             while recv.accounted < sent:
-                _check([recv])
+                _check([recv] + [send] * (upstream is not None))
                 if time.monotonic() - t0 > spec.seconds + spec.drain_timeout_s:
                     say(f"   drain timed out after {spec.drain_timeout_s:.0f} s")
                     break
                 bar.update(recv.metric("messages"))
                 time.sleep(0.5)  # polling the receiver's observed count
         recv.stop()
+        send.stop()
         failures = [f"{j.name}: {j.failure()}" for j in jobs if j.failure()]
         pipeline.stop()
         say("   reading each group's final back from the topics it crossed (its hops)")
@@ -196,13 +254,12 @@ def run_bench(
         }
         say("   reading the receiver's output back (through the file sink's log)")
         got = bench_output.read(spark, run_dir / "output")
-        generated = bench_output.rate_rows(run_dir / "checkpoints" / "sender", spec.rows_per_second)
         complete = bench_output.completeness(
             spark, run_dir / "output", run_id, generated, spec.max_lines
         )
         result = bench_report.figures(
             listener.reports.get(f"{run_id}-receiver", []),
-            listener.reports.get(f"{run_id}-sender", []),
+            listener.reports.get(source.name, []),
             got,
             complete,
             (started_ms + spec.warmup_s * 1000, stopped_ms),
@@ -233,6 +290,8 @@ def run_bench(
             spark.conf.set(SINK_LOG_COMPACT, previous_compact)
         pipeline.stop()
         if not keep:
+            if spec.sender == REAL_TIME:
+                bench_upstream.delete(pipeline.settings, bench_upstream.topics(run_id))
             pipeline.cleanup()
             for name in ("output", "checkpoints"):
                 shutil.rmtree(run_dir / name, ignore_errors=True)

@@ -103,15 +103,25 @@ def rate_rows(checkpoint: Path, rows_per_second: int) -> int:
     return int(lines[-1]) * rows_per_second
 
 
+def _expected(spark: Any, run_id: str, generated_rows: int, max_lines: int) -> Any:
+    """The messages (record ID, guarantee ID) of rate rows 0..generated_rows-1, mapped as
+    the sender maps them."""
+    values = spark.range(generated_rows).withColumnRenamed("id", "value")
+    records = sender.rate_records(values, run_id, max_lines, documents=False)
+    return sender.to_messages(sender.validate(records)).select("record_id", "guarantee_id")
+
+
+def expected_count(spark: Any, run_id: str, generated_rows: int, max_lines: int) -> int:
+    """How many messages rate rows 0..generated_rows-1 make."""
+    return int(_expected(spark, run_id, generated_rows, max_lines).count())
+
+
 def completeness(
     spark: Any, output: Path, run_id: str, generated_rows: int, max_lines: int
 ) -> Completeness:
     """The messages the sender generated (rows 0..generated_rows-1 of the rate source,
     mapped as the sender mapped them) against what the receiver's output holds."""
-    values = spark.range(generated_rows).withColumnRenamed("id", "value")
-    records = sender.rate_records(values, run_id, max_lines, documents=False)
-    expected = sender.to_messages(sender.validate(records)).select("record_id", "guarantee_id")
-    expected = expected.persist()
+    expected = _expected(spark, run_id, generated_rows, max_lines).persist()
     got = (
         outputs.read(spark, str(output))
         .where(F.col("output").isin("groups", "records"))

@@ -109,7 +109,10 @@ def table_rows(result: Mapping[str, Any]) -> list[list[str]]:
             "steady window, mean",
         ],
     ]
-    for name, profile in (("receiver", "receiver_profile_ms"), ("sender", "sender_profile_ms")):
+    # With the real-time sender, the rate source is read by its upstream writer (a
+    # micro-batch query); the sender itself has no micro-batches.
+    source = "upstream writer" if _sender(result) == "real-time" else "sender"
+    for name, profile in (("receiver", "receiver_profile_ms"), (source, "sender_profile_ms")):
         phases = result[profile]
         if phases:
             rows.append(
@@ -140,11 +143,16 @@ def table_rows(result: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _sender(result: Mapping[str, Any]) -> str:
+    return str((result.get("spec") or {}).get("sender", "micro-batch"))
+
+
 def verdict(result: Mapping[str, Any]) -> str:
-    """One line per run: rate, latency and the goal, met or not."""
+    """One line per run: sender, rate, latency and the goal, met or not."""
     lat, goal = result["latency"], result["goal"]
     return (
-        f"RESULT spark-bench offered {result['offered_msg_s']:,.0f} msg/s: sustained "
+        f"RESULT spark-bench {_sender(result)} sender, offered "
+        f"{result['offered_msg_s']:,.0f} msg/s: sustained "
         f"{result['achieved_msg_s']:,.0f} msg/s, group latency p50/p99 "
         f"{_ms(lat['p50_ms'])}/{_ms(lat['p99_ms'])} ms; goal (>= {goal['rate_msg_s']:,.0f} "
         f"msg/s with p99 <= {goal['p99_ms']:,.0f} ms) "
@@ -159,7 +167,8 @@ def markdown(results: Sequence[Mapping[str, Any]]) -> str:
     for r in results:
         spec = r["spec"]
         parts += [
-            f"## {spec['rate']:,} msg/s offered, orders of 1..{spec['max_lines']} lines "
+            f"## {_sender(r)} sender, {spec['rate']:,} msg/s offered, orders of "
+            f"1..{spec['max_lines']} lines "
             f"({spec['seconds']:.0f} s of load, the first {spec['warmup_s']:.0f} s left out; "
             f"{r['date']})",
             "",

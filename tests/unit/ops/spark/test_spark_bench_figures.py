@@ -97,4 +97,11 @@ def test_the_report_says_whether_the_goal_was_met_and_what_was_missing() -> None
     assert "not met" in line and "OUTPUT INCOMPLETE" in line
     rows = {r[0]: r for r in report.table_rows(result)}
     assert rows["messages received / generated"][2].startswith("missing 1")
-    assert "## 5,000 msg/s offered" in report.markdown([result])
+    assert "## micro-batch sender, 5,000 msg/s offered" in report.markdown([result])
+    assert line.startswith("RESULT spark-bench micro-batch sender, offered")
+    # The real-time sender's table names the query that read the rate source.
+    result["spec"]["sender"] = "real-time"
+    result["sender_profile_ms"] = {"triggerExecution": 900.0, "addBatch": 600.0}
+    rows = {r[0]: r for r in report.table_rows(result)}
+    assert "upstream writer batch (mean ms)" in rows and "sender batch (mean ms)" not in rows
+    assert report.verdict(result).startswith("RESULT spark-bench real-time sender")
