@@ -1,18 +1,22 @@
 """The Spark benchmark (`make spark-bench`, `python -m ops.spark_bench`): Spark's rate
 source -> Spark sender -> send units -> transfer topic -> receive units -> Spark receiver.
 
-One local SparkSession runs both queries: the sender (`sender.read_rate` mapped by
-`sender.rate_records` into purchase orders of 1..4 lines, the groups, and stock updates,
-the ordinary records; written by `sender.SendBatch` through `api.to_router_rows` and
-Spark's Kafka sink) and the receiver (`receiver.start`: the file sink, partitioned by
-`output`). The units run as processes (`ops.harness.stack.pipeline`). After `seconds` of load
-the sender stops between micro-batches, the receiver drains, and the figures come from
-what the receiver committed (`ops.harness.spark.bench_output`, `bench_stats`):
+One local SparkSession runs the queries: the sender and the receiver (`receiver.start`:
+the file sink, partitioned by `output`). The sender (`BenchSpec.sender`) is the
+micro-batch one (`sender.read_rate` mapped by `sender.rate_records` into purchase orders
+of 1..`max_lines` lines, the groups, and stock updates, the ordinary records; written by
+`sender.SendBatch` through `api.to_router_rows` and Spark's Kafka sink) or the real-time
+one (`sender.start_realtime`) on an upstream topic that a micro-batch writer fills with the
+same records (`bench_upstream`). The units run as processes
+(`ops.harness.stack.pipeline`). After `seconds` of load the query reading the rate source
+stops between micro-batches, the receiver drains, and the figures come from what the
+receiver committed (`ops.harness.spark.bench_output`, `bench_stats`):
 
 * achieved: messages in the receiver's micro-batches committed in the steady window
   (after `warmup_s`, until the sender stopped) per second, against the offered load;
 * group-completion latency: from a group's last member's `created_at` (the sender's
-  micro-batch time) to the commit of the receiver's micro-batch that emitted it
+  micro-batch time; for the real-time sender, its upstream record's Kafka timestamp) to
+  the commit of the receiver's micro-batch that emitted it
   (progress timestamp + triggerExecution), for groups created in the steady window;
 * completeness: the output against the messages recomputed from the rows generated.
 
