@@ -144,8 +144,9 @@ def rate_records(values: Any, run_id: str, max_lines: int = 40, documents: bool 
 # ---------------------------------------------------------------------- transformations
 
 
-def validate(records: Any, max_guarantee_id_bytes: int = 256) -> Any:
-    """Adds `reject_reason`: null for a record the sender can send, else why not."""
+def validate(records: Any, max_guarantee_id_bytes: int = 256, extra: Any = None) -> Any:
+    """Adds `reject_reason`: null for a record the sender can send, else why not (`extra`:
+    a reason of the caller's, a column over the records, checked first)."""
 
     def blank(name: str) -> Any:
         c = F.col(name)
@@ -202,6 +203,8 @@ def validate(records: Any, max_guarantee_id_bytes: int = 256) -> Any:
             F.lit(f"business key too long for a guarantee ID (> {max_guarantee_id_bytes} bytes)"),
         )
     )
+    if extra is not None:
+        reason = F.coalesce(extra, reason)
     return records.withColumn("reject_reason", reason)
 
 
@@ -322,14 +325,17 @@ def to_kafka_rows(
     )
 
 
-def sender_stream(records: Any, config: SenderConfig, created: Any = None) -> Any:
+def sender_stream(
+    records: Any, config: SenderConfig, created: Any = None, extra_reason: Any = None
+) -> Any:
     """Messages (`to_messages`' columns) and rejects (`record`, `reject_reason`) in one
     stream, told apart by `reject_reason`, from one read of the source; `SendBatch` turns
     the messages into Kafka rows (`to_kafka_rows`) batch by batch. `created` (a timestamp
-    column of `records`) dates the messages; by default the micro-batch's time."""
-    checked = validate(records, config.max_guarantee_id_bytes)
+    column of `records`) dates the messages; by default the micro-batch's time.
+    `extra_reason`: see `validate`."""
+    checked = validate(records, config.max_guarantee_id_bytes, extra_reason)
     valid = F.col("reject_reason").isNull()
-    fields = [c for c in checked.columns if c not in ("_corrupt_record", "_line", "reject_reason")]
+    fields = [c for c in checked.columns if not c.startswith("_") and c != "reject_reason"]
     raw = F.coalesce(F.col("_line"), F.to_json(F.struct(*fields)))
     return _messages(
         _exploded(checked, valid),
@@ -423,7 +429,9 @@ def start_realtime(
     checks = SenderConfig(
         config.send_queues, config.kafka, config.checkpoint, "", 0, config.max_guarantee_id_bytes
     )
-    messages = sender_stream(records, checks, created=F.col(realtime.CREATED))
+    messages = sender_stream(
+        records, checks, created=F.col(realtime.CREATED), extra_reason=realtime.refusal(config)
+    )
     return realtime.start(spark, messages, config, name)
 
 
@@ -494,8 +502,14 @@ def main(argv: list[str] | None = None) -> int:
             parser().error("--real-time needs --source kafka (Spark's real-time mode reads Kafka)")
         if not args.rejects_topic:
             parser().error("--rejects-topic is required with --real-time")
-        if args.real_time <= 0:
-            parser().error("--real-time SECONDS must be positive")
+        lowered = any(
+            kv.startswith(f"{realtime.MIN_BATCH_CONF}=") for kv in (args.spark_conf or [])
+        )
+        if args.real_time < realtime.MIN_BATCH_S and not lowered:
+            parser().error(
+                f"--real-time SECONDS must be at least {realtime.MIN_BATCH_S:g} (Spark's "
+                f"{realtime.MIN_BATCH_CONF}; lower it with --spark-conf)"
+            )
     elif not args.rejects:
         parser().error("--rejects is required (or --real-time with --rejects-topic)")
     if not domain.MIN_SEGMENT_BYTES <= args.segment_bytes <= domain.MAX_SEGMENT_BYTES:

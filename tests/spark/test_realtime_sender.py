@@ -25,7 +25,7 @@ from tests.fixtures.helpers import unique, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-MAX_PAYLOAD = 4096  # a document above it is refused (the real-time sender cuts no segments)
+MAX_RECORD = 8192  # a record whose messages could be larger is refused (no segments here)
 T0 = 1_700_000_000_000  # upstream record timestamps: T0 + the record's number
 
 
@@ -55,10 +55,10 @@ class Topics:
         self.consumer.close()
 
 
-def _produce(bootstrap: str, topic: str, lines: list[tuple[int, str]]) -> None:
+def _produce(bootstrap: str, topic: str, values: list[tuple[int, bytes]]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for number, line in lines:
-        producer.produce(topic, line.encode(), timestamp=T0 + number)
+    for number, value in values:
+        producer.produce(topic, value, timestamp=T0 + number)
     assert producer.flush(30) == 0
 
 
@@ -77,24 +77,40 @@ def test_records_go_out_one_by_one_in_order_and_refused_ones_with_their_reason(
         "type": "document",
         "document_id": f"{run}-big",
         "name": "big.pdf",
-        "content_base64": base64.b64encode(random.Random(5).randbytes(6000)).decode(),
+        "content_base64": base64.b64encode(random.Random(5).randbytes(7000)).decode(),
     }
-    refused = {
-        "{not json": "malformed JSON line",
-        json.dumps({"type": "purchase_order", "order_id": f"{run}-x"}): "a purchase order needs",
-        json.dumps({"type": "invoice"}): "unknown record type",
-        json.dumps(big): f"larger than {MAX_PAYLOAD}",
+    wide_line = {  # one line too large: the whole order is refused, never a gap in it
+        "type": "purchase_order",
+        "order_id": f"{run}-wide",
+        "customer_id": "C-1",
+        "lines": [
+            {"sku": "A", "quantity": 1, "unit_price_cents": 1},
+            {"sku": "B" * 9000, "quantity": 1, "unit_price_cents": 1},
+        ],
+    }
+    two = json.dumps({"type": "stock_update", "update_id": f"{run}-u1", "sku": "A",
+                      "warehouse": "W", "delta": 1})  # fmt: skip
+    refused: dict[bytes, str] = {
+        b"{not json": "malformed JSON line",
+        json.dumps(
+            {"type": "purchase_order", "order_id": f"{run}-x"}
+        ).encode(): "a purchase order needs",
+        json.dumps({"type": "invoice"}).encode(): "unknown record type",
+        json.dumps(big).encode(): f"more than {MAX_RECORD}",
+        json.dumps(wide_line).encode(): f"more than {MAX_RECORD}",
+        (two + "\n" + two.replace("-u1", "-u2")).encode(): "more than one JSON value",
+        two.replace("-u1", "-u3\udcff").encode("utf-8", "surrogateescape"): "not UTF-8",
     }
     half = len(good) // 2
-    numbered = list(enumerate([json.dumps(r) for r in good]))
-    bad_lines = [(len(good) + i, line) for i, line in enumerate(refused)]
+    numbered = list(enumerate([json.dumps(r).encode() for r in good]))
+    bad_lines = [(len(good) + i, value) for i, value in enumerate(refused)]
     config = realtime.RealTimeConfig(
         queues,
         rejects,
         kafka_options(kafka_bootstrap),
         str(tmp_path / "checkpoint"),
         checkpoint_seconds=5.0,
-        max_payload_bytes=MAX_PAYLOAD,
+        max_record_bytes=MAX_RECORD,
     )
 
     def start() -> StreamJob:
@@ -111,7 +127,12 @@ def test_records_go_out_one_by_one_in_order_and_refused_ones_with_their_reason(
         _produce(kafka_bootstrap, upstream, numbered[:half] + bad_lines)
         first = len(expected(good[:half]))
         wait_until(lambda: sent.count() >= first, 90, f"{first} messages on the send queues")
-        wait_until(lambda: refusals.count() >= len(refused), 30, "the refused records")
+        wait_until(
+            lambda: refusals.count() >= len(refused),
+            30,
+            "the refused records",
+            report=lambda: f"{[_reason(m) for m in refusals.got]} {job.failure()}",
+        )
         assert job.active, job.failure()
         job.stop()
         assert job.failure() is None
@@ -164,15 +185,27 @@ def test_records_go_out_one_by_one_in_order_and_refused_ones_with_their_reason(
     # a restart if it came after the last checkpoint).
     reasons = {bytes(dict(m.headers())[realtime.REJECT_HEADER]).decode(): m for m in refusals.got}
     assert len(reasons) == len(refused), list(reasons)
-    for line, reason in refused.items():
-        match = [m for text, m in reasons.items() if reason in text]
-        assert len(match) == 1, (reason, list(reasons))
-        length = int(dict(match[0].headers())[realtime.RECORD_BYTES_HEADER])
-        if line == json.dumps(big):  # named, not copied: its payload is over the limit
-            assert json.loads(match[0].value())["record_id"] == big["document_id"]
-            assert length > MAX_PAYLOAD
-        else:
-            assert match[0].value() == line.encode() and length == len(line.encode())
+    cut = MAX_RECORD - 2 * realtime.OVERHEAD_BYTES - realtime.REJECT_KEY_BYTES
+    for value, reason in refused.items():
+        if reason == "not UTF-8":  # its text as Spark decodes it (replacement characters)
+            match = [m for m in refusals.got if reason in _reason(m)]
+            assert len(match) == 1 and match[0].value().startswith(value.split(b"\xff")[0])
+            continue
+        match = [
+            m
+            for m in refusals.got
+            if reason in _reason(m)
+            and int(dict(m.headers())[realtime.RECORD_BYTES_HEADER]) == len(value)
+        ]
+        assert match, (reason, len(value), list(reasons))
+        assert match[0].value() == value[:cut], reason  # the record, cut to fit
+    assert len({_reason(m) for m in refusals.got if f"more than {MAX_RECORD}" in _reason(m)}) == 2
+    # Nothing of a refused record on the send queues: no order with a gap.
+    assert not any(f"{run}-wide" in i or f"{run}-u" in i for i in ids)
+
+
+def _reason(m: Any) -> str:
+    return bytes(dict(m.headers())[realtime.REJECT_HEADER]).decode()
 
 
 def _payload(m: Any) -> dict[str, Any]:
@@ -183,3 +216,13 @@ def _payload(m: Any) -> dict[str, Any]:
 
 def _ids(got: list[Any]) -> set[str]:
     return {_payload(m)["record_id"] for m in got}
+
+
+def test_a_topic_with_more_partitions_than_task_slots_is_refused(
+    spark: Any, kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    """Real-time mode holds a slot per upstream partition: one left without a slot would
+    never be read, its progress looking normal. The session has local[2]."""
+    upstream = new_topic("rt-wide", spark.sparkContext.defaultParallelism + 1)
+    with pytest.raises(ValueError, match="task slots"):
+        realtime.read_upstream(spark, upstream, kafka_options(kafka_bootstrap))

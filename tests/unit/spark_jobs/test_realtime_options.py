@@ -11,13 +11,13 @@ KAFKA = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
 def test_a_config_that_cannot_work_is_refused() -> None:
     ok = realtime.RealTimeConfig(("sq",), "rejects", KAFKA, "/tmp/cp")
-    assert ok.checkpoint_seconds == 5.0 and ok.max_payload_bytes < realtime.RECORD_LIMIT
+    assert ok.checkpoint_seconds == 5.0 and ok.max_record_bytes == realtime.RECORD_LIMIT
     for bad, words in (
         ({"send_queues": ()}, "no send queues"),
         ({"rejects_topic": ""}, "rejects topic"),
         ({"checkpoint_seconds": 0}, "checkpoint_seconds"),
-        ({"max_payload_bytes": 10}, "max_payload_bytes"),
-        ({"max_payload_bytes": realtime.RECORD_LIMIT + 1}, "max_payload_bytes"),
+        ({"max_record_bytes": 4096}, "max_record_bytes"),
+        ({"max_record_bytes": realtime.RECORD_LIMIT + 1}, "max_record_bytes"),
     ):
         args = {
             "send_queues": ("sq",),
@@ -43,8 +43,8 @@ def test_a_config_that_cannot_work_is_refused() -> None:
             "--rejects-topic is required",
         ),
         (
-            ["--source", "kafka", "--upstream", "u", "--real-time", "0", "--rejects-topic", "r"],
-            "must be positive",
+            ["--source", "kafka", "--upstream", "u", "--real-time", "2", "--rejects-topic", "r"],
+            "at least 5",
         ),
         (["--source", "kafka", "--upstream", "u"], "--rejects is required"),
     ],
