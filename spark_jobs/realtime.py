@@ -96,16 +96,22 @@ class RealTimeConfig:
 
 
 def read_upstream(
-    spark: Any, topic: str, kafka: dict[str, str], starting_offsets: str = "earliest"
+    spark: Any,
+    topic: str,
+    kafka: dict[str, str],
+    starting_offsets: str = "earliest",
+    real_time: bool = True,
 ) -> Any:
     """Business records (`domain.INPUT_SCHEMA`) from the JSON values of `topic`, each with
     its text as `_line`, its Kafka timestamp as `_created`, and `_upstream_reason` for a
     value that is not one record: not UTF-8, or more than one JSON value (Spark's JSON
     parser would read the first and drop the rest). A value that is not JSON, empty, or
     none at all has `_corrupt_record` set or no `type`. Every one of them is a reject.
-    Refuses a topic with more partitions than the session has task slots: real-time mode
-    holds a slot per partition, and a partition without one would never be read."""
-    _check_slots(spark, topic, kafka)
+    For real-time mode (`real_time`), refuses a topic with more partitions than the
+    session has task slots: it holds a slot per partition, and a partition without one
+    would never be read."""
+    if real_time:
+        _check_slots(spark, topic, kafka)
     raw = (
         spark.readStream.format("kafka")
         .options(**kafka)

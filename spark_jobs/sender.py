@@ -90,6 +90,16 @@ def parse_lines(lines: Any) -> Any:
     )
 
 
+def read_kafka(spark: Any, topic: str, kafka: dict[str, str]) -> tuple[Any, Any, Any]:
+    """Business records from the JSON values of a Kafka topic, for `start` (micro-batches):
+    the records, their creation time (the upstream record's timestamp) and the reason to
+    refuse a value that is not one record (not UTF-8, two JSON values), as `start`'s
+    `records`, `created` and `extra_reason`. A large document goes in segments, as from
+    files; `realtime.read_upstream` is the reader."""
+    records = realtime.read_upstream(spark, topic, kafka, real_time=False)
+    return records, F.col(realtime.CREATED), F.col(realtime.UPSTREAM_REASON)
+
+
 def read_rate(
     spark: Any, rows_per_second: int, run_id: str, max_lines: int = 40, documents: bool = True
 ) -> Any:
@@ -405,13 +415,14 @@ def start(
     name: str = "sender",
     writer: SendBatch | None = None,
     created: Any = None,
+    extra_reason: Any = None,
 ) -> StreamJob:
     """Start the sender on a stream of business records (through `writer`, by default a
     `SendBatch`). `job.metric("messages")` counts the messages it sent,
     `job.metric("rejected")` the records it refused (`observe`: in each committed
-    micro-batch's progress). `created`: see `sender_stream`."""
+    micro-batch's progress). `created`, `extra_reason`: see `sender_stream`."""
     refused = F.col("reject_reason").isNotNull()
-    stream = sender_stream(records, config, created).observe(
+    stream = sender_stream(records, config, created, extra_reason).observe(
         "sender",
         F.count(F.when(~refused, 1)).alias("messages"),
         F.count(F.when(refused, 1)).alias("rejected"),
@@ -547,15 +558,14 @@ def main(argv: list[str] | None = None) -> int:
         trigger_seconds=args.trigger_seconds,
         delivery=args.delivery,
     )
-    created = None
+    created = reason = None
     if args.source == "files":
         records = read_files(spark, args.input, args.max_files_per_trigger)
     elif args.source == "kafka":
-        records = realtime.read_upstream(spark, args.upstream, kafka)
-        created = F.col(realtime.CREATED)
+        records, created, reason = read_kafka(spark, args.upstream, kafka)
     else:
         records = read_rate(spark, args.rows_per_second, args.run_id)
-    job = start(spark, records, config, created=created)
+    job = start(spark, records, config, created=created, extra_reason=reason)
     log.info("sending to %s via %s", ",".join(queues), settings.kafka.bootstrap_servers)
     return job.run_until_signalled(args.stop_file)
 

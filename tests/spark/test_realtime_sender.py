@@ -226,3 +226,71 @@ def test_a_topic_with_more_partitions_than_task_slots_is_refused(
     upstream = new_topic("rt-wide", spark.sparkContext.defaultParallelism + 1)
     with pytest.raises(ValueError, match="task slots"):
         realtime.read_upstream(spark, upstream, kafka_options(kafka_bootstrap))
+
+
+def test_the_upstream_topic_in_micro_batches_refuses_the_same_values_and_cuts_segments(
+    spark: Any, kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """`--source kafka` without `--real-time` (`sender.read_kafka` into `sender.start`):
+    a value that is not one record is refused with its reason (to the rejects files), a
+    large document goes in segments, and messages are dated by their upstream record."""
+    upstream = new_topic("mb-up", 3)  # more partitions than slots: no slot is held here
+    queue = new_topic("mb-send", 2)
+    run = unique("mb")
+    order = {
+        "type": "purchase_order",
+        "order_id": f"{run}-1",
+        "customer_id": "C-1",
+        "lines": [{"sku": s, "quantity": 1, "unit_price_cents": 5} for s in "ABC"],
+    }
+    document = {
+        "type": "document",
+        "document_id": f"{run}-doc",
+        "name": "big.pdf",
+        "content_base64": base64.b64encode(random.Random(9).randbytes(5000)).decode(),
+    }
+    two = json.dumps(order) + "\n" + json.dumps({**order, "order_id": f"{run}-2"})
+    values = [json.dumps(order).encode(), json.dumps(document).encode(), two.encode(), b"\xff{"]
+    _produce(kafka_bootstrap, upstream, list(enumerate(values)))
+    config = sender.SenderConfig(
+        (queue,),
+        kafka_options(kafka_bootstrap),
+        str(tmp_path / "checkpoint"),
+        str(tmp_path / "rejects"),
+        segment_bytes=1024,
+        trigger_seconds=0.5,
+    )
+    records, created, reason = sender.read_kafka(spark, upstream, config.kafka)
+    job = sender.start(spark, records, config, unique("mb-sender"), created=created,
+                       extra_reason=reason)  # fmt: skip
+    try:
+        wait_until(lambda: job.metric("rejected") >= 2, 90, "the two values refused")
+        wait_until(lambda: job.metric("messages") >= 4, 30, "the order and the document")
+    finally:
+        job.stop()
+    assert job.failure() is None
+    assert (job.metric("messages"), job.metric("rejected")) == (4, 2)
+    rejected = spark.read.json(str(tmp_path / "rejects")).collect()
+    assert sorted(r.reject_reason for r in rejected) == [
+        "more than one JSON value in one Kafka record (send one record per value)",
+        "the value is not UTF-8",
+    ]
+    got = Topics(kafka_bootstrap, [queue])
+
+    def both() -> bool:
+        got.count()
+        headers = [dict(m.headers()) for m in got.got]
+        return any(contract.SEGMENT_LAST in h for h in headers) and any(
+            contract.FINAL in h for h in headers
+        )
+
+    try:
+        wait_until(both, 30, "the order's final and the document's last segment")
+    finally:
+        got.close()
+    segmented = [m for m in got.got if contract.SEGMENT_ID in dict(m.headers())]
+    assert len(segmented) > 1  # the document went in segments
+    seqs = [int(dict(m.headers())[contract.SEQ]) for m in got.got
+            if dict(m.headers()).get(contract.GUARANTEE_ID) == f"po/{run}-1".encode()]  # fmt: skip
+    assert seqs == [0, 1, 2]
+    assert all(int(dict(m.headers())[domain.CREATED_HEADER]) in (T0, T0 + 1) for m in got.got)
