@@ -1,20 +1,110 @@
 """Following one streaming query's progress (Spark's listener bus): what it read, what it
-dropped, and how often a micro-batch took longer than its trigger interval."""
+dropped, and how often a micro-batch took longer than its trigger interval.
+
+`listen(spark, on_progress, on_terminated)` hands each progress report to `on_progress` as
+the JSON dict Spark writes (`StreamingQueryProgress.json`). In a classic session it
+registers its own listener with the JVM (PySpark's `PythonStreamingQueryListenerWrapper`)
+that asks for each report's JSON in one call. PySpark's own listener builds a Python event
+from the JVM's, a call per field, and resolves a JVM class by name for each observed
+metric: a lookup that scans every jar on the class path. With one listener per query,
+each receiving every query's events, that was a seventh of the driver JVM's CPU in
+`make spark-bench` (JFR, 2026-11-30). Under Spark Connect the events come as JSON already,
+through PySpark's listener.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql.streaming import StreamingQueryListener
+
+from spark_jobs.session import is_connect
 
 log = logging.getLogger("spark_jobs.streaming")
 _progress_log = logging.getLogger("spark_jobs.progress")
 
+Report = dict[str, Any]  # one progress report: StreamingQueryProgress's JSON
 
-class Progress(StreamingQueryListener):  # type: ignore[misc]
+
+class _JsonCalls:
+    """Spark's `PythonStreamingQueryListener`, implemented here through Py4J: each event's
+    progress as its JSON, one call into the JVM."""
+
+    def __init__(self, on_progress: Callable[[Report], None], on_terminated: Callable[[str], None]):
+        self.on_progress = on_progress
+        self.on_terminated = on_terminated
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        pass
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.on_progress(json.loads(jevent.progress().json()))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        self.on_terminated(jevent.id().toString())
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+class _ConnectCalls(StreamingQueryListener):  # type: ignore[misc]
+    """The same calls from PySpark's listener (Spark Connect: events arrive as JSON)."""
+
+    def __init__(self, on_progress: Callable[[Report], None], on_terminated: Callable[[str], None]):
+        self.on_progress = on_progress
+        self.on_terminated = on_terminated
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        self.on_progress(json.loads(event.progress.json))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        self.on_terminated(str(event.id))
+
+
+def listen(
+    spark: Any,
+    on_progress: Callable[[Report], None],
+    on_terminated: Callable[[str], None] = lambda _query_id: None,
+) -> Any:
+    """Call `on_progress` with every progress report of every query of the session, and
+    `on_terminated` with the ID of each query that ends; returns what `unlisten` takes.
+    The calls come on Spark's listener thread, one event at a time."""
+    if is_connect(spark):
+        listener = _ConnectCalls(on_progress, on_terminated)
+        spark.streams.addListener(listener)
+        return listener
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    jvm = spark.sparkContext._jvm
+    wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
+    jlistener = wrapper(_JsonCalls(on_progress, on_terminated))
+    spark._jsparkSession.streams().addListener(jlistener)
+    return jlistener
+
+
+def unlisten(spark: Any, handle: Any) -> None:
+    """Stop the calls `listen` started."""
+    if isinstance(handle, StreamingQueryListener):
+        spark.streams.removeListener(handle)
+    else:
+        spark._jsparkSession.streams().removeListener(handle)
+
+
+class Progress:
     """Follows one query's progress: logs each micro-batch's progress as JSON (logger
     `spark_jobs.progress`, DEBUG), and counts the batches, the input rows, the rows its
     watermark dropped (`numRowsDroppedByWatermark` of its stateful operators) and the
@@ -38,55 +128,53 @@ class Progress(StreamingQueryListener):  # type: ignore[misc]
         self.terminated = threading.Event()
         self.observed: Counter[str] = Counter()  # sums of the query's observe() metrics
 
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        p = event.progress
-        if str(p.id) != self.query_id:
+    def report(self, p: Report) -> None:
+        """One progress report (of any query: the others are ignored)."""
+        if p.get("id") != self.query_id:
             return
+        batch = int(p["batchId"])
         self.batches += 1
         if self.first_batch is None:
-            self.first_batch = p.batchId
-        self.last_batch = p.batchId
-        self.input_rows += p.numInputRows
-        took = int((p.durationMs or {}).get("triggerExecution", 0))
+            self.first_batch = batch
+        self.last_batch = batch
+        self.input_rows += int(p.get("numInputRows") or 0)
+        took = int((p.get("durationMs") or {}).get("triggerExecution", 0))
         if self.trigger_ms and took > self.trigger_ms:
             self.behind += 1
             if self.worst is None or took > self.worst[1]:
-                self.worst = (p.batchId, took)
-        dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
+                self.worst = (batch, took)
+        operators = p.get("stateOperators") or []
+        dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators)
         if dropped:
             self.dropped_by_watermark += dropped
             log.warning(
                 "%s: batch %d: %d rows older than the watermark dropped (%d so far)",
                 self.name,
-                p.batchId,
+                batch,
                 dropped,
                 self.dropped_by_watermark,
             )
         copies = sum(
-            int((op.customMetrics or {}).get("numDroppedDuplicateRows", 0))
-            for op in p.stateOperators
+            int((op.get("customMetrics") or {}).get("numDroppedDuplicateRows", 0))
+            for op in operators
         )
         if copies:
             self.duplicates_dropped += copies
             log.warning(
                 "%s: batch %d: %d copies of ordinary records already received dropped (%d so far)",
                 self.name,
-                p.batchId,
+                batch,
                 copies,
                 self.duplicates_dropped,
             )
-        for row in (p.observedMetrics or {}).values():
-            self.observed.update({k: v for k, v in row.asDict().items() if v})
-        _progress_log.debug("%s", p.json)
+        for row in (p.get("observedMetrics") or {}).values():
+            self.observed.update({k: v for k, v in row.items() if v})
+        if _progress_log.isEnabledFor(logging.DEBUG):
+            _progress_log.debug("%s", json.dumps(p))
 
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        if str(event.id) == self.query_id:
+    def ended(self, query_id: str) -> None:
+        """A query ended (the one followed, or another)."""
+        if query_id == self.query_id:
             self.terminated.set()
 
     def finished(self) -> str:

@@ -50,7 +50,8 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 
-from spark_jobs.progress import Progress
+from spark_jobs import checkpoints
+from spark_jobs.progress import Progress, listen, unlisten
 from spark_jobs.session import is_connect
 
 log = logging.getLogger("spark_jobs.streaming")
@@ -286,6 +287,7 @@ class StreamJob:
         self._trigger = f"{trigger_seconds} seconds"
         self._trigger_s = trigger_seconds
         self.query: Any = None
+        self._listening: Any = None  # progress.listen's handle while the query runs
         # A real-time batch lasts its whole trigger interval by design: none is "behind".
         self.progress = Progress(name, 0 if self.kafka_sink else trigger_seconds * 1000)
 
@@ -312,7 +314,7 @@ class StreamJob:
 
     def start(self) -> StreamJob:
         _hide_stop_tracebacks()
-        self.spark.streams.addListener(self.progress)
+        self._listening = listen(self.spark, self.progress.report, self.progress.ended)
         writer = self._df.writeStream.queryName(self.name)
         if self.file_sink is not None:
             writer = (
@@ -332,7 +334,8 @@ class StreamJob:
             writer = writer.trigger(realTime=self._trigger)
         else:
             writer = writer.trigger(processingTime=self._trigger)
-        self.query = writer.start()
+        with checkpoints.manager_for(self.spark, self.checkpoint):
+            self.query = writer.start()
         self.progress.query_id = str(self.query.id)
         log.info("%s started (checkpoint %s)", self.name, self.checkpoint)
         return self
@@ -390,7 +393,7 @@ class StreamJob:
         # The listener bus delivers the last progress before the termination event.
         if not self.progress.terminated.wait(30):
             log.warning("%s: no termination event from Spark within 30 s", self.name)
-        self.spark.streams.removeListener(self.progress)
+        unlisten(self.spark, self._listening)
         if self.progress.dropped_by_watermark:
             log.warning(
                 "%s: %d rows were older than the watermark and dropped",

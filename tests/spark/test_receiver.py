@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs import domain, outputs, receiver
+from spark_jobs import checkpoints, domain, outputs, receiver
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
 from tests.fixtures.factories import TopicFactory
@@ -71,6 +71,13 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
     )
     job = _start(spark, config)
     try:
+        # A local checkpoint is written through Spark's file-system manager (no process
+        # started per file: `spark_jobs.checkpoints`), and the session is left as it was.
+        execution = job.query._jsq.streamingQuery()
+        for metadata_log in (execution.offsetLog(), execution.commitLog()):
+            manager = metadata_log.fileManager().getClass().getName()
+            assert manager == checkpoints.LOCAL_MANAGER
+        assert spark.conf.get(checkpoints.CHECKPOINT_MANAGER_CONF, None) is None
         messages = w.count - 2  # the document's three segments are one message
         wait_until(lambda: job.accounted >= messages, 120, f"{messages} messages accounted for")
         # A copy of SU-1, created with it, arrives after the watermark passed: dropped by

@@ -34,13 +34,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
-
 from ops.harness.console import Console
 from ops.harness.spark import bench_hops, bench_output, bench_report, bench_upstream
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from router.config import RouterSettings
 from spark_jobs import realtime, receiver, sender
+from spark_jobs.progress import listen, unlisten
 from spark_jobs.session import kafka_options
 from spark_jobs.streaming import StreamJob
 
@@ -80,24 +79,14 @@ class BenchSpec:
         return max(1, round(self.rate / self.messages_per_row))
 
 
-class ProgressLog(StreamingQueryListener):  # type: ignore[misc]
-    """Every progress report of the named queries, as JSON dicts."""
+class ProgressLog:
+    """Every progress report of the named queries, as JSON dicts (`progress.listen`)."""
 
     def __init__(self) -> None:
         self.reports: dict[str, list[dict[str, Any]]] = {}
 
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        report = json.loads(event.progress.json)
+    def report(self, report: dict[str, Any]) -> None:
         self.reports.setdefault(str(report.get("name")), []).append(report)
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
 
 
 def _in_pool(spark: Any, pool: str | None, start: Any) -> StreamJob:
@@ -196,10 +185,11 @@ def run_bench(
         f"{spark.version} {spark.sparkContext.master}; {pipeline_spec.send_units} send units, "
         f"{pipeline_spec.receive_units} receive units, {len(t.receive_queues)} receive queues"
     )
+    listening = None
     try:
         pipeline.start()
         spark.conf.set(SINK_LOG_COMPACT, "1000000")
-        spark.streams.addListener(listener)
+        listening = listen(spark, listener.report)
         recv_config = receiver.ReceiverConfig(
             tuple(t.receive_queues),
             kafka,
@@ -287,7 +277,8 @@ def run_bench(
         for job in jobs:
             if job.active:
                 job.stop()
-        spark.streams.removeListener(listener)
+        if listening is not None:
+            unlisten(spark, listening)
         if previous_compact is None:
             spark.conf.unset(SINK_LOG_COMPACT)
         else:

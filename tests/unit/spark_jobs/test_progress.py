@@ -4,32 +4,29 @@ instead of Spark's warning per batch."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from spark_jobs.progress import Progress
 
 
-def _event(batch_id: int, took_ms: int, rows: int = 10, query: str = "q") -> Any:
-    return SimpleNamespace(
-        progress=SimpleNamespace(
-            id=query,
-            batchId=batch_id,
-            numInputRows=rows,
-            durationMs={"triggerExecution": took_ms},
-            stateOperators=[],
-            observedMetrics={},
-            json="{}",
-        )
-    )
+def _event(batch_id: int, took_ms: int, rows: int = 10, query: str = "q") -> dict[str, Any]:
+    """A progress report as Spark writes it (`StreamingQueryProgress.json`), in part."""
+    return {
+        "id": query,
+        "batchId": batch_id,
+        "numInputRows": rows,
+        "durationMs": {"triggerExecution": took_ms},
+        "stateOperators": [],
+        "observedMetrics": {},
+    }
 
 
 def test_slow_batches_are_counted_and_the_slowest_named() -> None:
     progress = Progress("sender", trigger_ms=1000)
     progress.query_id = "q"
     for batch_id, took in ((4, 900), (5, 2500), (6, 4100), (7, 1000), (8, 1300)):
-        progress.onQueryProgress(_event(batch_id, took))
-    progress.onQueryProgress(_event(9, 9000, query="another query"))
+        progress.report(_event(batch_id, took))
+    progress.report(_event(9, 9000, query="another query"))
     assert progress.behind == 3
     assert progress.worst == (6, 4100)
     assert progress.finished() == "finished batches 4-8 (5 batches, 50 input rows)"
@@ -43,6 +40,26 @@ def test_a_run_that_kept_up_has_no_summary() -> None:
     progress = Progress("receiver", trigger_ms=500)
     assert progress.finished() == "finished no batch"
     progress.query_id = "q"
-    progress.onQueryProgress(_event(0, 120, rows=3))
+    progress.report(_event(0, 120, rows=3))
     assert progress.behind_summary() is None
     assert progress.finished() == "finished batch 0 (3 input rows)"
+
+
+def test_drops_and_observed_metrics_are_summed_from_the_report() -> None:
+    progress = Progress("receiver")
+    progress.query_id = "q"
+    for batch_id in (0, 1):
+        report = _event(batch_id, 100)
+        report["stateOperators"] = [
+            {"numRowsDroppedByWatermark": 2, "customMetrics": {}},
+            {"numRowsDroppedByWatermark": 0, "customMetrics": {"numDroppedDuplicateRows": 3}},
+        ]
+        report["observedMetrics"] = {"out": {"messages": 7, "groups": 0}}
+        progress.report(report)
+    assert progress.dropped_by_watermark == 4
+    assert progress.duplicates_dropped == 6
+    assert progress.observed == {"messages": 14}
+    progress.ended("another query")
+    assert not progress.terminated.is_set()
+    progress.ended("q")
+    assert progress.terminated.is_set()
