@@ -334,7 +334,8 @@ class StreamJob:
             writer = writer.trigger(realTime=self._trigger)
         else:
             writer = writer.trigger(processingTime=self._trigger)
-        with checkpoints.manager_for(self.spark, self.checkpoint):
+        written = (self.file_sink.path,) if self.file_sink is not None else ()
+        with checkpoints.manager_for(self.spark, self.checkpoint, *written):
             self.query = writer.start()
         self.progress.query_id = str(self.query.id)
         log.info("%s started (checkpoint %s)", self.name, self.checkpoint)

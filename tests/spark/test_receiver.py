@@ -74,7 +74,8 @@ def test_receiver_reassembles_groups_and_reports_what_breaks_a_guarantee(
         # A local checkpoint is written through Spark's file-system manager (no process
         # started per file: `spark_jobs.checkpoints`), and the session is left as it was.
         execution = job.query._jsq.streamingQuery()
-        for metadata_log in (execution.offsetLog(), execution.commitLog()):
+        logs = (execution.offsetLog(), execution.commitLog(), execution.sink().fileLog())
+        for metadata_log in logs:
             manager = metadata_log.fileManager().getClass().getName()
             assert manager == checkpoints.LOCAL_MANAGER
         assert spark.conf.get(checkpoints.CHECKPOINT_MANAGER_CONF, None) is None

@@ -1,74 +1,41 @@
-"""Which checkpoint manager a query starts with (pure: a session's settings by hand)."""
+"""Which checkpoint manager a query starts with (pure: the paths' schemes as Hadoop resolved
+them, and the manager the session's configuration names). The resolution itself, against
+a real session, is in `tests/spark/test_receiver.py`."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from spark_jobs.checkpoints import CHECKPOINT_MANAGER_CONF, LOCAL_MANAGER, is_local, manager_for
+from spark_jobs.checkpoints import LOCAL_MANAGER, choose
 
 
-class _Conf:
-    def __init__(self, **values: str) -> None:
-        self.values = dict(values)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: str) -> None:
-        self.values[key] = value
-
-    def unset(self, key: str) -> None:
-        self.values.pop(key, None)
-
-
-class _Session:
-    def __init__(self, **values: str) -> None:
-        self.conf = _Conf(**values)
+def test_a_query_that_writes_only_local_files_gets_the_file_system_manager() -> None:
+    assert choose(["file"], None) == LOCAL_MANAGER
+    assert choose(["file", "file"], None) == LOCAL_MANAGER  # checkpoint and sink output
 
 
 @pytest.mark.parametrize(
-    ("path", "local"),
+    "schemes",
     [
-        ("/var/lib/router/checkpoints/receiver", True),
-        ("checkpoints/receiver", True),
-        ("file:///var/lib/router/checkpoints", True),
-        ("file:/tmp/x", True),
-        ("hdfs://namenode:8020/checkpoints", False),
-        ("s3a://bucket/checkpoints", False),
-        ("abfss://c@account.dfs.core.windows.net/cp", False),
+        ["hdfs"],
+        ["s3a"],
+        ["file", "hdfs"],  # a local checkpoint, a file sink on HDFS: its log follows
+        ["hdfs", "file"],
+        ["abfss", "file"],
+        [],
     ],
 )
-def test_local_paths_are_those_without_a_scheme_or_file(path: str, local: bool) -> None:
-    assert is_local(path) is local
+def test_any_other_file_system_keeps_sparks_choice(schemes: list[str]) -> None:
+    assert choose(schemes, None) is None
 
 
-def test_a_local_checkpoint_starts_with_the_file_system_manager_the_session_restored() -> None:
-    spark = _Session()
-    with manager_for(spark, "/tmp/cp") as chosen:
-        assert chosen == LOCAL_MANAGER
-        assert spark.conf.get(CHECKPOINT_MANAGER_CONF) == LOCAL_MANAGER
-    assert spark.conf.get(CHECKPOINT_MANAGER_CONF) is None
-
-
-def test_a_remote_checkpoint_keeps_sparks_choice() -> None:
-    spark = _Session()
-    with manager_for(spark, "hdfs://nn/cp") as chosen:
-        assert chosen is None
-        assert spark.conf.get(CHECKPOINT_MANAGER_CONF) is None
-
-
-def test_the_sessions_own_choice_stands() -> None:
-    spark = _Session(**{CHECKPOINT_MANAGER_CONF: "com.example.Manager"})
-    with manager_for(spark, "/tmp/cp") as chosen:
-        assert chosen is None
-        assert spark.conf.get(CHECKPOINT_MANAGER_CONF) == "com.example.Manager"
-    assert spark.conf.get(CHECKPOINT_MANAGER_CONF) == "com.example.Manager"
-
-
-def test_the_setting_is_undone_when_the_start_fails() -> None:
-    spark = _Session()
-    with pytest.raises(RuntimeError), manager_for(spark, "/tmp/cp"):
-        raise RuntimeError("the query did not start")
-    assert spark.conf.get(CHECKPOINT_MANAGER_CONF) is None
+@pytest.mark.parametrize(
+    "configured",
+    [
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager",
+        "com.example.Manager",
+        LOCAL_MANAGER,
+    ],
+)
+def test_a_manager_the_configuration_names_stands(configured: str) -> None:
+    assert choose(["file"], configured) is None
