@@ -127,11 +127,32 @@ class Progress:
         self.worst: tuple[int, int] | None = None  # (batch ID, milliseconds)
         self.terminated = threading.Event()
         self.observed: Counter[str] = Counter()  # sums of the query's observe() metrics
+        # Events that came before `follow` named the query (its first batch can end before
+        # `start()` returns its ID): kept, and counted once the query is known.
+        self._lock = threading.RLock()  # reports come on Spark's listener thread
+        self._early: list[Report] = []
+        self._early_ended: set[str] = set()
+
+    def follow(self, query_id: str) -> None:
+        """Follow the query with this ID, counting what it reported before."""
+        with self._lock:
+            self.query_id = query_id
+            early, self._early = self._early, []
+            for p in early:
+                self.report(p)
+            if query_id in self._early_ended:
+                self.terminated.set()
+            self._early_ended.clear()
 
     def report(self, p: Report) -> None:
         """One progress report (of any query: the others are ignored)."""
-        if p.get("id") != self.query_id:
-            return
+        with self._lock:
+            if self.query_id is None:
+                self._early.append(p)
+            elif p.get("id") == self.query_id:
+                self._count(p)
+
+    def _count(self, p: Report) -> None:
         batch = int(p["batchId"])
         self.batches += 1
         if self.first_batch is None:
@@ -174,6 +195,10 @@ class Progress:
 
     def ended(self, query_id: str) -> None:
         """A query ended (the one followed, or another)."""
+        with self._lock:
+            if self.query_id is None:
+                self._early_ended.add(query_id)
+                return
         if query_id == self.query_id:
             self.terminated.set()
 

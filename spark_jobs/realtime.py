@@ -126,7 +126,7 @@ def read_upstream(
     ).when(
         # The raw text first: emptying the strings can remove a match, never add one, so
         # a text without one needs no emptying (almost every record: the emptying copy of
-        # each value was a tenth of the driver JVM's CPU in `make spark-bench`).
+        # each value was a twentieth of the driver JVM's CPU in `make spark-bench`).
         F.regexp_like(line, F.lit(_TRAILING)) & F.regexp_like(bare, F.lit(_TRAILING)),
         F.lit("more than one JSON value in one Kafka record (send one record per value)"),
     )

@@ -337,7 +337,7 @@ class StreamJob:
         written = (self.file_sink.path,) if self.file_sink is not None else ()
         with checkpoints.manager_for(self.spark, self.checkpoint, *written):
             self.query = writer.start()
-        self.progress.query_id = str(self.query.id)
+        self.progress.follow(str(self.query.id))
         log.info("%s started (checkpoint %s)", self.name, self.checkpoint)
         return self
 

@@ -23,7 +23,7 @@ def _event(batch_id: int, took_ms: int, rows: int = 10, query: str = "q") -> dic
 
 def test_slow_batches_are_counted_and_the_slowest_named() -> None:
     progress = Progress("sender", trigger_ms=1000)
-    progress.query_id = "q"
+    progress.follow("q")
     for batch_id, took in ((4, 900), (5, 2500), (6, 4100), (7, 1000), (8, 1300)):
         progress.report(_event(batch_id, took))
     progress.report(_event(9, 9000, query="another query"))
@@ -39,7 +39,7 @@ def test_slow_batches_are_counted_and_the_slowest_named() -> None:
 def test_a_run_that_kept_up_has_no_summary() -> None:
     progress = Progress("receiver", trigger_ms=500)
     assert progress.finished() == "finished no batch"
-    progress.query_id = "q"
+    progress.follow("q")
     progress.report(_event(0, 120, rows=3))
     assert progress.behind_summary() is None
     assert progress.finished() == "finished batch 0 (3 input rows)"
@@ -47,7 +47,7 @@ def test_a_run_that_kept_up_has_no_summary() -> None:
 
 def test_drops_and_observed_metrics_are_summed_from_the_report() -> None:
     progress = Progress("receiver")
-    progress.query_id = "q"
+    progress.follow("q")
     for batch_id in (0, 1):
         report = _event(batch_id, 100)
         report["stateOperators"] = [
@@ -63,3 +63,16 @@ def test_drops_and_observed_metrics_are_summed_from_the_report() -> None:
     assert not progress.terminated.is_set()
     progress.ended("q")
     assert progress.terminated.is_set()
+
+
+def test_reports_and_the_end_that_come_before_the_query_is_known_are_counted_once() -> None:
+    progress = Progress("receiver")
+    progress.report(_event(0, 100, rows=4))  # the first batch ended before start() returned
+    progress.report(_event(5, 100, query="another query"))
+    progress.ended("q")
+    assert progress.batches == 0 and not progress.terminated.is_set()
+    progress.follow("q")
+    assert progress.finished() == "finished batch 0 (4 input rows)"
+    assert progress.terminated.is_set()
+    progress.report(_event(1, 100, rows=6))
+    assert progress.finished() == "finished batches 0-1 (2 batches, 10 input rows)"
