@@ -35,7 +35,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ops.harness.benchmark import priority
+from ops.harness.benchmark import goals, priority
 from ops.harness.benchmark.model import KEY, BenchSpec
 from ops.harness.benchmark.plan import PARTS
 from ops.harness.benchmark.report import (
@@ -157,7 +157,7 @@ def main() -> int:
     else:  # in logs, the Markdown that results.md holds
         console.say(f"\n{md}\n")
     console.say(f"results, plots: {args.out} ({time.monotonic() - started:.0f}s in all)")
-    for line in summary(results):
+    for line in summary(results) + goals.lines(results):
         console.say(line)
     kept = True
     if args.burst if args.burst is not None else not (args.quick or only):

@@ -276,6 +276,14 @@ class Results:
                 return t
         return None
 
+    def cpu(self, stage: str, w: Workload) -> float:
+        """The median CPU seconds per million messages of a stage's runs on a workload (0 if
+        none)."""
+        runs = [
+            t.cpu_s_per_million for t in self.throughput if t.stage == stage and t.workload == w
+        ]
+        return median(runs) if runs else 0.0
+
     def round_ratio(self, headline: str, num: str = SEND, den: str = PY_RELAY) -> float:
         """The median over a headline's side-by-side rounds of num / den (0 if none)."""
         ratios = [r[num] / r[den] for r in self.rounds.get(headline, []) if r.get(den) and num in r]

@@ -8,9 +8,8 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import median
 
-from ops.harness.benchmark import cellcost, phases
+from ops.harness.benchmark import cellcost, goals, phases
 from ops.harness.benchmark.model import (
     GROUPED_ONLY,
     HA_SUFFIX,
@@ -156,11 +155,6 @@ def redis_costs(results: Results) -> dict[str, RedisCost]:
     return out
 
 
-def _cpu(results: Results, stage: str, w: Workload) -> float:
-    runs = [t.cpu_s_per_million for t in results.throughput if t.stage == stage and t.workload == w]
-    return median(runs) if runs else 0.0
-
-
 def summary(results: Results) -> list[str]:
     """The headline figures against the goals."""
     out = []
@@ -184,7 +178,7 @@ def summary(results: Results) -> list[str]:
                     f"send unit / Java relay at {w.label} ({name}): {send / java:.2f} "
                     "(medians of their runs, not side by side)"
                 )
-        py, send_cpu, java_cpu = (_cpu(results, s, w) for s in (PY_RELAY, SEND, JAVA_RELAY))
+        py, send_cpu, java_cpu = (results.cpu(s, w) for s in (PY_RELAY, SEND, JAVA_RELAY))
         if py and send_cpu:
             java_note = f"; Java relay {java_cpu:.1f}" if java_cpu else ""
             out.append(
@@ -285,6 +279,7 @@ def report(results: Results, out_dir: Path) -> str:
             "## Throughput\n\n" + table(results),
             "## Latency\n\n" + latency_table(results),
             "## Against the targets\n\n" + "\n".join(f"- {line}" for line in summary(results)),
+            "## Round three (issue 31): now, before, goal\n\n" + goals.table(results),
         ]
         + (
             ["## Where the latency goes (trace)\n\n" + trace_table(results.traces)]

@@ -132,6 +132,14 @@ def table_rows(result: Mapping[str, Any]) -> list[list[str]]:
         rows.append(
             [f"hop: {hop} p50 / p99", f"{_ms(fig['p50_ms'])} / {_ms(fig['p99_ms'])} ms", note]
         )
+    before_rate, before_p99 = stats.before_for(result["offered_msg_s"])
+    rows.append(
+        [
+            f"before ({stats.BEFORE_DATES})",
+            f"{_ms(before_p99)} ms",
+            f"group latency p99, {before_rate:,.0f} msg/s sustained (the micro-batch sender)",
+        ]
+    )
     rows.append(
         [
             "goal",
@@ -157,6 +165,8 @@ def verdict(result: Mapping[str, Any]) -> str:
         f"{_ms(lat['p50_ms'])}/{_ms(lat['p99_ms'])} ms; goal (>= {goal['rate_msg_s']:,.0f} "
         f"msg/s with p99 <= {goal['p99_ms']:,.0f} ms) "
         + ("met" if result["goal_met"] else "not met")
+        + f"; before ({stats.BEFORE_DATES}): p99 "
+        + f"{_ms(stats.before_for(result['offered_msg_s'])[1])} ms"
         + ("" if result["complete"] else "; OUTPUT INCOMPLETE")
     )
 

@@ -24,6 +24,19 @@ from ops.harness.stats import percentile
 GOAL_RATE = 5_000.0  # messages per second, sustained, end to end
 GOAL_P99_MS = 10_000.0  # group-completion latency, p99, at GOAL_RATE (issue 31)
 LIGHT_P99_MS = 3_000.0  # group-completion latency, p99, at half GOAL_RATE (issue 31)
+# Before issue 31 (make spark-bench on fresh clones, 2026-11-25/28; the micro-batch sender,
+# the only one then): (sustained msg/s, group p99 ms) at GOAL_RATE and at half of it.
+BEFORE_DATES = "2026-11-25/28"
+BEFORE = {GOAL_RATE: (5_121.0, 38_200.0), GOAL_RATE / 2: (2_508.0, 11_500.0)}
+
+
+def before_for(offered: float | None) -> tuple[float, float]:
+    """The (sustained msg/s, p99 ms) before issue 31 at the load nearest `offered`."""
+    if offered is None or offered >= GOAL_RATE:
+        return BEFORE[GOAL_RATE]
+    return BEFORE[GOAL_RATE / 2]
+
+
 KEEP_UP = 0.95  # below GOAL_RATE: the share of the offered load to sustain
 PHASES = (
     "latestOffset",

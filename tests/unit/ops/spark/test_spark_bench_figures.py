@@ -97,6 +97,12 @@ def test_the_report_says_whether_the_goal_was_met_and_what_was_missing() -> None
     assert "not met" in line and "OUTPUT INCOMPLETE" in line
     rows = {r[0]: r for r in report.table_rows(result)}
     assert rows["messages received / generated"][2].startswith("missing 1")
+    # Beside the goal, the figure before issue 31 at the nearest load.
+    before_p99 = stats.before_for(result["offered_msg_s"])[1]
+    assert rows["before (2026-11-25/28)"][1] == f"{before_p99:,.0f} ms"
+    assert line.endswith(f"before (2026-11-25/28): p99 {before_p99:,.0f} ms; OUTPUT INCOMPLETE")
+    assert stats.before_for(5_379) == (5_121.0, 38_200.0)
+    assert stats.before_for(2_500) == (2_508.0, 11_500.0)
     assert "## micro-batch sender, 5,000 msg/s offered" in report.markdown([result])
     assert line.startswith("RESULT spark-bench micro-batch sender, offered")
     # The real-time sender's table names the query that read the rate source.
