@@ -132,12 +132,14 @@ class RedisSnapshot:
     script_calls: int
     script_us: float  # server time inside scripts (the commands they call included)
     cpu_s: float  # the server's user + system CPU seconds, all threads
+    main_cpu_s: float = 0.0  # the same, its main thread only (where commands run)
 
     def __sub__(self, other: RedisSnapshot) -> RedisSnapshot:
         return RedisSnapshot(
             self.script_calls - other.script_calls,
             self.script_us - other.script_us,
             self.cpu_s - other.cpu_s,
+            self.main_cpu_s - other.main_cpu_s,
         )
 
 
@@ -154,4 +156,9 @@ def redis_snapshot(client: RedisClient) -> RedisSnapshot:
             calls += int(s["calls"])
             usec += float(s["usec"])
     cpu: dict[str, Any] = client.info("cpu")  # type: ignore[assignment]
-    return RedisSnapshot(calls, usec, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]))
+    main = float(cpu.get("used_cpu_user_main_thread", 0)) + float(
+        cpu.get("used_cpu_sys_main_thread", 0)
+    )
+    return RedisSnapshot(
+        calls, usec, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), main
+    )

@@ -153,6 +153,7 @@ class Throughput:
     redis_script_calls: int = 0
     redis_script_us: float = 0.0  # server time inside the scripts (EVALSHA & co.)
     redis_cpu_s: float = 0.0  # the server's CPU seconds (user + system), all it did
+    redis_main_cpu_s: float = 0.0  # the same, its main thread only (where commands run)
     # where the processes' time went (ops/harness/benchmark/phases.py): batches committed,
     # and phase -> µs summed over them
     batches: int = 0
@@ -190,6 +191,10 @@ class Throughput:
     @property
     def redis_cpu_us_per_msg(self) -> float:
         return self.redis_cpu_s * 1e6 / self.messages_in if self.messages_in else 0.0
+
+    @property
+    def redis_main_cpu_us_per_msg(self) -> float:
+        return self.redis_main_cpu_s * 1e6 / self.messages_in if self.messages_in else 0.0
 
 
 @dataclass

@@ -299,6 +299,7 @@ class Bench:
             t.redis_script_calls = redis_used.script_calls
             t.redis_script_us = redis_used.script_us
             t.redis_cpu_s = redis_used.cpu_s
+            t.redis_main_cpu_s = redis_used.main_cpu_s
         self.results.throughput.append(t)
         extra = ""
         if roles:
@@ -306,7 +307,8 @@ class Bench:
         if redis_used is not None:
             extra += (
                 f", Redis {t.redis_script_us_per_msg:.2f} us/msg in scripts, "
-                f"{t.redis_cpu_us_per_msg:.2f} us/msg CPU"
+                f"{t.redis_cpu_us_per_msg:.2f} us/msg CPU "
+                f"({t.redis_main_cpu_us_per_msg:.2f} in its main thread)"
             )
         if messages < count / 2:
             extra += f" (only {messages:,} of {count:,} inside the window: imprecise)"

@@ -173,8 +173,14 @@ def test_redis_cost_per_message_and_the_capacity_of_one_redis() -> None:
     assert grouped.ceiling == pytest.approx(50_000)
     assert costs["ordinary"].script_ceiling == pytest.approx(1e6 / 3)
     assert "one Redis routes about 50,000 msg/s" in "\n".join(summary(r))
-    before, after = RedisSnapshot(10, 100.0, 1.5), RedisSnapshot(14, 350.0, 2.0)
-    assert after - before == RedisSnapshot(4, 250.0, 0.5)
+    before, after = RedisSnapshot(10, 100.0, 1.5, 1.25), RedisSnapshot(14, 350.0, 2.0, 1.5)
+    assert after - before == RedisSnapshot(4, 250.0, 0.5, 0.25)
+    grouped_send = r.find(SEND, GROUPED_ONLY)
+    assert grouped_send is not None
+    grouped_send.redis_main_cpu_s = grouped_send.redis_cpu_s / 2
+    assert grouped_send.redis_main_cpu_us_per_msg == pytest.approx(
+        grouped_send.redis_cpu_us_per_msg / 2
+    )
 
 
 def test_latency_lines_name_the_goals_and_compare_with_chained_java_relays() -> None:
