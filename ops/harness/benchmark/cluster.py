@@ -121,7 +121,8 @@ def _runs(bench: Benching, cluster: ClusterSet) -> None:
     clients = {p: cluster.node_client(cluster.ports.index(p) + 1) for p in primaries}
     prefix = redis.key_prefix
     try:
-        on.fill_all([GROUPED_ONLY])
+        count = bench.spec.messages(GROUPED_ONLY.size)
+        on.fill_all([GROUPED_ONLY], {GROUPED_ONLY: count})
         for label, cells, want in RUNS:
 
             def place(name: str, cells: int = cells) -> Placement:
@@ -136,7 +137,7 @@ def _runs(bench: Benching, cluster: ClusterSet) -> None:
             t = on.run_stage(PATH, GROUPED_ONLY, env=env, name=name)
             seconds = time.monotonic() - t0
             used = {p: counters(c) - before[p] for p, c in clients.items()}
-            delivered = bench.spec.messages(GROUPED_ONLY.size)  # the whole topic, drained
+            delivered = count  # the whole topic, drained
             bench.results.cluster.append(
                 ClusterRun(label, cells, delivered, seconds, used, idle, where, t.msg_s)
             )

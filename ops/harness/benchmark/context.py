@@ -52,7 +52,9 @@ class Benching(Protocol):
         """Start `processes` of a stage's `kind` (unit, relay or java) on one side."""
         ...
 
-    def fill_all(self, workloads: list[Workload] | None = None) -> None: ...
+    def fill_all(
+        self, workloads: list[Workload] | None = None, counts: dict[Workload, int] | None = None
+    ) -> None: ...
     def run_stage(
         self,
         stage: str,

@@ -95,11 +95,12 @@ def measure(
     total: int,
     timeout: float,
     alive: Callable[[], str | None],
+    steady: SteadyRedis | None = None,
 ) -> tuple[float, int, float]:
     """Wait until every watched group has committed its input; returns (seconds,
     messages, cpu seconds) from the first commit of the first group to the last commit
     of the last one. Each watch is (group, end offsets or a function giving them once
-    the previous group is done, slack)."""
+    the previous group is done, slack). `steady` follows the first group's commits."""
     window = _Window()
     deadline = time.monotonic() + timeout
     for i, (watch, ends_or_fn, slack) in enumerate(watches):
@@ -109,7 +110,11 @@ def measure(
             committed = watch.committed()
             if i == 0 and not window.started and any(committed.values()):
                 window = _Window(now, sum(committed.values()), cpu_seconds(pids))
+            if i == 0 and steady is not None:
+                steady.look(sum(committed.values()))
             if window.started and _done(committed, ends, slack):
+                if i == 0 and steady is not None:
+                    steady.end(sum(committed.values()))
                 break
             dead = alive()
             if dead:
@@ -162,3 +167,33 @@ def redis_snapshot(client: RedisClient) -> RedisSnapshot:
     return RedisSnapshot(
         calls, usec, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), main
     )
+
+
+class SteadyRedis:
+    """Redis's counters over a run's steady part: from the first look at which the watched
+    group has committed `warmup` messages (a workload of N open groups opens most of them
+    in its first 2N messages, each a group's dearer first message), to the end. The
+    messages of the first two commits after that look are not counted, though Redis may
+    have done part of their work after it (a unit decides its next batch while the last
+    commits): the figure can err high, never low."""
+
+    def __init__(self, client: RedisClient, warmup: int) -> None:
+        self.client = client
+        self.warmup = warmup
+        self.start: RedisSnapshot | None = None
+        self.commits: list[int] = []  # committed totals seen from the start on
+        self.used: RedisSnapshot | None = None
+        self.messages = 0
+
+    def look(self, committed: int) -> None:
+        if self.start is None:
+            if committed >= self.warmup:
+                self.start = redis_snapshot(self.client)
+                self.commits = [committed]
+        elif committed > self.commits[-1] and len(self.commits) < 3:
+            self.commits.append(committed)
+
+    def end(self, committed: int) -> None:
+        if self.start is not None and len(self.commits) == 3 and committed > self.commits[2]:
+            self.used = redis_snapshot(self.client) - self.start
+            self.messages = committed - self.commits[2]

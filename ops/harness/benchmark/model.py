@@ -100,9 +100,17 @@ class BenchSpec:
     ha: bool = True  # the three-broker row (starts and stops its own cluster)
     cluster: bool = True  # the Redis Cluster row (starts and stops its own, if none runs)
     seed: int = 7
+    grouped_only_messages: int = 120_000  # 0: as the others
 
     def messages(self, size: int) -> int:
         return max(self.min_messages, min(self.max_messages, self.bytes_per_run // size))
+
+    def messages_for(self, w: Workload) -> int:
+        """A filled topic's count: `messages`, but the Redis stage's grouped workload gets
+        `grouped_only_messages`, so that its steady part (once its groups are open, after
+        about 2 messages per group) is long beside a unit's few batches."""
+        n = self.messages(w.size)
+        return max(n, self.grouped_only_messages) if w == GROUPED_ONLY else n
 
     def workloads(self) -> list[Workload]:
         """The matrix, then the headline workloads it does not hold."""
@@ -154,6 +162,9 @@ class Throughput:
     redis_script_us: float = 0.0  # server time inside the scripts (EVALSHA & co.)
     redis_cpu_s: float = 0.0  # the server's CPU seconds (user + system), all it did
     redis_main_cpu_s: float = 0.0  # the same, its main thread only (where commands run)
+    # Redis's CPU over the run's steady part (measure.SteadyRedis), and its messages
+    steady_redis_cpu_s: float = 0.0
+    steady_redis_messages: int = 0
     # where the processes' time went (ops/harness/benchmark/phases.py): batches committed,
     # and phase -> µs summed over them
     batches: int = 0
@@ -191,6 +202,12 @@ class Throughput:
     @property
     def redis_cpu_us_per_msg(self) -> float:
         return self.redis_cpu_s * 1e6 / self.messages_in if self.messages_in else 0.0
+
+    @property
+    def steady_redis_cpu_us_per_msg(self) -> float:
+        if not self.steady_redis_messages:
+            return 0.0
+        return self.steady_redis_cpu_s * 1e6 / self.steady_redis_messages
 
     @property
     def redis_main_cpu_us_per_msg(self) -> float:

@@ -112,6 +112,7 @@ class RedisCost:
     receive_cpu_us: float
     us_per_call: float  # the scripts' mean server time per call
     messages_per_call: float
+    steady_cpu_us: float = 0.0  # both sides' CPU once the workload's groups are open
 
     @property
     def script_us(self) -> float:
@@ -151,6 +152,9 @@ def redis_costs(results: Results) -> dict[str, RedisCost]:
             receive.redis_cpu_us_per_msg,
             (send.redis_script_us + receive.redis_script_us) / calls,
             (send.messages_in + receive.messages_in) / calls,
+            send.steady_redis_cpu_us_per_msg + receive.steady_redis_cpu_us_per_msg
+            if send.steady_redis_messages and receive.steady_redis_messages
+            else 0.0,
         )
     return out
 
@@ -195,11 +199,19 @@ def summary(results: Results) -> list[str]:
     out += latency_summary(results)
     for name, cost in redis_costs(results).items():
         goal = f"; goal <= {SCRIPT_GOAL_US:g} us of Redis CPU" if name == "grouped" else ""
+        steady = ""
+        if cost.steady_cpu_us:
+            steady = (
+                f", {cost.steady_cpu_us:.2f} us once its {cost.workload.open_groups:,} groups "
+                f"are open{goal} (the whole run: the table's fill, every group's first "
+                "message, included)"
+            )
+            goal = ""
         out.append(
             f"Redis per message through both sides, {name} ({cost.workload.label}): "
             f"{cost.script_us:.2f} us in scripts ({cost.us_per_call:.0f} us per call, "
             f"{cost.messages_per_call:.0f} messages per call), {cost.cpu_us:.2f} us of server "
-            f"CPU{goal} (at one unit's pace: Redis idles between calls, which makes each "
+            f"CPU{steady}{goal} (at one unit's pace: Redis idles between calls, which makes each "
             f"dearer; near its ceiling it runs them back to back, the scripts' own lines "
             f"below): one Redis routes about {cost.ceiling:,.0f} msg/s at this pace "
             f"({cost.script_ceiling:,.0f} counting scripts only; goal >= {REDIS_GOAL:,})"

@@ -41,6 +41,7 @@ from ops.harness.benchmark import javarelay, latency, phases, plan
 from ops.harness.benchmark.load import fill
 from ops.harness.benchmark.measure import (
     GroupWatch,
+    SteadyRedis,
     high_watermarks,
     measure,
     redis_snapshot,
@@ -144,7 +145,10 @@ class Bench:
 
     # -------------------------------------------------------------- filling
 
-    def fill_all(self, workloads: list[Workload] | None = None) -> None:
+    def fill_all(
+        self, workloads: list[Workload] | None = None, counts: dict[Workload, int] | None = None
+    ) -> None:
+        """Fill a topic per workload: `counts`' number of messages, else the spec's."""
         workloads = self.spec.workloads() if workloads is None else workloads
         names = {w: f"{self.id}.in.{w.slug}" for w in workloads}
         futures = self.admin.create_topics(
@@ -157,7 +161,7 @@ class Bench:
         for f in futures.values():
             f.result(timeout=60)
         for w, topic in names.items():
-            count = self.spec.messages(w.size)
+            count = (counts or {}).get(w) or self.spec.messages_for(w)
             t0 = time.monotonic()
             fill(self.base, topic, w, count, self.spec.seed, self.partitions)
             self.filled[w] = (topic, count)
@@ -260,6 +264,12 @@ class Bench:
                 watch.committed()  # finds the group's coordinator before the clock starts
             one_redis = kind == "unit" and not self.base.redis.cluster_nodes
             redis_before = redis_snapshot(self.redis) if one_redis else None
+            # One side on a workload of open groups: Redis also over the run's steady part.
+            steady = (
+                SteadyRedis(self.redis, 2 * w.open_groups)
+                if one_redis and len(sides) == 1 and w.grouped > 0 and 4 * w.open_groups <= count
+                else None
+            )
             for side in sides:
                 self.start(p, kind, side, processes)
             pids = [x.popen.pid for x in p.fleet.procs]
@@ -268,7 +278,7 @@ class Bench:
                 dead = [x for x in p.fleet.procs if not x.alive]
                 return f"{dead[0].name} exited:\n{dead[0].tail()}" if dead else None
 
-            seconds, messages, cpu = measure(watches, pids, count, 300, alive)
+            seconds, messages, cpu = measure(watches, pids, count, 300, alive, steady)
             codes = p.stop()
             redis_used = redis_snapshot(self.redis) - redis_before if redis_before else None
             bad = {n: c for n, c in codes.items() if c != 0}
@@ -300,6 +310,9 @@ class Bench:
             t.redis_script_us = redis_used.script_us
             t.redis_cpu_s = redis_used.cpu_s
             t.redis_main_cpu_s = redis_used.main_cpu_s
+        if steady is not None and steady.used is not None:
+            t.steady_redis_cpu_s = steady.used.cpu_s
+            t.steady_redis_messages = steady.messages
         self.results.throughput.append(t)
         extra = ""
         if roles:
@@ -310,6 +323,12 @@ class Bench:
                 f"{t.redis_cpu_us_per_msg:.2f} us/msg CPU "
                 f"({t.redis_main_cpu_us_per_msg:.2f} in its main thread)"
             )
+            if t.steady_redis_messages:
+                extra += (
+                    f"; {t.steady_redis_cpu_us_per_msg:.2f} us/msg CPU once its "
+                    f"{w.open_groups:,} groups are open (the last "
+                    f"{t.steady_redis_messages:,} messages)"
+                )
         if messages < count / 2:
             extra += f" (only {messages:,} of {count:,} inside the window: imprecise)"
         self.progress(

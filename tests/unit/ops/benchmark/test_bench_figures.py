@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from ops.harness.benchmark.load import GroupModel, payloads
-from ops.harness.benchmark.measure import RedisSnapshot, _done
+from ops.harness.benchmark.measure import RedisSnapshot, SteadyRedis, _done
 from ops.harness.benchmark.model import (
     GROUPED_ONLY,
     JAVA_CHAINED,
@@ -253,3 +253,71 @@ def test_tracing_off_and_on_side_by_side_give_the_cost_of_tracing() -> None:
     line = next(x for x in summary(results) if "tracing on / off" in x)
     assert "throughput 0.80 (8,000 vs 10,000 msg/s)" in line
     assert "CPU per message 1.50 (300.0 vs 200.0 CPU s/M)" in line
+
+
+class _InfoClient:
+    """INFO as Redis gives it; `cpu` moves as the test says (a pure-logic fake)."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.calls = 0
+
+    def info(self, section: str) -> dict[str, object]:
+        if section == "commandstats":
+            return {"cmdstat_evalsha": {"calls": self.calls, "usec": self.calls * 100}}
+        return {
+            "used_cpu_user": self.cpu,
+            "used_cpu_sys": 0.0,
+            "used_cpu_user_main_thread": self.cpu * 0.9,
+            "used_cpu_sys_main_thread": 0.0,
+        }
+
+
+def test_the_steady_part_starts_after_the_warmup_and_leaves_out_two_commits() -> None:
+    """Redis's counters from the first look at `warmup` committed messages; the messages
+    of the next two commits are not counted (their work may be partly before the look):
+    the figure can only err high."""
+    client = _InfoClient()
+    steady = SteadyRedis(client, warmup=1_000)  # type: ignore[arg-type]
+    for committed in (0, 500, 500):  # before the warmup: nothing
+        steady.look(committed)
+        client.cpu += 1.0
+    assert steady.start is None
+    steady.look(1_000)  # the start: cpu 3.0
+    for committed in (1_000, 1_500, 2_000, 2_500, 6_000):
+        client.cpu += 0.5
+        steady.look(committed)
+    assert steady.commits == [1_000, 1_500, 2_000]
+    steady.end(6_000)
+    assert steady.used is not None
+    assert steady.messages == 4_000  # from the second commit after the start
+    assert steady.used.cpu_s == pytest.approx(2.5)
+    assert steady.used.main_cpu_s == pytest.approx(2.25)
+
+
+def test_a_run_too_short_for_its_steady_part_gives_none() -> None:
+    client = _InfoClient()
+    steady = SteadyRedis(client, warmup=1_000)  # type: ignore[arg-type]
+    steady.look(1_200)
+    steady.look(1_700)
+    steady.end(1_700)  # not two commits past the start: no figure rather than a wrong one
+    assert steady.used is None and steady.messages == 0
+
+
+def test_the_redis_stage_grouped_workload_is_filled_long_enough_for_a_steady_part() -> None:
+    spec = BenchSpec()
+    assert spec.messages_for(GROUPED_ONLY) == 120_000 >= 12 * GROUPED_ONLY.open_groups
+    assert spec.messages_for(ORDINARY) == spec.messages(ORDINARY.size) == 40_000
+    assert BenchSpec(grouped_only_messages=0).messages_for(GROUPED_ONLY) == 40_000
+
+
+def test_the_grouped_line_gives_the_steady_figure_against_the_goal() -> None:
+    r = Results(BenchSpec())
+    for stage, steady_us in ((SEND, 2.5), (RECEIVE, 3.0)):
+        t = Throughput(stage, GROUPED_ONLY, 1, 10_000, 1.0, 0.1, messages_in=10_000)
+        t.redis_script_calls, t.redis_script_us, t.redis_cpu_s = 20, 40_000.0, 0.04
+        t.steady_redis_messages = 5_000
+        t.steady_redis_cpu_s = steady_us * 5_000 / 1e6
+        r.throughput.append(t)
+    line = next(x for x in summary(r) if "both sides, grouped" in x)
+    assert "8.00 us of server CPU, 5.50 us once its 10,000 groups are open; goal <= 6" in line
