@@ -140,7 +140,7 @@ def read_upstream(
 
 def refusal(config: RealTimeConfig) -> Any:
     """The real-time sender's own reasons to refuse a record, over `read_upstream`'s
-    columns (for `sender.validate`): `_upstream_reason`, or a record one of whose messages
+    columns (for `records.validate`): `_upstream_reason`, or a record one of whose messages
     could be a Kafka record larger than `max_record_bytes`. It cannot cut segments, and a
     purchase order is refused whole, never one line of it. The bound counts each string
     the message repeats (in its key, payload and headers) and `OVERHEAD_BYTES`."""
