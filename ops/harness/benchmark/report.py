@@ -202,11 +202,10 @@ def summary(results: Results) -> list[str]:
         steady = ""
         if cost.steady_cpu_us:
             steady = (
-                f", {cost.steady_cpu_us:.2f} us once its {cost.workload.open_groups:,} groups "
-                f"are open{goal} (the whole run: the table's fill, every group's first "
-                "message, included)"
+                " over the whole run (the table's fill, every group's first message, "
+                f"included), {cost.steady_cpu_us:.2f} us once its "
+                f"{cost.workload.open_groups:,} groups are open"
             )
-            goal = ""
         out.append(
             f"Redis per message through both sides, {name} ({cost.workload.label}): "
             f"{cost.script_us:.2f} us in scripts ({cost.us_per_call:.0f} us per call, "
