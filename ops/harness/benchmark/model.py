@@ -255,6 +255,7 @@ class Results:
     rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     traces: list[Trace] = field(default_factory=list)
     batch_size: int = 500  # the units' unit.batch_size in this run
+    max_batch_size: int = 500  # ... and unit.max_batch_size (batches grow to it under a backlog)
     # The routing scripts' own cost, without Kafka (ops/harness/benchmark/scriptcost.py):
     # its report's lines
     scripts: list[str] = field(default_factory=list)

@@ -192,9 +192,12 @@ def summary(results: Results) -> list[str]:
     key = results.spec.key()
     unit = results.find(SEND, key)
     if unit:
+        grows = ""
+        if results.max_batch_size > results.batch_size:
+            grows = f", growing to {results.max_batch_size} under a backlog"
         out.append(
             f"Redis round trips per message (send unit, batch size "
-            f"{results.batch_size}): {unit.round_trips_per_msg:.4f} (target <= 0.02)"
+            f"{results.batch_size}{grows}): {unit.round_trips_per_msg:.4f} (target <= 0.02)"
         )
     out += latency_summary(results)
     for name, cost in redis_costs(results).items():

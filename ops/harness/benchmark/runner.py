@@ -116,7 +116,9 @@ class Bench:
         # gap between them and start the clock late.
         self.offsets = CommittedOffsets(base.kafka, self.id, stable=False)
         self.redis = redis_client(base.redis)
-        self.results = results or Results(spec, batch_size=base.unit.batch_size)
+        self.results = results or Results(
+            spec, batch_size=base.unit.batch_size, max_batch_size=base.unit.max_batch_size
+        )
         self.filled: dict[Workload, tuple[str, int]] = {}
         self.java_classes: Path | None = None
         self.steps = 0

@@ -322,3 +322,13 @@ def test_the_grouped_line_gives_the_steady_figure_against_the_goal() -> None:
     line = next(x for x in summary(r) if "both sides, grouped" in x)
     assert "8.00 us of server CPU over the whole run" in line
     assert "included), 5.50 us once its 10,000 groups are open; goal <= 6" in line
+
+
+def test_the_round_trips_line_says_when_batches_grow() -> None:
+    for most, said in ((500, "batch size 500): "), (1_000, "batch size 500, growing to 1000")):
+        r = Results(BenchSpec(), batch_size=500, max_batch_size=most)
+        t = Throughput(SEND, r.spec.key(), 1, 1_000, 1.0, 0.1, redis_round_trips=2)
+        t.messages_in = 1_000
+        r.throughput.append(t)
+        line = next(x for x in summary(r) if x.startswith("Redis round trips"))
+        assert said in line and "0.0020" in line
