@@ -35,30 +35,25 @@ def _ratio(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def _at_least(name: str, ratio: float, before: str, goal: float) -> Figure:
+    """A ratio of the unsaturated headline's rounds that must reach `goal` (0: not measured)."""
+    return Figure(
+        f"{name}, unsaturated headline (median of the rounds)",
+        _ratio(ratio) if ratio else "not measured",
+        before,
+        f">= {goal}",
+        ratio >= goal if ratio else None,
+    )
+
+
 def figures(results: Results) -> list[Figure]:
     """The round's figures this run measured (a stage left out reads "not measured")."""
     out: list[Figure] = []
     rounds = results.rounds.get("unsaturated", [])
     java = results.round_ratio("unsaturated", SEND, JAVA_RELAY) if rounds else 0.0
-    out.append(
-        Figure(
-            "send unit / Java relay, unsaturated headline (median of the rounds)",
-            _ratio(java) if java else "not measured",
-            "0.37-0.42",
-            ">= 0.9",
-            java >= 0.9 if java else None,
-        )
-    )
+    out.append(_at_least("send unit / Java relay", java, "0.37-0.42", 0.9))
     raw = results.round_ratio("unsaturated") if rounds else 0.0
-    out.append(
-        Figure(
-            "send unit / raw relay, unsaturated headline (median of the rounds)",
-            _ratio(raw) if raw else "not measured",
-            "0.98-1.00",
-            ">= 0.95",
-            raw >= 0.95 if raw else None,
-        )
-    )
+    out.append(_at_least("send unit / raw relay", raw, "0.98-1.00", 0.95))
     send_cpu, raw_cpu = results.cpu(SEND, UNSATURATED), results.cpu(PY_RELAY, UNSATURATED)
     cpu = send_cpu / raw_cpu if send_cpu and raw_cpu else 0.0
     out.append(

@@ -315,6 +315,12 @@ def release_by(
     return due, late
 
 
+def _at(dest: str, r: Placed) -> str:
+    """Where a record is: its band topic and offset (a destination's band topics merged by
+    append time, so an offset alone may name another topic than the one beside it)."""
+    return f"{lane_name(dest, r.band)}@{r.offset}"
+
+
 def _judge_destination(
     report: SideReport,
     dest: str,
@@ -335,8 +341,10 @@ def _judge_destination(
             if len(report.inside) < EXAMPLES:
                 what = "ordinary" if g is None else f"group {g}{' final' if r.final else ''}"
                 report.inside.append(
-                    f"{lane_name(dest, r.band)}@{r.offset} {r.event_id} ({what}) inside "
-                    + ", ".join(f"{x} (from @{records[opened[x][0]].offset})" for x in around[:3])
+                    f"{_at(dest, r)} {r.event_id} ({what}) inside "
+                    + ", ".join(
+                        f"{x} (from {_at(dest, records[opened[x][0]])})" for x in around[:3]
+                    )
                     + (f" (+{len(around) - 3} more)" if len(around) > 3 else "")
                 )
             if g is not None and g in opened:  # a later message of g: follows its group
