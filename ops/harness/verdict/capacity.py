@@ -72,7 +72,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from ops.harness.verdict.bands import lane_name, merged
 from ops.harness.verdict.intervals import (
@@ -316,9 +316,11 @@ def release_by(
 
 
 def _at(dest: str, r: Placed) -> str:
-    """Where a record is: its band topic and offset (a destination's band topics merged by
-    append time, so an offset alone may name another topic than the one beside it)."""
-    return f"{lane_name(dest, r.band)}@{r.offset}"
+    """Where a record is: its band topic, offset and append time (UTC), to set beside the
+    units' logs (a destination's band topics are merged by append time, so an offset alone
+    may name another topic than the one beside it)."""
+    at = datetime.fromtimestamp(r.append_ms / 1000, tz=UTC).strftime("%H:%M:%S.%f")[:-3]
+    return f"{lane_name(dest, r.band)}@{r.offset} ({at})"
 
 
 def _judge_destination(

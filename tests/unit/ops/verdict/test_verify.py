@@ -137,7 +137,8 @@ def test_interleaving_while_another_destination_idles_is_disallowed() -> None:
     (example,) = r.examples
     assert example.startswith("A@1 ordinary o entered group g's span")
     assert "+100 ms; free (ms into the window): B +0..+100 (free since -100)" in example
-    assert r.inside == ["A@1 o (ordinary) inside g (from A@0)"]  # every interleaving, listed
+    # every interleaving, listed, with its append time (UTC) and its group's first record's
+    assert r.inside == ["A@1 (00:00:00.300) o (ordinary) inside g (from A@0 (00:00:00.001))"]
 
 
 def test_interleaving_while_every_other_destination_is_occupied_is_allowed() -> None:
