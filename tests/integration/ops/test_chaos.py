@@ -144,10 +144,12 @@ def test_short_chaos_run_under_the_waiting_room_interleaves_nothing(
     assert r.send is not None and r.receive is not None, "both sides judged"
     assert r.violations() == [], report
     assert not result.sender_failures and not result.undecodable, report
-    # Not one interleaving, allowed by the capacity rule or not. Two causes were fixed in
+    # Not one interleaving, allowed by the capacity rule or not. Three causes were fixed in
     # issue 29: a wait time-out shared the group (or a lane's ordinary messages) onto a busy
-    # destination (the default is now to report it and keep waiting), and one transaction's
-    # records on a destination's band topics were appended out of the decided order.
+    # destination (the default is now to report it and keep waiting), one transaction's
+    # records on a destination's band topics were appended out of the decided order, and an
+    # aborted chained drain was written again with its head, drained in part before, last
+    # (tests/unit/unit/steps/drain/test_chain_replay_order.py).
     interleaved = (r.send.interleaved, r.receive.interleaved)
     assert interleaved == (0, 0), (
         f"{report}\n{room_timeouts(tmp_path)} groups timed out of the room by the sweepers"

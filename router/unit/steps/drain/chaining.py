@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from router.table import room
-from router.table.routing import STOPPED, RoomState
+from router.table.routing import NO_DEST, STOPPED, RoomState
 from router.unit.steps.batch import TP
 from router.unit.steps.drain.index import Parked
 
@@ -36,6 +36,53 @@ def whole(gid: str, parked: list[Parked], state: RoomState) -> bool:
         and last.final
         and last.token == state.closing
     )
+
+
+def replay_order(
+    groups: Mapping[str, list[Parked]], states: Mapping[str, RoomState]
+) -> tuple[list[str], set[str], list[str]]:
+    """The order to forward one room partition's groups in, those held back this batch, and
+    the destinations whose order cannot be told (all held back there).
+
+    Several groups admitted to one destination are a chain whose batch aborted: they stay
+    admitted, and the partition's next drain writes them again. The chain's head may have
+    been drained in part before it (a streamed group: its first records are on the
+    destination already), and after an index rebuilt from the room's low mark it may come
+    last in the index's order (its drain marker takes it out, its rest puts it back). So on
+    such a destination the group drained in part goes first, whole, and nothing else goes
+    there in a batch that cannot write it whole. Drained in part: the table counted more of
+    its parks than the unit holds (the others were forwarded). A chained group was whole
+    when chained, every park of it committed, so it holds all it counted: two groups drained
+    in part on one destination cannot both be told apart from a chained one, and nothing
+    goes there."""
+    by_dest: dict[str, list[str]] = {}
+    for gid in groups:
+        state = states.get(gid)
+        if (
+            state is not None
+            and state.state == room.ADMITTED
+            and state.dest != NO_DEST
+            and state.closing != STOPPED
+            and state.next < 0
+        ):
+            by_dest.setdefault(state.dest, []).append(gid)
+    heads: list[str] = []
+    held: set[str] = set()
+    unsure: list[str] = []
+    for dest, gids in sorted(by_dest.items()):
+        if len(gids) < 2:
+            continue
+        started = [g for g in gids if not room.is_pseudo(g) and states[g].parks > len(groups[g])]
+        if len(started) > 1:
+            held.update(gids)
+            unsure.append(dest)
+        elif started:
+            head = started[0]
+            heads.append(head)
+            if not whole(head, groups[head], states[head]):
+                held.update(g for g in gids if g != head)  # the head first, or nothing
+    order = heads + [g for g in groups if g not in heads]
+    return order, held, unsure
 
 
 def lane(gid: str, state: RoomState) -> bool:

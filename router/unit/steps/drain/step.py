@@ -207,8 +207,15 @@ class Drain:
         heads: dict[str, list[tuple[TP, str]]] = {}  # forwarded whole: chains may follow
         before = len(out.records)
         for tp in sorted(set(self.index.groups) - set(self.catch_up)):  # caught up only
-            for gid, parked in list(self.index.groups[tp].items()):
-                state = states.get(gid)
+            groups = dict(self.index.groups[tp])
+            order, behind, unsure = chaining.replay_order(groups, states)  # aborted chains
+            held_back |= behind
+            if unsure:
+                log.warning("an aborted chain's order is unknown, nothing drained to %s", unsure)
+            for gid in order:
+                if gid in behind:
+                    continue
+                parked, state = groups[gid], states.get(gid)
                 if state is not None and state.state == room.ADMITTED and state.closing != STOPPED:
                     if state.next >= 0:  # logical order
                         if self.logical.drain(self, tp, gid, parked, state, out, batch, now_ms):

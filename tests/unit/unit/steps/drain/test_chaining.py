@@ -76,3 +76,58 @@ def test_a_chain_stays_within_its_bounds() -> None:
     assert len(cands) == chaining.CHAIN_GROUPS
     assert sum(n for _, n, _ in cands) <= chaining.CHAIN_RECORDS
     assert [c[0] for c in cands[:2]] == ["a", "s0"]  # b does not fit beside a
+
+
+def admitted(parked: list[Parked], dest: str, parks: int | None = None) -> RoomState:
+    """Admitted to `dest`, the table counting `parks` (more than held: drained in part)."""
+    closing = parked[-1].token if parked[-1].final else ""
+    n = len(parked) if parks is None else parks
+    return RoomState(room.ADMITTED, dest, closing, n, False)
+
+
+def test_an_aborted_chains_head_drained_in_part_goes_first_whole() -> None:
+    """Index order after a rebuild: the chained ones, then the head's rest (its marker took
+    it out of the index). The head, drained in part, goes first; elsewhere nothing moves."""
+    lane = room.ordinary_group("q/0")
+    groups = {
+        lane: group(lane, 2, final=False, at=0),
+        "c": group("c", 2, at=10),
+        "other": group("other", 1, final=False, at=15),
+        "head": group("head", 3, at=20),
+    }
+    states = {
+        lane: admitted(groups[lane], "d0"),
+        "c": admitted(groups["c"], "d0"),
+        "other": admitted(groups["other"], "d1"),
+        "head": admitted(groups["head"], "d0", parks=9),  # 6 of its records forwarded
+    }
+    order, held, unsure = chaining.replay_order(groups, states)
+    assert (order, held, unsure) == (["head", lane, "c", "other"], set(), [])
+
+
+def test_nothing_else_goes_to_the_heads_destination_while_it_cannot_go_whole() -> None:
+    groups = {"c": group("c", 2, at=0), "head": group("head", 2, final=False, at=10)}
+    states = {"c": admitted(groups["c"], "d0"), "head": admitted(groups["head"], "d0", parks=5)}
+    order, held, unsure = chaining.replay_order(groups, states)
+    assert (order, held, unsure) == (["head", "c"], {"c"}, [])
+
+
+def test_a_chain_whose_head_was_never_drained_keeps_the_index_order() -> None:
+    """Every group whole, none drained before: any order writes each one whole."""
+    groups = {"c": group("c", 2, at=0), "head": group("head", 2, at=10)}
+    states = {g: admitted(p, "d0") for g, p in groups.items()}
+    assert chaining.replay_order(groups, states) == (["c", "head"], set(), [])
+
+
+def test_two_groups_drained_in_part_on_one_destination_hold_it() -> None:
+    """Cannot happen by the table's rules (one group streams to a destination at a time);
+    if it does, which one is on the destination is unknown: nothing goes there."""
+    groups = {"a": group("a", 2, at=0), "b": group("b", 2, at=10), "x": group("x", 1, at=20)}
+    states = {
+        "a": admitted(groups["a"], "d0", parks=3),
+        "b": admitted(groups["b"], "d0", parks=4),
+        "x": admitted(groups["x"], "d1"),
+    }
+    order, held, unsure = chaining.replay_order(groups, states)
+    assert (held, unsure) == ({"a", "b"}, ["d0"])
+    assert order == ["a", "b", "x"]
