@@ -156,11 +156,10 @@ class UnitSettings(_Section):
     batch_size: int = Field(500, ge=1, le=100_000)
     # Under a backlog (a batch polled full) the next batch may take twice as many, up to
     # this; back towards batch_size once batches come back a quarter full
-    # (router/unit/batching.py). At most batch_size (the default): batches never grow.
-    # 1,000 carried half as much again as 500 through a unit and cost Redis a fifth less per
-    # grouped message, but is not the default yet (docs/explanation/performance.md: a
-    # rehearsal with it saw issue 29's interleaving in the streamed chaos run under wait).
-    max_batch_size: int = Field(500, ge=1, le=100_000)
+    # (router/unit/batching.py). At most batch_size: batches never grow. 1,000 (the
+    # default) carried half as much again as 500 through a unit and cost Redis a fifth less
+    # per grouped message; 2,000 no more (docs/explanation/performance.md).
+    max_batch_size: int = Field(1_000, ge=1, le=100_000)
     # ... and at most about this many bytes of values (large messages, segments: a unit
     # holds a few batches, and prefetches twice this much).
     max_batch_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024, le=1 << 30)
