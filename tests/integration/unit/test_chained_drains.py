@@ -627,3 +627,73 @@ def test_unchained_the_same_stop_finds_h_waiting_and_writes_nothing_to_the_desti
         b"group-stopped",
         b"group-stopped",
     ]
+
+
+def test_a_head_drained_in_part_is_written_first_when_its_dead_chain_is_drained_again(
+    topology: TopologyFactory, redis_client: redis.Redis
+) -> None:
+    """H streams (admitted before K: the room admits by wait start, then by ID): its first
+    record is drained alone (its final not sent yet), then its final
+    parks, and U1's drain forwards H's rest with K and the lane's ordinary message chained
+    behind it and dies in that batch's commit. U2 rebuilds the room's index from the low
+    mark, where H's drain marker (read before H's rest) lists H after K and the lane: H's
+    rest must still go first. Until issue 29's fix U2 wrote K0, K1 and o inside H's span
+    (a streamed chaos run under `wait`: tests/unit/unit/steps/drain/test_chain_replay_order.py)."""
+    s = settings(topology)
+    q, boot = s.topology.send_queues[0], s.kafka.bootstrap_servers
+    table = table_for(s, "send", redis_client)
+    u1 = room_unit(s)
+    send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
+    step_until(u1, lambda: committed(s.kafka, s.topology.send_group, q, 0) == 1, 60, "A0")
+    send(boot, q, [
+        (0, b"H0", headers_for("H", seq=0)),
+        (0, b"K0", headers_for("K", seq=0)),
+        (0, b"K1", headers_for("K", seq=1, final=True)),
+        (0, b"o", headers_for(None)),
+    ])  # fmt: skip
+
+    def settled(n: int) -> Callable[[], bool]:
+        def done() -> bool:
+            gids = list(table.room()) or ["H"]
+            return committed(s.kafka, s.topology.send_group, q, 0) == n and not any(
+                st.leased for st in table.room_state(gids).values()
+            )
+
+        return done
+
+    step_until(u1, settled(5), 60, "H, K and o parked")
+    drain = u1.steps.room
+    assert drain is not None
+    # H stays admitted after its first drain: the drain cannot learn the room's end offset,
+    # so it never checks H for the switch to open (its final then parks behind H0)
+    setattr(drain, "_end", lambda tp: None)  # noqa: B010 (a private method, replaced)
+    send(boot, q, [(0, b"A1", headers_for("A", seq=1, final=True))])
+    step_until(u1, lambda: b"H0" in values(transfer(s)), 60, "H0 drained alone")
+    assert table.entries()["H"].state == room.ADMITTED
+    outs = spy_emit(u1)
+    real_commit = u1.session.commit
+
+    def commit(*a: Any, **k: Any) -> None:
+        if outs and outs[-1].chained:
+            u1.session.producer.flush(10)  # on the broker, in the open transaction
+            raise Killed
+        real_commit(*a, **k)
+
+    u1.session.commit = commit  # type: ignore[method-assign]
+    send(boot, q, [(0, b"H1", headers_for("H", seq=1, final=True))])
+    with contextlib.suppress(Killed):  # H whole: its rest, then K and o chained behind it
+        step_until(u1, lambda: False, 60, "the chain batch")
+    assert table.entries()["H"].parks == 2
+    assert [o.chained for o in outs if o.chained] == [2]
+    u1.source.consumer.close()  # dead: its transaction stays open until its timeout
+    assert table.entries()["K"].state == room.ADMITTED  # chained, not committed
+    u2 = room_unit(s)
+    try:
+        finish(s, u2, redis_client)
+        wait_until(lambda: len(transfer(s)) == 7, 60, "U1's transaction aborted by its timeout")
+    finally:
+        stop(u2)
+    got = values(transfer(s))
+    print("HEAD IN PART", got)
+    assert got[:4] == [b"A0", b"A1", b"H0", b"H1"], got
+    assert sorted(v or b"" for v in got[4:]) == [b"K0", b"K1", b"o"], got
