@@ -194,6 +194,23 @@ class Killed(Exception):
     pass
 
 
+def die_in_the_chain_commit(unit: TransferUnit) -> list[Any]:
+    """`unit` dies in the commit of its next chain batch: the batch's records are on the
+    broker, in its open transaction, and the commit raises `Killed`. The drain's outputs,
+    spied."""
+    outs = spy_emit(unit)
+    real_commit = unit.session.commit
+
+    def commit(*a: Any, **k: Any) -> None:
+        if outs and outs[-1].chained:
+            unit.session.producer.flush(10)  # on the broker, in the open transaction
+            raise Killed
+        real_commit(*a, **k)
+
+    unit.session.commit = commit  # type: ignore[method-assign]
+    return outs
+
+
 def test_the_unit_dies_inside_the_chain_batch_and_another_takes_over(
     topology: TopologyFactory, redis_client: redis.Redis
 ) -> None:
@@ -203,16 +220,7 @@ def test_the_unit_dies_inside_the_chain_batch_and_another_takes_over(
     s = settings(topology)
     u1 = room_unit(s)
     park_h_c_and_o(s, u1, redis_client)
-    outs = spy_emit(u1)
-    real_commit = u1.session.commit
-
-    def commit(*a: Any, **k: Any) -> None:
-        if outs and outs[-1].chained:
-            u1.session.producer.flush(10)  # on the broker, in the open transaction
-            raise Killed
-        real_commit(*a, **k)
-
-    u1.session.commit = commit  # type: ignore[method-assign]
+    die_in_the_chain_commit(u1)
     send(
         s.kafka.bootstrap_servers,
         s.topology.send_queues[0],
@@ -670,16 +678,7 @@ def test_a_head_drained_in_part_is_written_first_when_its_dead_chain_is_drained_
     send(boot, q, [(0, b"A1", headers_for("A", seq=1, final=True))])
     step_until(u1, lambda: b"H0" in values(transfer(s)), 60, "H0 drained alone")
     assert table.entries()["H"].state == room.ADMITTED
-    outs = spy_emit(u1)
-    real_commit = u1.session.commit
-
-    def commit(*a: Any, **k: Any) -> None:
-        if outs and outs[-1].chained:
-            u1.session.producer.flush(10)  # on the broker, in the open transaction
-            raise Killed
-        real_commit(*a, **k)
-
-    u1.session.commit = commit  # type: ignore[method-assign]
+    outs = die_in_the_chain_commit(u1)
     send(boot, q, [(0, b"H1", headers_for("H", seq=1, final=True))])
     with contextlib.suppress(Killed):  # H whole: its rest, then K and o chained behind it
         step_until(u1, lambda: False, 60, "the chain batch")

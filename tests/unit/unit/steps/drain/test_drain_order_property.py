@@ -27,16 +27,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from router.metrics.registry import Metrics
-from router.table.routing import HELD, STOPPED
-from router.unit.steps.batch import Batch
-from router.unit.steps.classify import Classifier
-from router.unit.steps.drain.step import Drain
 from router.unit.steps.emit.records import Output
-from router.unit.steps.route import request_for
 from tests.fixtures.fakes import FakeMessage, msg
-from tests.fixtures.logical import Review
-from tests.fixtures.roomharness import LEASE_MS, WHOLE, FakeRoomConsumer, ModelTable
+from tests.fixtures.logical import Review, resolve_closing
+from tests.fixtures.roomharness import LEASE_MS, WHOLE, Pending
 
 PARTS = 4  # the default room partitions
 LANES = 3
@@ -46,13 +40,6 @@ SEEDS = 300
 
 def room_part(gid: str) -> int:
     return zlib.crc32(gid.encode()) % PARTS
-
-
-@dataclass
-class Pending:
-    batch: Batch
-    out: Output
-    messages: list[FakeMessage]
 
 
 class Always:
@@ -72,83 +59,9 @@ class Driven(Review):
     def _always_look(self) -> None:
         self.drain._strays = Always()  # type: ignore[assignment]
 
-    def route_open(self, now: int, *messages: FakeMessage) -> Pending:
-        """A route batch decided (the table routed it, its records are produced) but not
-        yet committed: other batches may run meanwhile."""
-        self.n += 1
-        batch = Batch(f"b{self.n}", 0)
-        Classifier(self.s, "send", {}).classify(batch, list(messages))
-        items = [i for i in batch.items if i.routing is not None or i.bad is not None]
-        reqs = [
-            request_for(i, self.s.routing, f"{i.m.topic()}/{i.m.partition()}", False, True)
-            for i in items
-        ]
-        res = self.model.route(reqs, now, batch=batch.id, lease_ms=LEASE_MS)
-        for item, dec in zip(items, res.decisions, strict=True):
-            item.decision = dec
-            if dec == HELD:  # its partition stops there, as in the route step
-                batch.held_at[(item.m.topic(), item.m.partition())] = item.m.offset()
-        return Pending(batch, self.emitter.emit(batch, now), list(messages))
-
-    def route_close(self, p: Pending, commit: bool, settle: bool = True) -> None:
-        """The route batch's transaction commits (then settles, unless its unit dies
-        first: its leases run out, its finals wait for the sweeper) or aborts."""
-        batch, out = p.batch, p.out
-        self._append(out, commit)
-        if not commit:
-            return
-        for m in p.messages:
-            if not any(i.m is m and batch.forwards(i) for i in batch.items):
-                continue  # held: the unit reads it again
-            tp = (m.topic(), m.partition())
-            self.committed[tp] = max(self.committed.get(tp, 0), m.offset() + 1)
-        if settle:
-            self.model.settle(batch.id, sorted(out.ordinary_dests), out.finals)
-            for g in out.stopped:
-                self.model.release([(g, STOPPED)])
-
-    def drain_open(self, now: int) -> Pending:
-        """A drain batch decided (chains asked of the table, records produced), not yet
-        committed."""
-        for p, records in self.log.items():
-            for m in records:
-                if self.drain.index.seen.get((self.topic, p), -1) < m.offset():
-                    self.drain.take([m])
-        self.n += 1
-        batch = Batch(f"d{self.n}", 0)
-        out = Output()
-        self.drain.emit(batch, out, now)
-        return Pending(batch, out, [])
-
-    def drain_close(self, p: Pending, commit: bool, settle: bool = True) -> None:
-        self._append(p.out, commit)
-        if not commit:
-            return
-        for tp in p.batch.room_offsets:  # committed with the drain batch
-            self.room_committed[(tp.topic, tp.partition)] = tp.offset
-        if settle:
-            self.drain.settle(p.batch)
-            self.model.settle(p.batch.id, [], p.out.finals, p.out.drains)
-
     def take_over(self) -> None:
         """The room partitions' next owner: a new drain step, nothing in memory."""
-        drain = Drain(
-            ModelTable(self.model),  # type: ignore[arg-type]
-            self.spec,
-            self.topic,
-            self.parts,
-            self.emitter,
-            Metrics(),
-        )
-        drain.consumer = FakeRoomConsumer(self)
-        drain.assign([(self.topic, p) for p in range(self.parts)])
-        emit = drain.emit
-
-        def keep_offsets(batch: Batch, out: Output, now_ms: int) -> None:
-            emit(batch, out, now_ms)
-            self._room_offsets = batch.room_offsets
-
-        drain.emit = keep_offsets  # type: ignore[method-assign]
+        drain = self.new_drain()
         self.drain = drain
         self._always_look()
         for tp, offset in self.room_committed.items():
@@ -432,19 +345,6 @@ class Driver:
             self.sweep()
         for _ in range(6):
             self.drain()
-
-
-def resolve_closing(side: Driven) -> None:
-    """The sweeper's `_resolve_closing` on the model: an open entry still closing whose
-    final's source position is behind the committed offset is released (a drain's unit
-    died before its settle released the final)."""
-    done = []
-    for gid, e in side.model.entries.items():
-        if e.state == "open" and e.closing not in ("", STOPPED):
-            topic, partition, offset = e.closing.rsplit("/", 2)
-            if side.committed.get((topic, int(partition)), -1) > int(offset):
-                done.append((gid, e.closing))
-    side.model.release(done)
 
 
 def check(d: Driver) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from router import contract
-from router.table.routing import DUPLICATE, STOPPED, updated_at
+from router.table.routing import DUPLICATE, updated_at
 from tests.fixtures.fakes import FakeMessage, msg
 from tests.fixtures.logical import (
     LOGICAL,
@@ -27,6 +27,7 @@ from tests.fixtures.logical import (
     delivered_seqs,
     drain_all,
     gid_of,
+    resolve_closing,
     unsettled_drain,
 )
 from tests.fixtures.logical import member as m
@@ -54,18 +55,6 @@ def odd(
     if seq is not None:
         headers.append((contract.SEQ, seq))
     return msg(offset, gid, partition=partition, value=f"{gid}:{tag}".encode(), headers=headers)
-
-
-def resolve_closing(side: Review) -> int:
-    """The sweeper's `_resolve_closing` on the model: an open entry still closing whose
-    final's source position is behind the committed offset is released."""
-    done = []
-    for gid, e in side.model.entries.items():
-        if e.state == "open" and e.closing not in ("", STOPPED):
-            topic, partition, offset = e.closing.rsplit("/", 2)
-            if side.committed.get((topic, int(partition)), -1) > int(offset):
-                done.append((gid, e.closing))
-    return side.model.release(done)
 
 
 def other_group_goes_out(side: Review, now: int, gid: str = "H", lane: int = 7) -> int:
