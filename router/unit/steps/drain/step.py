@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import redis
 from confluent_kafka import KafkaException, Message, TopicPartition
@@ -22,8 +21,9 @@ from router.table.store.management import ManagementTable
 from router.topology.cells import room_partition
 from router.topology.side import SideSpec
 from router.unit.steps.batch import TP, Batch
-from router.unit.steps.drain import chained, chaining
+from router.unit.steps.drain import chained, chaining, checks
 from router.unit.steps.drain import writes as drainwrite
+from router.unit.steps.drain.checks import Check
 from router.unit.steps.drain.index import RoomIndex
 from router.unit.steps.drain.logical import LogicalOrder
 from router.unit.steps.drain.positions import Positions
@@ -36,17 +36,6 @@ log = logging.getLogger("router.drain")
 
 IDLE_S = 0.05  # between two batches that only drain
 STRAYS_S = 1.0  # between two looks for admitted groups the room holds no record of
-
-
-@dataclass(slots=True)
-class Check:
-    """A pending switch of an admitted group to open: the park count read with no park
-    lease in flight, and the room partition's end offset read after it."""
-
-    tp: TP
-    parks: int
-    end: int
-    next: int = -1  # logical order: the next sequence number once open
 
 
 class Drain:
@@ -88,6 +77,7 @@ class Drain:
         self.strays: set[str] = set()  # admitted here, no record, marker or check of them
         self._strays = Every(STRAYS_S)
         self._reported: set[str] = set()
+        self._unsure: set[str] = set()  # destinations reported with an unknown chain order
 
     def take(self, messages: list[Message]) -> list[Message]:
         """Index the room records among polled messages; return the others."""
@@ -206,12 +196,12 @@ class Drain:
         held_back: set[str] = set()
         heads: dict[str, list[tuple[TP, str]]] = {}  # forwarded whole: chains may follow
         before = len(out.records)
+        unknown: set[str] = set()  # destinations whose aborted chain's order is unknown
         for tp in sorted(set(self.index.groups) - set(self.catch_up)):  # caught up only
             groups = dict(self.index.groups[tp])
             order, behind, unsure = chaining.replay_order(groups, states)  # aborted chains
             held_back |= behind
-            if unsure:
-                log.warning("an aborted chain's order is unknown, nothing drained to %s", unsure)
+            unknown |= set(unsure)
             for gid in order:
                 if gid in behind:
                     continue
@@ -251,28 +241,12 @@ class Drain:
                         self.opening.add(gid)
                         if state.dest != NO_DEST:  # stopped while it held its destination
                             drainwrite.close_stopped(self, gid, parked, state.dest, out)
+        if unknown - self._unsure:  # reported once, while it lasts
+            log.warning("aborted chain's order unknown, nothing drained to %s", sorted(unknown))
+        self._unsure = unknown
         if heads:
             drained |= chained.chain(self, heads, states, out, batch, now_ms)
-        for gid, state in states.items():
-            if state.state != room.ADMITTED or gid in drained or gid in held_back:
-                self.checks.pop(gid, None)
-                continue
-            check = self.checks.get(gid)
-            if check is None:
-                tp = (self.topic, room_partition(gid, self.partitions))
-                if state.leased or tp not in self.owned or tp in self.catch_up:
-                    continue  # a park in flight: not yet
-                end = self._end(tp)
-                if end is None:
-                    continue  # the broker cannot say now: checked again next batch
-                nxt = state.next
-                if nxt >= 0:
-                    nxt = max(nxt, self.index.drained_to(tp, gid, state.origin))
-                self.checks[gid] = Check(tp, state.parks, end, nxt)
-            elif check.end == 0 or positions.get(check.tp, -1) >= check.end:
-                # opens it, unless parked meanwhile
-                drainwrite.drained(self, out, check.tp, (gid, check.parks, check.next))
-                del self.checks[gid]
+        checks.advance(self, states, drained | held_back, positions, out, self._end)
         for key in list(self.index.pending):  # the table knows the marker's next number
             state = states.get(key[1])
             if (

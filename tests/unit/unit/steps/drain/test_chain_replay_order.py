@@ -12,8 +12,13 @@ chained ones first and the head's rest after them, inside the head's span."""
 
 from __future__ import annotations
 
+import logging
 import zlib
+from typing import Any
 
+import pytest
+
+from router.unit.steps.drain import chaining
 from tests.fixtures.fakes import FakeMessage, msg
 from tests.fixtures.logical import Review
 
@@ -56,3 +61,37 @@ def test_a_head_drained_in_part_is_written_first_when_its_aborted_chain_is_drain
     got = [v or b"" for _, v in side.delivered]
     assert got[:6] == [b"B0", b"B1", b"G0", b"G1", b"G2", b"G3"], got
     assert sorted(got[6:]) == [b"W0", b"W1", b"o1", b"o2"], got
+
+
+def test_an_unknown_chain_order_holds_the_destination_and_is_reported_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two groups drained in part on one destination (the table's rules forbid it): the
+    drain writes nothing there, and warns once while it lasts, not at every batch."""
+    side = Review(["0"])
+    offsets = iter(range(1_000))
+
+    def m(gid: str | None, value: str, final: bool = False) -> FakeMessage:
+        return msg(next(offsets), gid, final=final, value=value.encode())
+
+    now = 1_000
+    side.route(now, m("B", "B0"))  # B takes destination 0
+    side.route(now, m("G", "G0"))  # G waits, parked
+    side.route(now, m("B", "B1", final=True))  # B ends: G is admitted to 0
+    unsure = {"on": True}
+    real = chaining.replay_order
+
+    def replay_order(groups: Any, states: Any) -> Any:
+        order, held, _ = real(groups, states)
+        return (order, set(groups), ["0"]) if unsure["on"] else (order, held, [])
+
+    monkeypatch.setattr(chaining, "replay_order", replay_order)
+    with caplog.at_level(logging.WARNING, logger="router.drain"):
+        for t in range(3):
+            side.run_drain(now + 1 + t)
+    assert [v for _, v in side.delivered] == [b"B0", b"B1"]
+    warned = [r for r in caplog.records if "chain's order unknown" in r.getMessage()]
+    assert len(warned) == 1, warned
+    unsure["on"] = False
+    side.run_drain(now + 5)
+    assert [v for _, v in side.delivered] == [b"B0", b"B1", b"G0"]
