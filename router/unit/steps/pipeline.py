@@ -239,6 +239,10 @@ def cell_steps(ctx: UnitContext, cell: int) -> RoutingSteps:
     if not one:
         parts = cells.room_partitions(s, cell)
     emitter = Emitter(s, spec, ctx.instance, None if isinstance(parts, int) else parts)
+    # The high watermarks, not the last stable offsets: a park committed just before (its
+    # lease ended by the settle) may still lie past the LSO until its commit marker lands;
+    # the drain must read past it before opening the group.
+    ends = EndOffsets(clients.admin_config(s.kafka), committed=False)
     room = Drain(
         table,
         spec,
@@ -248,10 +252,8 @@ def cell_steps(ctx: UnitContext, cell: int) -> RoutingSteps:
         ctx.metrics,
         s.routing.gap_timeout_ms,
         s.routing.gap_policy,
-        # The high watermarks, not the last stable offsets: a park committed just before
-        # (its lease ended by the settle) may still lie past the LSO until its commit
-        # marker lands; the drain must read past it before opening the group.
-        EndOffsets(clients.admin_config(s.kafka), committed=False),
+        ends,
+        ends.starts,  # the room partitions' starts on the same connection of its own
     )
     room.claims = claims
     bands = None

@@ -7,7 +7,7 @@ in the room (a stray, `router.unit.steps.drain.step`) ever opened."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -17,8 +17,13 @@ from router.unit.steps.batch import TP
 
 
 class Positions:
-    def __init__(self) -> None:
-        self.starts = Starts(timeout_s=5.0)  # the run loop waits for it: not long
+    def __init__(self, low: Callable[[list[TP]], Mapping[TP, int]] | None = None) -> None:
+        """`low`: partitions' first offsets on a connection of their own
+        (`router.backends.kafka.endoffsets.EndOffsets.starts`). Without it the consumer's
+        own watermark request is asked, one partition at a time, and the broker answers
+        each only after the consumer's fetch long-poll in flight: a new owner's first
+        batch waited 1 to 3 s for its room partitions' starts (bench bursts, 2026-11-30)."""
+        self.starts = Starts(low, timeout_s=5.0)  # the run loop waits for it: not long
 
     def forget(self, tps: Iterable[TP] | None = None) -> None:
         """Assigned again, revoked or rewound: read again when needed."""

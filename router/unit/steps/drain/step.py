@@ -9,7 +9,7 @@ offset taken when no park of the group was in flight."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import redis
 from confluent_kafka import KafkaException, Message, TopicPartition
@@ -52,6 +52,7 @@ class Drain:
         gap_timeout_ms: int = 30_000,
         gap_policy: str = "park",
         ends: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
+        starts: Callable[[list[TP]], Mapping[TP, int]] | None = None,
     ) -> None:
         self.table, self.spec, self.topic, self.metrics = table, spec, room_topic, metrics
         self.partitions, self.emitter = partitions, emitter
@@ -67,7 +68,7 @@ class Drain:
         self.eager = False  # the last drain did something: its settle may admit more
         self.consumer: object = None  # set by the unit: position() and watermarks
         self.owned: set[TP] = set()
-        self.positions = Positions()  # on the owned room partitions, read or not yet
+        self.positions = Positions(starts)  # on the owned room partitions, read or not yet
         # Room partitions' end offsets (`router.backends.kafka.endoffsets`, one request on a
         # connection of its own); without, the consumer's watermarks, about 0.5 s apiece behind its
         # fetch long-poll. Asked at most once per batch, after the room states were read.
