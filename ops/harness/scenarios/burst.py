@@ -11,7 +11,10 @@ against the senders' create times), never off the router's counters:
 * throughput: messages over the time from the first create to the last append;
 * ordinary latency: append minus create, per ordinary message;
 * group latency: the final's append minus the first message's create, per group;
-* interleavings per side, from the independent verdict (capacity rule).
+* interleavings per side, from the independent verdict (capacity rule);
+* each side's hop, per message: the send side's from its create time to its append on the
+  transfer topic (the waiting room's two transactional hops included, for a message that
+  waited there), the receive side's from that append to its append on a receive queue.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ops.harness.scenarios.demo_run import DemoResult, run_pipeline_workload
 from ops.harness.stack.pipeline import Pipeline, PipelineSpec
 from ops.harness.stats import percentile
 from ops.harness.traffic.workload import WorkloadSpec
+from ops.harness.verdict.records import Seen, first_copies
 
 GROUPS = 300
 OPEN_PER_SENDER = 150
@@ -110,6 +114,9 @@ class BurstStats:
     group_ms: tuple[float, float]  # p50, p99 (first create -> final appended)
     interleaved: tuple[int, int]  # send side, receive side
     violations: tuple[str, ...]
+    # p50, p99 of each side's hop: create -> transfer append, transfer -> receive append
+    send_hop_ms: tuple[float, float] = (float("nan"), float("nan"))
+    receive_hop_ms: tuple[float, float] = (float("nan"), float("nan"))
 
     @property
     def throughput(self) -> float:
@@ -120,6 +127,8 @@ class BurstStats:
             f"{self.policy:<8} {self.messages:>6} {self.groups:>6} {self.throughput:>9,.0f} "
             f"{self.ordinary_ms[0]:>8,.0f} {self.ordinary_ms[1]:>8,.0f} "
             f"{self.group_ms[0]:>8,.0f} {self.group_ms[1]:>8,.0f} "
+            f"{self.send_hop_ms[0]:>4,.0f}/{self.send_hop_ms[1]:<5,.0f} "
+            f"{self.receive_hop_ms[0]:>4,.0f}/{self.receive_hop_ms[1]:<5,.0f} "
             f"{self.interleaved[0]:>6} {self.interleaved[1]:>6}  "
             + ("PASS" if not self.violations else f"FAIL {self.violations[0]}")
         )
@@ -127,7 +136,8 @@ class BurstStats:
 
 HEADER = (
     f"{'policy':<8} {'msgs':>6} {'groups':>6} {'msg/s':>9} {'ord p50':>8} {'ord p99':>8} "
-    f"{'grp p50':>8} {'grp p99':>8} {'il.snd':>6} {'il.rcv':>6}  verdict   (latencies in ms)"
+    f"{'grp p50':>8} {'grp p99':>8} {'send hop':>10} {'recv hop':>10} {'il.snd':>6} "
+    f"{'il.rcv':>6}  verdict   (latencies in ms; a hop: p50/p99)"
 )
 
 
@@ -151,6 +161,7 @@ def burst_stats(policy: str, result: DemoResult) -> BurstStats:
         if r.final:
             done[r.group] = r.append_ms
     groups = [float(done[g] - first[g]) for g in done if g in first]
+    send_hop, receive_hop = hops(result.reads[0].records, received)
     report = result.report
     return BurstStats(
         policy,
@@ -164,7 +175,27 @@ def burst_stats(policy: str, result: DemoResult) -> BurstStats:
             report.receive.interleaved if report.receive else -1,
         ),
         tuple(result.violations),
+        (percentile(send_hop, 0.5), percentile(send_hop, 0.99)),
+        (percentile(receive_hop, 0.5), percentile(receive_hop, 0.99)),
     )
+
+
+def hops(transfer: Sequence[Seen], received: Sequence[Seen]) -> tuple[list[float], list[float]]:
+    """Each message's send-side hop (create -> its first copy's append on the transfer
+    topic) and receive-side hop (that append -> its first copy's append on a receive
+    queue), in ms, from what the queues hold."""
+    on_transfer = {r.event_id: r for r in first_copies(transfer)[0]}
+    send = [
+        float(r.append_ms - r.created_ms)
+        for r in on_transfer.values()
+        if r.append_ms is not None and r.created_ms is not None
+    ]
+    receive = []
+    for r in first_copies(received)[0]:
+        t = on_transfer.get(r.event_id)
+        if t is not None and t.append_ms is not None and r.append_ms is not None:
+            receive.append(float(r.append_ms - t.append_ms))
+    return send, receive
 
 
 def run_burst(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ops.harness.scenarios.burst import BurstStats, burst_report, burst_workload
+from ops.harness.scenarios.burst import BurstStats, burst_report, burst_workload, hops
 from ops.harness.traffic.workload import WorkloadSpec, plan
+from ops.harness.verdict.records import Seen
 
 
 def test_plan_makes_complete_groups_and_hits_the_quota() -> None:
@@ -97,3 +98,22 @@ def test_a_phased_plan_opens_every_group_before_any_final() -> None:
         assert 0.05 < ordinary / len(sent) < 0.15
         assert ordinary > 0 and min(n for n, s in enumerate(sent) if s.group is None) < max(firsts)
     assert total == spec.messages
+
+
+def test_the_burst_hops_are_read_off_the_queues_per_message() -> None:
+    """Each side's hop from the records alone: create -> first transfer copy, that copy ->
+    first receive copy; a message not on the transfer topic counts on neither side."""
+
+    def seen(queue: str, offset: int, event: str, append: int, created: int = 0) -> Seen:
+        return Seen(queue, offset, event, None, 0, False, append_ms=append, created_ms=created)
+
+    transfer = [
+        seen("transfer[0]", 0, "a", 110, 100),
+        seen("transfer[1]", 0, "b", 250, 100),
+        seen("transfer[1]", 1, "a", 400, 100),  # a second copy: the first one counts
+    ]
+    received = [seen("recv.1", 0, "a", 150, 100), seen("recv.2", 0, "b", 300, 100)]
+    received.append(seen("recv.2", 1, "c", 500, 100))  # never seen on the transfer topic
+    send, receive = hops(transfer, received)
+    assert sorted(send) == [10.0, 150.0]
+    assert sorted(receive) == [40.0, 50.0]
