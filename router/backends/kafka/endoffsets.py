@@ -17,6 +17,12 @@ leader epoch, and librdkafka's admin ListOffsets does not refresh that metadata 
 broker refuses the epoch (FENCED_LEADER_EPOCH after a broker restart or a leader move):
 every later request carried the old epoch until `metadata.max.age.ms` (15 min) passed.
 A new client reads the metadata afresh.
+
+A client's first ListOffsets for a topic comes after a metadata request of its own for that
+topic (`list_topics`, about 1 ms on loopback). Without it, librdkafka looks the leaders up
+itself, and with an empty metadata cache that lookup waited 1 or 3 s in about one request
+in four (a loop of new admin clients against the local broker, 2026-11-30): every new unit
+paid it in its first batches, on the room partitions' starts and ends.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class EndOffsets:
         )
         self._admin: AdminClient | None = None  # made on first use: most units never ask
         self._made_at: float | None = None  # time.monotonic() when self._admin was made
+        self._described: set[str] = set()  # topics whose metadata self._admin has read
         self.failures = 0  # answers in a row that left a partition out
 
     def __call__(self, tps: Iterable[TP]) -> dict[TP, int]:
@@ -84,6 +91,11 @@ class EndOffsets:
         if self._admin is None:
             self._admin = AdminClient(self._config)
             self._made_at = time.monotonic()
+            self._described = set()
+        unread = self._describe(self._admin, {t for t, _ in wanted} - self._described)
+        if unread is not None:
+            self._failed(f"{what} offsets of {len(wanted)} partitions unknown: {unread}")
+            return {}
         try:
             futures = self._admin.list_offsets(
                 {TopicPartition(t, p): spec for t, p in wanted},
@@ -115,6 +127,18 @@ class EndOffsets:
             log.info("%s offsets answered again after %d failed requests", what, self.failures)
             self.failures = 0
         return out
+
+    def _describe(self, admin: AdminClient, topics: set[str]) -> str | None:
+        """Read the metadata of `topics` that `admin` has not read yet (see above); what
+        failed, if one could not be read (the broker away: the request is not sent, so
+        that an outage costs one timeout per ask, as before)."""
+        for topic in sorted(topics):
+            try:
+                admin.list_topics(topic, timeout=self.timeout_s)
+            except KafkaException as exc:
+                return f"metadata of {topic} not read: {exc}"
+            self._described.add(topic)
+        return None
 
     def _failed(self, what: str) -> None:
         """Drop the admin client if it is `REMAKE_S` old: the next request makes one with
