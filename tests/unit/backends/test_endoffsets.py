@@ -28,15 +28,24 @@ class FakeAdmin:
     offset = 7
 
     metadata_down = False
+    unknown: set[str] = set()
 
     def __init__(self, config: dict[str, Any]) -> None:
         FakeAdmin.made.append(self)
         self.calls: list[tuple[str, Any]] = []
 
-    def list_topics(self, topic: str, timeout: float) -> None:
-        self.calls.append(("metadata", topic))
-        if FakeAdmin.metadata_down:
-            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "away"))
+    def describe_topics(self, topics: Any, **_: Any) -> dict[str, Future[None]]:
+        names = list(topics.topic_names)
+        self.calls.append(("metadata", names))
+        out: dict[str, Future[None]] = {}
+        for name in names:
+            f: Future[None] = Future()
+            if FakeAdmin.metadata_down or name in FakeAdmin.unknown:
+                f.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+            else:
+                f.set_result(None)
+            out[name] = f
+        return out
 
     def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Future[Offset]]:
         self.calls.append(("offsets", sorted((tp.topic, tp.partition) for tp in request)))
@@ -56,7 +65,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], list[list[Any]]]:
     now = [50.0]  # a machine that booted a minute ago
     disposed: list[list[Any]] = []
     FakeAdmin.made, FakeAdmin.fail, FakeAdmin.offset = [], False, 7
-    FakeAdmin.metadata_down = False
+    FakeAdmin.metadata_down, FakeAdmin.unknown = False, set()
     monkeypatch.setattr(endoffsets, "AdminClient", FakeAdmin)
     monkeypatch.setattr(endoffsets, "time", SimpleNamespace(monotonic=lambda: now[0]))
     monkeypatch.setattr(endoffsets, "dispose_in_background", disposed.append)
@@ -126,25 +135,28 @@ def test_a_client_reads_each_topics_metadata_once_before_its_first_offsets(
     env: tuple[list[float], list[list[Any]]],
 ) -> None:
     """librdkafka's own leader lookup, with an empty metadata cache, made a new client's
-    first ListOffsets wait 1 or 3 s about one time in four: the client reads the topic's
-    metadata first, once; a new client reads it again; a metadata read that fails is a
-    failed ask (no offsets request: an outage costs one timeout)."""
+    first ListOffsets wait 1 or 3 s about one time in four: the client describes the topics
+    it has not read yet first, in one request; a new client reads them again; a topic that
+    cannot be described is left out (an unknown one: the others are answered), and if none
+    can be (the broker away) no offsets request is sent: an outage costs one timeout."""
     now, _ = env
     ends = EndOffsets({"bootstrap.servers": "x"})
     assert ends([("a", 0), ("b", 1), ("a", 1)]) == {("a", 0): 7, ("b", 1): 7, ("a", 1): 7}
     assert ends.starts([("a", 0)]) == {("a", 0): 7}
     admin = FakeAdmin.made[0]
     assert admin.calls == [
-        ("metadata", "a"),
-        ("metadata", "b"),
+        ("metadata", ["a", "b"]),
         ("offsets", [("a", 0), ("a", 1), ("b", 1)]),
         ("offsets", [("a", 0)]),
     ]
+    FakeAdmin.unknown = {"gone"}
+    assert ends([("gone", 0), ("a", 0)]) == {("a", 0): 7} and ends.failures == 1
+    assert admin.calls[-2:] == [("metadata", ["gone"]), ("offsets", [("a", 0)])]
     FakeAdmin.metadata_down = True
-    assert ends([("c", 0)]) == {} and ends.failures == 1
-    assert admin.calls[-1] == ("metadata", "c")
+    assert ends([("c", 0)]) == {} and ends.failures == 2
+    assert admin.calls[-1] == ("metadata", ["c"])
     now[0] += endoffsets.REMAKE_S
     assert ends([("c", 0)]) == {}  # the client dropped, made again next time
     FakeAdmin.metadata_down = False
     assert ends([("a", 0)]) == {("a", 0): 7}
-    assert FakeAdmin.made[-1].calls == [("metadata", "a"), ("offsets", [("a", 0)])]
+    assert FakeAdmin.made[-1].calls == [("metadata", ["a"]), ("offsets", [("a", 0)])]

@@ -23,7 +23,8 @@ class Positions:
         own watermark request is asked, one partition at a time, and the broker answers
         each only after the consumer's fetch long-poll in flight: a new owner's first
         batch waited 1 to 3 s for its room partitions' starts (bench bursts, 2026-11-30)."""
-        self.starts = Starts(low, timeout_s=5.0)  # the run loop waits for it: not long
+        # the run loop waits for it: not long (the committed offsets; `low` has its own)
+        self.starts = Starts(low, timeout_s=5.0)
 
     def forget(self, tps: Iterable[TP] | None = None) -> None:
         """Assigned again, revoked or rewound: read again when needed."""
