@@ -98,6 +98,15 @@ def park_h_c_and_o(s: RouterSettings, unit: TransferUnit, r: redis.Redis) -> Non
     )
 
 
+def end_a(s: RouterSettings) -> None:
+    """A's final: the only destination frees, and the room's groups are admitted."""
+    send(
+        s.kafka.bootstrap_servers,
+        s.topology.send_queues[0],
+        [(0, b"A1", headers_for("A", seq=1, final=True))],
+    )
+
+
 def spy_emit(unit: TransferUnit) -> list[Any]:
     outs: list[Any] = []
     real = unit.steps.emit
@@ -141,11 +150,7 @@ def test_baseline_the_chain_happens(topology: TopologyFactory, redis_client: red
     try:
         park_h_c_and_o(s, unit, redis_client)
         outs = spy_emit(unit)
-        send(
-            s.kafka.bootstrap_servers,
-            s.topology.send_queues[0],
-            [(0, b"A1", headers_for("A", seq=1, final=True))],
-        )
+        end_a(s)
         finish(s, unit, redis_client)
     finally:
         stop(unit)
@@ -174,11 +179,7 @@ def test_the_chain_batch_aborts_and_is_replayed(
             real_commit(*a, **k)
 
         unit.session.commit = commit  # type: ignore[method-assign]
-        send(
-            s.kafka.bootstrap_servers,
-            s.topology.send_queues[0],
-            [(0, b"A1", headers_for("A", seq=1, final=True))],
-        )
+        end_a(s)
         finish(s, unit, redis_client)
     finally:
         stop(unit)
@@ -221,11 +222,7 @@ def test_the_unit_dies_inside_the_chain_batch_and_another_takes_over(
     u1 = room_unit(s)
     park_h_c_and_o(s, u1, redis_client)
     die_in_the_chain_commit(u1)
-    send(
-        s.kafka.bootstrap_servers,
-        s.topology.send_queues[0],
-        [(0, b"A1", headers_for("A", seq=1, final=True))],
-    )
+    end_a(s)
     with contextlib.suppress(Killed):
         step_until(u1, lambda: False, 60, "the chain batch")
     # dead: it leaves the group (its producer's transaction stays open until its timeout)
@@ -265,11 +262,7 @@ def test_the_chain_scripts_reply_is_lost(
             return got
 
         drain.table.chain = chain  # type: ignore[method-assign]
-        send(
-            s.kafka.bootstrap_servers,
-            s.topology.send_queues[0],
-            [(0, b"A1", headers_for("A", seq=1, final=True))],
-        )
+        end_a(s)
         finish(s, unit, redis_client)
     finally:
         stop(unit)
@@ -731,11 +724,7 @@ def test_the_drain_reads_its_room_starts_and_ends_on_a_connection_of_its_own(
     drain.consumer = spy
     try:
         park_h_c_and_o(s, unit, redis_client)
-        send(
-            s.kafka.bootstrap_servers,
-            s.topology.send_queues[0],
-            [(0, b"A1", headers_for("A", seq=1, final=True))],
-        )
+        end_a(s)
         finish(s, unit, redis_client)
     finally:
         stop(unit)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,15 +35,21 @@ def _named(prefix: str, part: int) -> str:
     return next(f"{prefix}{i}" for i in range(1_000) if _part(f"{prefix}{i}") == part)
 
 
-def test_a_head_drained_in_part_is_written_first_when_its_aborted_chain_is_drained_again() -> None:
-    lane = "~in/0"  # the ordinary messages of source partition in/0 that wait
-    g, w = _named("G", _part(lane)), _named("W", _part(lane))
-    side = Review(["0"])
+def messages() -> Callable[..., FakeMessage]:
+    """`m(gid, value, final=False)`: the next message of source partition in/0."""
     offsets = iter(range(1_000))
 
     def m(gid: str | None, value: str, final: bool = False) -> FakeMessage:
         return msg(next(offsets), gid, final=final, value=value.encode())
 
+    return m
+
+
+def test_a_head_drained_in_part_is_written_first_when_its_aborted_chain_is_drained_again() -> None:
+    lane = "~in/0"  # the ordinary messages of source partition in/0 that wait
+    g, w = _named("G", _part(lane)), _named("W", _part(lane))
+    side = Review(["0"])
+    m = messages()
     now = 1_000
     side.route(now, m("B", "B0"))  # B takes destination 0
     side.route(now, m(g, "G0"), m(g, "G1"))  # G waits, parked
@@ -69,11 +76,7 @@ def test_an_unknown_chain_order_holds_the_destination_and_is_reported_once(
     """Two groups drained in part on one destination (the table's rules forbid it): the
     drain writes nothing there, and warns once while it lasts, not at every batch."""
     side = Review(["0"])
-    offsets = iter(range(1_000))
-
-    def m(gid: str | None, value: str, final: bool = False) -> FakeMessage:
-        return msg(next(offsets), gid, final=final, value=value.encode())
-
+    m = messages()
     now = 1_000
     side.route(now, m("B", "B0"))  # B takes destination 0
     side.route(now, m("G", "G0"))  # G waits, parked
