@@ -47,8 +47,8 @@ REMAKE_S = 5.0  # at least this long between two admin clients
 
 
 class Watermarks(Protocol):
-    """What the priority bands ask: partitions' ends (`__call__`) and starts (`starts`),
-    those the broker cannot say now left out."""
+    """What the priority bands and the drain ask: partitions' ends (`__call__`) and starts
+    (`starts`), those the broker cannot say now left out."""
 
     def __call__(self, tps: Iterable[TP]) -> dict[TP, int]: ...
 

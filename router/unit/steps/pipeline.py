@@ -239,10 +239,6 @@ def cell_steps(ctx: UnitContext, cell: int) -> RoutingSteps:
     if not one:
         parts = cells.room_partitions(s, cell)
     emitter = Emitter(s, spec, ctx.instance, None if isinstance(parts, int) else parts)
-    # The high watermarks, not the last stable offsets: a park committed just before (its
-    # lease ended by the settle) may still lie past the LSO until its commit marker lands;
-    # the drain must read past it before opening the group.
-    ends = EndOffsets(clients.admin_config(s.kafka), committed=False)
     room = Drain(
         table,
         spec,
@@ -252,8 +248,11 @@ def cell_steps(ctx: UnitContext, cell: int) -> RoutingSteps:
         ctx.metrics,
         s.routing.gap_timeout_ms,
         s.routing.gap_policy,
-        ends,
-        ends.starts,  # the room partitions' starts on the same connection of its own
+        # The high watermarks, not the last stable offsets: a park committed just before
+        # (its lease ended by the settle) may still lie past the LSO until its commit
+        # marker lands; the drain must read past it before opening the group. The room
+        # partitions' starts are asked on the same connection of its own.
+        EndOffsets(clients.admin_config(s.kafka), committed=False),
     )
     room.claims = claims
     bands = None

@@ -9,11 +9,12 @@ offset taken when no park of the group was in flight."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 import redis
 from confluent_kafka import KafkaException, Message, TopicPartition
 
+from router.backends.kafka.endoffsets import Watermarks
 from router.metrics.registry import Metrics
 from router.table import room
 from router.table.routing import NO_DEST, STOPPED
@@ -51,8 +52,7 @@ class Drain:
         metrics: Metrics,
         gap_timeout_ms: int = 30_000,
         gap_policy: str = "park",
-        ends: Callable[[Iterable[TP]], dict[TP, int]] | None = None,
-        starts: Callable[[list[TP]], Mapping[TP, int]] | None = None,
+        ends: Watermarks | None = None,
     ) -> None:
         self.table, self.spec, self.topic, self.metrics = table, spec, room_topic, metrics
         self.partitions, self.emitter = partitions, emitter
@@ -68,7 +68,8 @@ class Drain:
         self.eager = False  # the last drain did something: its settle may admit more
         self.consumer: object = None  # set by the unit: position() and watermarks
         self.owned: set[TP] = set()
-        self.positions = Positions(starts)  # on the owned room partitions, read or not yet
+        # on the owned room partitions, read or not yet; their starts asked as their ends
+        self.positions = Positions(ends.starts if ends is not None else None)
         # Room partitions' end offsets (`router.backends.kafka.endoffsets`, one request on a
         # connection of its own); without, the consumer's watermarks, about 0.5 s apiece behind its
         # fetch long-poll. Asked at most once per batch, after the room states were read.
