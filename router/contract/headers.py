@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from router.errors import InvalidRequest, RouterError
 
@@ -115,9 +114,11 @@ class BadInput(RouterError):
         self.on_expiry: str | None = None  # ... and its group's outcome
 
 
-@dataclass(frozen=True, slots=True)
-class Routing:
-    """What the router needs to know about one message."""
+class Routing(NamedTuple):
+    """What the router needs to know about one message. Immutable (one instance of an
+    ordinary message's serves every such message) and a tuple: built for every message
+    a unit reads, where a frozen dataclass's construction cost twice as much as the rest
+    of reading a grouped message's headers."""
 
     guarantee_id: str | None
     final: bool

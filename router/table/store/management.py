@@ -162,7 +162,7 @@ class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OwnersTa
         self.writes = int(out[7])  # this caller's own last write: what it checks next
         self._routed_at = time.monotonic()
         return RouteResult(
-            [_text(d) for d in out[8:]],
+            [d.decode("utf-8") if isinstance(d, bytes) else d for d in out[8:]],  # per message
             int(out[0]),
             int(out[1]),
             int(out[2]),

@@ -94,20 +94,22 @@ class Classifier:
         rejected = self.rejected
         items = batch.items
         now_ms = self.clock_ms()
+        max_record = self.max_record
+        read_headers, parse = contract.read_headers, contract.parse  # locals: every message
         for i, m in enumerate(messages):
             tp = batch.track(m)
             try:
-                headers = contract.read_headers(m)
+                headers = read_headers(m)
             except BadInput as bad:  # a header name that is not UTF-8
                 items.append(Item(m, None, None, bad))
                 continue
             item = Item(m, headers, None)
             try:
-                r = item.routing = contract.parse(headers, rules)
+                r = item.routing = parse(headers, rules)
                 value, key = m.value(), m.key()
                 size = (len(value) if value else 0) + (len(key) if key else 0)
                 control: bytes | None = None
-                fan = cut = ranked = False
+                fan = cut = ranked = timed = False
                 if headers:
                     for k, v in headers:
                         size += len(k) + (len(v) if v else 0)
@@ -119,6 +121,8 @@ class Classifier:
                             cut = True
                         elif k == priority.PRIORITY:
                             ranked = True
+                        elif k in lifetime.HEADERS:
+                            timed = True
                 if control is not None:
                     if self.side == "send" or r.guarantee_id is None:
                         raise r.bad(
@@ -142,13 +146,13 @@ class Classifier:
                 if fan:
                     assert headers is not None
                     item.targets = multicast.read(headers, self.queues, r)
-                gone = self._expiry(item, r, headers, now_ms) if headers else None
+                gone = self._expiry(item, r, headers, now_ms) if headers and timed else None
                 if gone is not None:
                     raise gone
-                if size > self.max_record:
+                if size > max_record:
                     raise r.bad(
                         "oversized",
-                        f"record of {size} bytes exceeds the {self.max_record} bytes "
+                        f"record of {size} bytes exceeds the {max_record} bytes "
                         "a destination accepts (kafka.max_message_bytes)",
                     )
                 if rejected:

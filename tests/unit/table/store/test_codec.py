@@ -113,3 +113,33 @@ def test_the_route_step_gives_lane_order_members_their_number_only() -> None:
         item(8, "G", seq=3, extra=[(contract.ORDER, b"logical")]), RULES, lane, False
     )
     assert (received.seq, received.lane_seq) == (None, 3)
+
+
+def test_the_route_step_fills_every_field_of_a_request_by_its_name() -> None:
+    # request_for builds its requests positionally (for speed): each field, by name
+    lane = "in/0"
+    good = item(4, "G", seq=2, final=True, extra=[(contract.DELIVERY, b"complete")])
+    assert request_for(good, RULES, lane, False) == RouteRequest(
+        guarantee_id="G",
+        final=True,
+        ttl_ms=RULES.default_ttl_ms,
+        token="in/0/4",
+        lane=lane,
+        continuation=True,
+        complete=True,
+        lane_seq=2,
+    )
+    forced = request_for(item(0, "G", seq=0), RULES, lane, True)
+    assert (forced.force_share, forced.continuation, forced.lane_seq) == (True, False, 0)
+    bad = item(5, "G", seq=3)
+    bad.routing, bad.bad = None, contract.BadInput("undecodable-payload", "not avro")
+    bad.bad.guarantee_id, bad.bad.seq = "G", 3
+    dead = request_for(bad, RULES, lane, False)
+    assert (dead.dead, dead.poison_stop, dead.ttl_ms) == (True, False, RULES.default_ttl_ms)
+    bad.stop = True
+    stopping = request_for(bad, RULES, lane, False)
+    assert (stopping.dead, stopping.poison_stop) == (False, True)
+    logical = request_for(
+        item(7, "G", seq=3, extra=[(contract.ORDER, b"logical")]), RULES, lane, False, True
+    )
+    assert (logical.seq, logical.targets, logical.close) == (3, (), False)
