@@ -1,7 +1,8 @@
 """Where a consumer reads a partition from before it has read a record of it. `position()`
 says nothing (OFFSET_INVALID) until then, and on a partition with nothing to read past its
-committed offset it never says anything: the consumer stands at that committed offset, or,
-none committed, at the partition's first offset (the router's consumers reset to the
+committed offset it never says anything: the consumer stands at that committed offset (at
+the partition's first offset if retention deleted the records up to it), or, none
+committed, at the partition's first offset (the router's consumers reset to the
 earliest). Read once per assignment and kept (the receiver's priority bands, the drain
 step's room partitions)."""
 
@@ -50,14 +51,18 @@ class Starts:
         except KafkaException as exc:
             log.debug("committed offsets of %s unknown, asked again later: %s", tps, exc)
             return
-        none = []
-        for c in got:
-            if c.offset >= 0:
-                self.known[(c.topic, c.partition)] = c.offset
-            else:
-                none.append((c.topic, c.partition))
-        if none:
-            self.known.update(self._lows(consumer, none))
+        committed = {(c.topic, c.partition): c.offset for c in got if c.offset >= 0}
+        lows = self._lows(consumer, tps)
+        for tp in tps:
+            at, low = committed.get(tp), lows.get(tp)
+            if at is not None and low is not None:
+                # a committed offset the log start has passed (retention): the consumer's
+                # fetch is out of range and it resets to the first offset (earliest)
+                self.known[tp] = max(at, low)
+            elif at is not None:  # its first offset unknown now: the committed one
+                self.known[tp] = at
+            elif low is not None:
+                self.known[tp] = low
 
     def _lows(self, consumer: Any, tps: list[TP]) -> Mapping[TP, int]:
         if self._low is not None:

@@ -1,5 +1,6 @@
 """Where a consumer stands on a partition it has read nothing of (`router.backends.kafka.starts`):
-its committed offset, else the partition's first; asked once, forgotten on reassignment.
+its committed offset (no lower than the partition's first), else the partition's first; asked
+once, forgotten on reassignment.
 Pure logic: a stand-in consumer."""
 
 from __future__ import annotations
@@ -51,3 +52,15 @@ def test_a_broker_that_cannot_say_leaves_the_partition_out_for_now() -> None:
     assert starts.of(c, [("room", 0)]) == {}
     c.down = False
     assert starts.of(c, [("room", 0), ("room", 1)]) == {("room", 0): 42, ("room", 1): 3}
+
+
+def test_a_committed_offset_below_the_first_stands_at_the_first() -> None:
+    # retention deleted the records up to past the committed offset: the consumer's fetch
+    # is out of range and it resets to the earliest, so it stands at the partition's first
+    # offset (a drain that took the committed one waited for it for good)
+    c = Consumer({("room", 0): 42, ("room", 1): 5})
+    starts = Starts(low=lambda tps: {tp: 50 for tp in tps})
+    assert starts.of(c, [("room", 0), ("room", 1)]) == {("room", 0): 50, ("room", 1): 50}
+    # the first offset unknown now: the committed one, as before
+    unknown = Starts(low=lambda tps: {})
+    assert unknown.of(c, [("room", 0), ("room", 2)]) == {("room", 0): 42}
