@@ -53,16 +53,12 @@ class Starts:
             return
         committed = {(c.topic, c.partition): c.offset for c in got if c.offset >= 0}
         lows = self._lows(consumer, tps)
-        for tp in tps:
-            at, low = committed.get(tp), lows.get(tp)
-            if at is not None and low is not None:
-                # a committed offset the log start has passed (retention): the consumer's
-                # fetch is out of range and it resets to the first offset (earliest)
-                self.known[tp] = max(at, low)
-            elif at is not None:  # its first offset unknown now: the committed one
-                self.known[tp] = at
-            elif low is not None:
-                self.known[tp] = low
+        # Each partition whose first offset the broker said (the others are asked again next
+        # time): its committed offset, but no lower than its first. Past a committed offset
+        # that retention deleted, the consumer's fetch is out of range and it resets to the
+        # first offset (earliest).
+        for tp, low in lows.items():
+            self.known[tp] = max(committed.get(tp, low), low)
 
     def _lows(self, consumer: Any, tps: list[TP]) -> Mapping[TP, int]:
         if self._low is not None:
