@@ -62,9 +62,8 @@ class EndOffsets:
     stable offset: nothing of an open transaction), as the router's consumers' own
     watermark requests returned it; with `committed=False`, the high watermark. A
     partition the broker cannot say now (a leader moving; an answer without an offset) is
-    left out of the answer: the
-    caller asks again later (one warning per run of failures, then one line when answers
-    come back)."""
+    left out of the answer: the caller asks again later (one warning per run of failures
+    of a kind, ends or starts, then one line when that kind is answered again)."""
 
     def __init__(
         self, config: Mapping[str, Any], timeout_s: float = 10.0, *, committed: bool = True
@@ -77,7 +76,8 @@ class EndOffsets:
         self._admin: AdminClient | None = None  # made on first use: most units never ask
         self._made_at: float | None = None  # time.monotonic() when self._admin was made
         self._described: set[str] = set()  # topics whose metadata self._admin has read
-        self.failures = 0  # answers in a row that left a partition out
+        # per kind of ask ("end", "start"): answers in a row that left a partition out
+        self.failures: dict[str, int] = {}
 
     def __call__(self, tps: Iterable[TP]) -> dict[TP, int]:
         return self._ask(tps, OffsetSpec.latest(), "end")
@@ -99,7 +99,7 @@ class EndOffsets:
         errors = [f"{t}[{p}]: metadata not read: {unread[t]}" for t, p in wanted if t in unread]
         wanted = [tp for tp in wanted if tp[0] not in unread]
         if not wanted:  # the broker away: one timeout per ask, as before
-            self._failed(f"{what} offsets unknown ({'; '.join(errors)})")
+            self._failed(what, f"{what} offsets unknown ({'; '.join(errors)})")
             return {}
         left = max(self.timeout_s - (time.monotonic() - began), 0.1)  # one budget in all
         try:
@@ -109,7 +109,7 @@ class EndOffsets:
                 request_timeout=left,
             )
         except KafkaException as exc:
-            self._failed(f"{what} offsets of {len(wanted)} partitions unknown: {exc}")
+            self._failed(what, f"{what} offsets of {len(wanted)} partitions unknown: {exc}")
             return {}
         out: dict[TP, int] = {}
         for tp, future in futures.items():
@@ -127,10 +127,10 @@ class EndOffsets:
             else:
                 out[(tp.topic, tp.partition)] = offset
         if errors:
-            self._failed(f"{what} offsets unknown ({'; '.join(errors)})")
-        elif self.failures:
-            log.info("%s offsets answered again after %d failed requests", what, self.failures)
-            self.failures = 0
+            self._failed(what, f"{what} offsets unknown ({'; '.join(errors)})")
+        elif what in self.failures:
+            failed = self.failures.pop(what)
+            log.info("%s offsets answered again after %d failed requests", what, failed)
         return out
 
     def _describe(self, admin: AdminClient, topics: set[str]) -> dict[str, str]:
@@ -154,14 +154,15 @@ class EndOffsets:
             self._described.add(topic)
         return failed
 
-    def _failed(self, what: str) -> None:
-        """Drop the admin client if it is `REMAKE_S` old: the next request makes one with
-        fresh metadata."""
-        if self.failures == 0:
-            log.warning("%s; asking again later, on a new admin connection", what)
+    def _failed(self, what: str, why: str) -> None:
+        """Count a failed ask of its kind (`what`); drop the admin client if it is
+        `REMAKE_S` old: the next request makes one with fresh metadata."""
+        failed = self.failures.get(what, 0)
+        if failed == 0:
+            log.warning("%s; asking again later, on a new admin connection", why)
         else:
-            log.debug("%s (failure %d in a row)", what, self.failures + 1)
-        self.failures += 1
+            log.debug("%s (failure %d in a row)", why, failed + 1)
+        self.failures[what] = failed + 1
         if self._made_at is None or time.monotonic() - self._made_at >= REMAKE_S:
             self.close()
 

@@ -97,8 +97,30 @@ def test_a_failed_answer_makes_the_admin_client_again_at_most_once_per_remake_s(
 
     FakeAdmin.fail = False
     assert ends([("t", 0)]) == {("t", 0): 7}
-    assert ends.failures == 0
-    assert "answered again after 12 failed requests" in caplog.text
+    assert ends.failures == {}
+    assert "end offsets answered again after 12 failed requests" in caplog.text
+
+
+def test_ends_and_starts_count_their_failures_apart(
+    env: tuple[list[float], list[list[Any]]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An answered ask of one kind says nothing of the other's failures: the log says
+    which kind failed, how often, and when that kind was answered again."""
+    caplog.set_level(logging.DEBUG, logger="router.endoffsets")
+    ends = EndOffsets({"bootstrap.servers": "x"})
+    FakeAdmin.fail = True
+    assert ends([("t", 0)]) == {} and ends([("t", 0)]) == {}
+    FakeAdmin.fail = False
+    assert ends.starts([("t", 0)]) == {("t", 0): 7}
+    assert ends.failures == {"end": 2}
+    assert "answered again" not in caplog.text
+    FakeAdmin.fail = True
+    assert ends.starts([("t", 0)]) == {}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and warnings[1].startswith("start offsets")
+    FakeAdmin.fail = False
+    assert ends([("t", 0)]) == {("t", 0): 7} and ends.failures == {"start": 1}
+    assert "end offsets answered again after 2 failed requests" in caplog.text
 
 
 def test_close_lets_the_client_go_and_a_later_request_makes_one(
@@ -123,12 +145,12 @@ def test_an_answer_without_an_offset_is_a_failure_not_an_end(
     ends = EndOffsets({"bootstrap.servers": "x"})
     FakeAdmin.offset = -1001
     assert ends([("t", 0), ("t", 1)]) == {}
-    assert ends.failures == 1
+    assert ends.failures == {"end": 1}
     now[0] += endoffsets.REMAKE_S
     assert ends([("t", 0)]) == {}
     assert len(disposed) == 1  # a client that answers so is made again too
     FakeAdmin.offset = 7
-    assert ends([("t", 0)]) == {("t", 0): 7} and ends.failures == 0
+    assert ends([("t", 0)]) == {("t", 0): 7} and ends.failures == {}
 
 
 def test_a_client_reads_each_topics_metadata_once_before_its_first_offsets(
@@ -150,10 +172,10 @@ def test_a_client_reads_each_topics_metadata_once_before_its_first_offsets(
         ("offsets", [("a", 0)]),
     ]
     FakeAdmin.unknown = {"gone"}
-    assert ends([("gone", 0), ("a", 0)]) == {("a", 0): 7} and ends.failures == 1
+    assert ends([("gone", 0), ("a", 0)]) == {("a", 0): 7} and ends.failures == {"end": 1}
     assert admin.calls[-2:] == [("metadata", ["gone"]), ("offsets", [("a", 0)])]
     FakeAdmin.metadata_down = True
-    assert ends([("c", 0)]) == {} and ends.failures == 2
+    assert ends([("c", 0)]) == {} and ends.failures == {"end": 2}
     assert admin.calls[-1] == ("metadata", ["c"])
     now[0] += endoffsets.REMAKE_S
     assert ends([("c", 0)]) == {}  # the client dropped, made again next time
