@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -104,12 +105,19 @@ def test_topics_are_created_with_three_replicas_and_min_insync_two(
     ensure_topics(settings, admin)
     names = [s.name for s in plan(settings)]
     try:
-        topics = admin.list_topics(timeout=10).topics
+        # Asked right after the creation, a broker that has not yet learned of a topic
+        # leaves it out of its metadata, or answers UNKNOWN_TOPIC_OR_PART (each seen once
+        # in a fresh-clone run): ask until known.
+        topics: dict[str, Any] = {}
+
+        def listed() -> bool:
+            topics.update(admin.list_topics(timeout=10).topics)
+            return all(name in topics and topics[name].partitions for name in names)
+
+        wait_until(listed, 30, "every topic in the cluster's metadata")
         for name in names:
             for partition in topics[name].partitions.values():
                 assert len(partition.replicas) == 3, (name, partition.replicas)
-        # Asked right after the creation, a broker that has not yet learned of a topic
-        # answers UNKNOWN_TOPIC_OR_PART (seen once in a fresh-clone run): ask until known.
         isr: dict[str, str] = {}
 
         def described() -> bool:
