@@ -203,6 +203,13 @@ class TableModel(Lifecycle):
                     decisions.append(room.readmit(self, gid, entry, r, batch, now_ms, lease_ms))
                     record(r, True)
                     continue
+                others = self.load.get(entry.dest, 0) - freed[entry.dest]
+                others -= gid not in closed_here  # its own entry, if it still counts
+                if self.policy == "wait" and room.crowds(entry, r, others):
+                    held_lanes.add(r.lane)  # never beside another open group
+                    decisions.append(HELD)
+                    record(r, True)
+                    continue
                 if gid in closed_here and entry.dest in taken:
                     # The ID reused after its final in this batch, whose destination
                     # another group took since: a new group, which waits for the release.
