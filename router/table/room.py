@@ -144,16 +144,16 @@ def reuses(entry: Entry, r: RouteRequest) -> bool:
     delivery (it cannot be staged beside a live entry of its ID). Past the hold timeout
     (`force_share`) it joins the old group as before: a whole one is then UNSTAGED, said by
     a GroupStagingAborted event."""
-    return (entry.state != OPEN or r.complete) and after_final(entry, r)
+    return (entry.state != OPEN or r.complete) and r.seq is None and after_final(entry, r)
 
 
 def after_final(entry: Entry, r: RouteRequest) -> bool:
-    """Lane order: a first message after its group's final (routed, not yet released),
-    not a replay of one before it: the ID reused, a new group."""
+    """A first message (no sequence number, or 0 in logical order) after its group's final
+    (routed, not yet released), not a replay of one before it: the ID reused, a new group."""
     return (
         entry.closing not in ("", STOPPED)
         and not r.continuation
-        and r.seq is None
+        and not r.seq
         and not at_or_before(r.token, entry.closing)
         and not replayed(entry, r.token)
     )
@@ -163,11 +163,12 @@ def crowds(entry: Entry, r: RouteRequest, others: int) -> bool:
     """Policy `wait`: the ID reused (`after_final`) while its old group, open on its
     destination, is not the only group in charge of it (`others`: the destination's other
     groups not closed in this batch or a batch that commits before it). Normally a
-    destination carries one open group under `wait`; but a chain whose settle was lost
-    leaves its complete groups open on one destination until the sweeper releases them, and
-    two IDs reused there would open two groups on it at once. It is HELD until the old
-    group's release (then it starts as a new group), whatever the hold timeout: `wait`
-    never shares."""
+    destination carries one open group under `wait`; but a new group may follow a final of
+    its lane there in the same batch (the old group waits for that batch's settle), and a
+    chain whose settle was lost leaves its complete groups open on one destination until
+    the sweeper releases them: the ID reused straight there would open a second group on
+    it. It is HELD until the old group's release (then it starts as a new group), whatever
+    the hold timeout: `wait` never shares."""
     return others > 0 and after_final(entry, r)
 
 

@@ -48,9 +48,10 @@ Rules, for each message of a batch, in order:
   a new group took its destination answers HELD (whatever the policy) until the release;
   with `force_share` it is routed there anyway and counted as shared (policy wait: it
   stays held; the release comes, from the unit or the sweeper). Under policy wait, a
-  first message reusing the ID of an open closing group that is not the only group in
-  charge of its destination (a chain whose settle was lost leaves several there) answers
-  HELD too, until the release, whichever batch routed the final (`room.crowds`).
+  first message (in logical order: seq 0) reusing the ID of an open closing group that is
+  not the only group in charge of its destination (a group of its lane followed the final
+  there; a chain whose settle was lost left several there) answers HELD too, until the
+  release, whichever batch routed the final (`room.crowds`).
 * Choosing among candidates: a destination's cost is its load (number of open groups
   not closed earlier in this batch) and, for a new group, whether another batch has it
   in flight. The cheapest are the

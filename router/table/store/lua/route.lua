@@ -750,12 +750,12 @@ for m = 0, nmsg - 1 do
         e.state = 'admitted'
         redis.call('HSET', K_ADMITTED, gid, e.dest)
         decision = parked_message(gid, e, flags, ttl, token)
-      elseif wait and e.closing ~= '' and not has(flags, 'c') and not seq
+      elseif wait and e.closing ~= '' and not has(flags, 'c') and (not seq or seq == 0)
           and not at_or_before(token, e.closing) and not replayed(e, token)
           and (load[e.dest] or 0) - (freed[e.dest] or 0) - (closed_here[gid] and 0 or 1) > 0 then
-        -- the ID reused while another group is in charge of the old group's destination
-        -- (a chain whose settle was lost leaves its groups open there): held until the old
-        -- group's release, whatever the hold timeout (router/table/room.py `crowds`)
+        -- the ID reused (lane order, or a first member in logical order) while another
+        -- group is in charge of the old group's destination: held until the old group's
+        -- release, whatever the hold timeout (router/table/room.py `crowds`)
         out[2] = out[2] + 1
         held_lanes[lane] = true
         decision = '!h'
