@@ -495,6 +495,12 @@ local joined, parked = {}, {}
 local function replayed(e, token)
   return token ~= '' and at_or_before(token, e.parked or '')
 end
+-- The ID reused (router/table/room.py `after_final`): a first message (no sequence number,
+-- or 0 in logical order) after its group's final, not a replay of one before it.
+local function after_final(e, flags, seq, token)
+  return e.closing ~= '' and not has(flags, 'c') and (not seq or seq == 0)
+    and not at_or_before(token, e.closing) and not replayed(e, token)
+end
 local function park(gid, e, token)
   if not replayed(e, token) then
     e.parks = e.parks + 1
@@ -724,8 +730,7 @@ for m = 0, nmsg - 1 do
         end
         out[4] = out[4] + 1
         decision = '!P' .. e.dest
-      elseif e.closing ~= '' and (e.state ~= 'open' or has(flags, 'g')) and not has(flags, 'c')
-          and not seq and not at_or_before(token, e.closing) and not replayed(e, token)
+      elseif (e.state ~= 'open' or has(flags, 'g')) and not seq and after_final(e, flags, seq, token)
           and (not has(flags, 's') or e.state ~= 'open') then
         -- the ID reused after a final not yet released (router/table/room.py `reuses`): held
         -- until the old group's release; held too long, it joins the old group in the room
@@ -750,8 +755,7 @@ for m = 0, nmsg - 1 do
         e.state = 'admitted'
         redis.call('HSET', K_ADMITTED, gid, e.dest)
         decision = parked_message(gid, e, flags, ttl, token)
-      elseif wait and e.closing ~= '' and not has(flags, 'c') and (not seq or seq == 0)
-          and not at_or_before(token, e.closing) and not replayed(e, token)
+      elseif wait and after_final(e, flags, seq, token)
           and (load[e.dest] or 0) - (freed[e.dest] or 0) - (closed_here[gid] and 0 or 1) > 0 then
         -- the ID reused (lane order, or a first member in logical order) while another
         -- group is in charge of the old group's destination: held until the old group's
