@@ -164,7 +164,7 @@ def test_a_retry_written_before_the_deadline_but_routed_after_it() -> None:
     strict=True,
     reason="known limitation, documented in docs/explanation/logical-order.md (Finished groups): "
     "a late copy of the old group's member 1 that comes "
-    "after the new group's seq 0 joins the new group (model.py route: the entry exists, "
+    "after the new group's seq 0 joins the new group (router.table.known: the entry exists, "
     "so `done` is never consulted) and is delivered in its place; the new group's own 1 "
     "is dead-lettered as duplicate-seq: reuse an ID only after the old group's deadline.",
 )
