@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from statistics import median
 
 from redis.crc import key_slot
 
@@ -47,6 +48,7 @@ class ClusterRun:
     idle_cpu_s: dict[int, float]  # primary's port -> CPU seconds a second when idle
     placement: Placement = field(default_factory=dict)
     msg_s: float = 0.0  # the whole path's throughput (first commit to last)
+    round: int = 0  # the stage runs every configuration once a round (`cluster.ROUNDS`)
 
     def cpu_us(self, port: int) -> float:
         """µs of the node's CPU per message delivered, its idling taken out."""
@@ -132,24 +134,39 @@ def _where(p: Placement) -> str:
 def lines(runs: list[ClusterRun]) -> Iterator[str]:
     """Per run its cost per primary and ceiling; then the 3-cell busiest primary against the
     1-cell one (all tables on one primary: one Redis doing it all), and against a 1-cell run
-    with its two sides on two primaries if there was one."""
+    with its two sides on two primaries if there was one: per round, side by side, and the
+    median of the rounds' ratios (a single run's figure swings with the machine's load)."""
+    rounds = len({r.round for r in runs})
     for r in runs:
         nodes = ", ".join(
             f":{p} {r.cpu_us(p):.2f} ({r.script_us(p):.2f} in scripts)" for p in sorted(r.used)
         )
+        which = f"{r.label}, round {r.round + 1}" if rounds > 1 else r.label
         yield (
-            f"Redis Cluster, {r.label} ({_where(r.placement)}): us of Redis CPU per message "
+            f"Redis Cluster, {which} ({_where(r.placement)}): us of Redis CPU per message "
             f"through both sides, per primary: {nodes}; busiest :{r.busiest} {r.peak_us:.2f}, "
             f"all primaries {r.total_us:.2f}; ceiling {r.ceiling:,.0f} msg/s for the topology "
             f"({r.ceiling / r.nodes_used:,.0f} per primary holding its tables); path "
             f"{r.msg_s:,.0f} msg/s on this machine"
         )
-    three = next((r for r in runs if r.cells == 3), None)
-    for r in runs:
-        if three is None or r.cells != 1 or not r.peak_us:
+    three = {r.round: r for r in runs if r.cells == 3}
+    for label in dict.fromkeys(r.label for r in runs if r.cells == 1):
+        pairs = [
+            (three[r.round], r)
+            for r in runs
+            if r.label == label and r.round in three and r.peak_us and three[r.round].peak_us
+        ]
+        if not pairs:
             continue
-        goal = f" (goal <= {CELLS_GOAL:g})" if one_primary(r.placement) else ""
+        shares = [t.peak_us / o.peak_us for t, o in pairs]
+        ceilings = [t.ceiling / o.ceiling for t, o in pairs]
+        goal = f" (goal <= {CELLS_GOAL:g})" if one_primary(pairs[0][1].placement) else ""
+        each = (
+            f" (median of {len(pairs)} rounds: {', '.join(f'{x:.2f}' for x in shares)})"
+            if len(pairs) > 1
+            else ""
+        )
         yield (
-            f"Redis Cluster, 3 cells / {r.label}, busiest primary's CPU per message: "
-            f"{three.peak_us / r.peak_us:.2f}{goal}; ceiling x{three.ceiling / r.ceiling:.2f}"
+            f"Redis Cluster, 3 cells / {label}, busiest primary's CPU per message: "
+            f"{median(shares):.2f}{goal}{each}; ceiling x{median(ceilings):.2f}"
         )

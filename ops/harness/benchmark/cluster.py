@@ -12,10 +12,12 @@ nodes' CLUSTER SLOTS):
     1 cell, on two primaries   its send and receive tables on two
     3 cells                    each side's three cells on the three primaries
 
-Around each run every primary's INFO cpu and commandstats are read, and just before it
-their idle CPU for `IDLE_S` seconds. The cluster is the one `make cluster-up` started if
-it answers (left running), else one of the stage's own on free ports in the run's folder,
-stopped and deleted afterwards."""
+The three runs are repeated `ROUNDS` times, each round starting one place further along the
+list (so that no configuration always comes first on a fresh cluster), and the 3-cell
+share is the median of the rounds' side-by-side ratios. Around each run every primary's
+INFO cpu and commandstats are read, and just before it their idle CPU for `IDLE_S` seconds.
+The cluster is the one `make cluster-up` started if it answers (left running), else one of
+the stage's own on free ports in the run's folder, stopped and deleted afterwards."""
 
 from __future__ import annotations
 
@@ -45,13 +47,15 @@ from ops.harness.stack.rediscluster import ClusterSet
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "ops" / "cluster.sh"
 PARTITIONS = 6  # of the send queue: two a cell with three cells
+RECEIVE_QUEUES = 15  # five a cell with three cells (the other stages' 16 would give cell 0 six)
 IDLE_S = 2.0
 RUNS = (
     ("1 cell, on one primary", 1, one_primary),
     ("1 cell, on two primaries", 1, two_primaries),
     ("3 cells", 3, spread),
 )
-CLUSTER_STEPS = 2 + len(RUNS)  # cluster up, fill, the runs
+ROUNDS = 3
+CLUSTER_STEPS = 2 + ROUNDS * len(RUNS)  # cluster up, fill, the runs
 
 
 def slot_ranges(cluster: ClusterSet) -> Ranges:
@@ -87,7 +91,7 @@ def names(prefix: str) -> Iterator[str]:
         yield f"{prefix}.{secrets.token_hex(3)}"
 
 
-def run_cluster(bench: Benching, running: ClusterSet | None = None) -> None:
+def run_cluster(bench: Benching, running: ClusterSet | None = None, rounds: int = ROUNDS) -> None:
     """The runs, on `running` (a test's cluster, left as it was), on `make cluster-up`'s if
     it answers, or on one of its own (started and stopped here)."""
     folder = bench.run_dir / f"{bench.id}.redis-cluster"
@@ -105,41 +109,42 @@ def run_cluster(bench: Benching, running: ClusterSet | None = None) -> None:
             f"Redis Cluster {'up' if own else 'found'} at :{cluster.ports[0]}-... "
             f"({time.monotonic() - t0:.0f}s)"
         )
-        _runs(bench, cluster)
+        _runs(bench, cluster, rounds)
     finally:
         if own:
             cluster.down()
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _runs(bench: Benching, cluster: ClusterSet) -> None:
+def _runs(bench: Benching, cluster: ClusterSet, rounds: int) -> None:
     redis = bench.base.redis.model_copy(update={"cluster_nodes": cluster.nodes})
     on = bench.on_servers(bench.base.model_copy(update={"redis": redis}), "")
-    on.partitions = PARTITIONS
+    on.partitions, on.receive_queues = PARTITIONS, RECEIVE_QUEUES
     ranges = slot_ranges(cluster)
     primaries = sorted({port for *_, port in ranges})
     clients = {p: cluster.node_client(cluster.ports.index(p) + 1) for p in primaries}
-    prefix = redis.key_prefix
     try:
         count = bench.spec.messages(GROUPED_ONLY.size)
         on.fill_all([GROUPED_ONLY], {GROUPED_ONLY: count})
-        for label, cells, want in RUNS:
+        for n in range(rounds):
+            k = n % len(RUNS)  # each round starts one run further along
+            for label, cells, want in RUNS[k:] + RUNS[:k]:
 
-            def place(name: str, cells: int = cells) -> Placement:
-                return placement(prefix, name, cells, ranges)
+                def place(name: str, cells: int = cells) -> Placement:
+                    return placement(redis.key_prefix, name, cells, ranges)
 
-            name, where = choose_name(names(f"{on.id}.cells{cells}"), place, want)
-            on.suffix = f", Redis Cluster, {label}"
-            idle = idle_cpu(clients)
-            before = {p: counters(c) for p, c in clients.items()}
-            t0 = time.monotonic()
-            env = {"ROUTER_TOPOLOGY__CELLS": str(cells)}
-            t = on.run_stage(PATH, GROUPED_ONLY, env=env, name=name)
-            seconds = time.monotonic() - t0
-            used = {p: counters(c) - before[p] for p, c in clients.items()}
-            delivered = count  # the whole topic, drained
-            bench.results.cluster.append(
-                ClusterRun(label, cells, delivered, seconds, used, idle, where, t.msg_s)
-            )
+                name, where = choose_name(names(f"{on.id}.cells{cells}"), place, want)
+                on.suffix = f", Redis Cluster, {label}"
+                idle = idle_cpu(clients)
+                before = {p: counters(c) for p, c in clients.items()}
+                t0 = time.monotonic()
+                env = {"ROUTER_TOPOLOGY__CELLS": str(cells)}
+                t = on.run_stage(PATH, GROUPED_ONLY, env=env, name=name)
+                seconds = time.monotonic() - t0
+                used = {p: counters(c) - before[p] for p, c in clients.items()}
+                delivered = count  # the whole topic, drained
+                bench.results.cluster.append(
+                    ClusterRun(label, cells, delivered, seconds, used, idle, where, t.msg_s, n)
+                )
     finally:
         on.cleanup()

@@ -39,6 +39,7 @@ class Benching(Protocol):
     suffix: str  # appended to every stage's name (the servers it ran on, a variant)
     # Partitions of each filled topic, the stages' sources (a cell owns every n-th)
     partitions: int
+    receive_queues: int  # of each stage's topology (a cell owns every n-th)
 
     def progress(self, text: str) -> None:
         """One progress step done, described."""

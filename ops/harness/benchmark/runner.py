@@ -109,6 +109,7 @@ class Bench:
         self.out = self.console.say
         self.suffix = ""  # appended to every stage name (HA_SUFFIX on the cluster)
         self.partitions = SOURCE_PARTITIONS  # of each filled topic (the stages' sources)
+        self.receive_queues = RECEIVE_QUEUES  # of each stage's topology
         self.parent = parent  # whose progress this one's steps count in
         self.id = f"bench-{secrets.token_hex(3)}"
         self.admin = AdminClient(clients.admin_config(base.kafka))
@@ -187,7 +188,7 @@ class Bench:
         `share`."""
         name = name or f"{self.id}.{tag}.{secrets.token_hex(2)}"
         default = RouterSettings().routing.busy_policy
-        fits = w is not None and w.open_groups < min(TRANSFER_PARTITIONS, RECEIVE_QUEUES)
+        fits = w is not None and w.open_groups < min(TRANSFER_PARTITIONS, self.receive_queues)
         spec = PipelineSpec(
             send_units=0,
             receive_units=0,
@@ -195,7 +196,7 @@ class Bench:
             send_queues=1,
             send_queue_partitions=self.partitions,
             transfer_partitions=TRANSFER_PARTITIONS,
-            receive_queues=RECEIVE_QUEUES,
+            receive_queues=self.receive_queues,
             default_ttl_ms=600_000,
             # The hop's cost against the relays, as measured since the first bench: with up
             # to 10,000 groups open against 12 destinations, the default policy (wait) would

@@ -4,6 +4,7 @@ against the 1-cell figure; where a topology's tables land; and the stage's place
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,7 +22,7 @@ from ops.harness.benchmark.cellcost import (
     spread,
     two_primaries,
 )
-from ops.harness.benchmark.cluster import CLUSTER_STEPS, RUNS
+from ops.harness.benchmark.cluster import CLUSTER_STEPS, ROUNDS, RUNS
 from ops.harness.benchmark.model import BenchSpec, Results
 from ops.harness.benchmark.plan import PARTS, plan
 from router.table.store.codec import TableKeys
@@ -80,6 +81,28 @@ def test_the_report_gives_the_3_cell_share_against_each_1_cell_run() -> None:
     assert list(lines([ONE])) == list(lines([ONE]))[:1]  # no 3-cell run: no ratio
 
 
+def test_over_rounds_the_share_is_the_median_of_each_rounds_side_by_side_ratio() -> None:
+    def again(r: ClusterRun, n: int, scale: float) -> ClusterRun:
+        used = {p: NodeCounters(c.cpu_s * scale, c.script_us) for p, c in r.used.items()}
+        return dataclasses.replace(r, used=used, round=n)
+
+    # round 2 on a machine twice as slow throughout; round 3 rotated, its 1-cell run cheap
+    runs = [ONE, TWO, THREE]
+    runs += [again(ONE, 1, 2.0), again(TWO, 1, 2.0), again(THREE, 1, 2.0)]
+    runs += [again(THREE, 2, 1.0), again(ONE, 2, 0.5), again(TWO, 2, 1.0)]
+    out = list(lines(runs))
+    assert len(out) == 11
+    assert out[0].startswith("Redis Cluster, 1 cell, on one primary, round 1 (send 0 :7001")
+    assert out[6].startswith("Redis Cluster, 3 cells, round 3 (")
+    # 6 / 16, 13 / 33 ((0.14 - 0.01) s against (0.34 - 0.01) s), 6 / 7.5: the median 0.39
+    assert out[9] == (
+        "Redis Cluster, 3 cells / 1 cell, on one primary, busiest primary's CPU per message: "
+        f"0.39 (goal <= {CELLS_GOAL:g}) (median of 3 rounds: 0.38, 0.39, 0.80); ceiling x2.54"
+    )
+    assert out[10].startswith("Redis Cluster, 3 cells / 1 cell, on two primaries, busiest")
+    assert "(median of 3 rounds: " in out[10]
+
+
 def test_a_tables_primary_follows_its_slot_as_the_nodes_compute_it() -> None:
     p = placement("router", "shop", 3, RANGES)
     for c, tag in enumerate(("shop", "shop/1", "shop/2")):
@@ -109,6 +132,6 @@ def test_the_cluster_stage_is_a_part_of_its_own_and_of_the_full_run() -> None:
         return sum(w for w, _ in plan(bench, only))
 
     assert "cluster" in PARTS
-    assert weight(BenchSpec(), ("cluster",)) == CLUSTER_STEPS == 2 + len(RUNS)
+    assert weight(BenchSpec(), ("cluster",)) == CLUSTER_STEPS == 2 + ROUNDS * len(RUNS)
     assert weight(BenchSpec()) - weight(BenchSpec(cluster=False)) == CLUSTER_STEPS
     assert [cells for _, cells, _ in RUNS] == [1, 1, 3]
