@@ -79,11 +79,12 @@ def route(t: TableState, c: RouteCall, r: RouteRequest, gid: str, entry: Entry) 
         c.reopen(gid)
         c.decide(r, room.readmit(t, gid, entry, r, batch, now_ms, lease_ms), True)
         return
-    others = t.load.get(entry.dest, 0) - c.freed[entry.dest]
-    others -= gid not in c.closed_here  # its own entry, if it still counts
-    if t.policy == "wait" and room.crowds(entry, r, others):
-        c.hold(r, True)  # never beside another open group
-        return
+    if t.policy == "wait":
+        others = t.load.get(entry.dest, 0) - c.freed[entry.dest]
+        others -= gid not in c.closed_here  # its own entry, if it still counts
+        if room.crowds(entry, r, others):
+            c.hold(r, True)  # never beside another open group
+            return
     if gid in c.closed_here and entry.dest in c.taken:
         # The ID reused after its final in this batch, whose destination another group
         # took since: a new group, which waits for the release.
