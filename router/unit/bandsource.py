@@ -7,7 +7,9 @@ partitions, of the high watermark less the consumer's position (the committed of
 until a message was consumed). Watermarks of partitions being fetched come with the fetch
 responses (librdkafka's cached values); a paused partition's are asked from the broker at
 most once per `refresh_s`, and only while it looks empty (a backlog only grows while
-paused), all of them in one request on an admin client of the unit's (not through the
+paused), and so are, at most every `CROWDED_REFRESH_S`, those of a band above the lowest
+that look empty while the local queue is full (no fetch then tells of their first record),
+all of them in one request on an admin client of the unit's (not through the
 consumer, whose connection answers only after its fetch in flight:
 `router.backends.kafka.endoffsets`). Partitions held by the busy policy `hold` (or
 backing off) stay as the unit left them; partitions of other topics (the waiting room) are
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -36,6 +38,13 @@ from router.unit.steps.batch import TP
 log = logging.getLogger("router.bandsource")
 
 WATERMARK_TIMEOUT_S = 2.0
+# While the unit's local queue is full (its last poll stopped at the batch's size), librdkafka
+# fetches nothing until the queue drops below its threshold, and then a fetch's worth of the
+# lower bands (up to `max.partition.fetch.bytes` a partition) lands at once: a partition of a
+# higher band that looks empty learns of its first message only at the next such fetch,
+# hundreds of milliseconds later under a backlog of small records. Its watermark is then
+# asked this often instead (docs/explanation/priority.md).
+CROWDED_REFRESH_S = 0.05
 # How long a fetch waits for data (librdkafka's default 500 ms): a higher band's first
 # messages after a quiet spell waited about that long (docs/explanation/priority.md).
 # (Every unit's consumer also sets `fetch.queue.backoff.ms` to 10 ms:
@@ -57,8 +66,10 @@ class BandSource:
         stalls: StallGuard | None = None,
         *,
         ends: Watermarks,
+        crowded: Callable[[], bool] = lambda: False,
     ) -> None:
         self.consumer = consumer
+        self.crowded = crowded  # whether the local queue is full (`Source.full`)
         # paused partitions' watermarks: not through the consumer, whose connection answers
         # only after its fetch in flight (router.backends.kafka.endoffsets)
         self.ends = ends
@@ -103,6 +114,7 @@ class BandSource:
             metrics,
             stalls=source.stalls,
             ends=ends,
+            crowded=lambda: source.full,
         )
 
     def band(self, tp: TP) -> int | None:
@@ -158,23 +170,29 @@ class BandSource:
             return out
         self._ask_starts([(t.topic, t.partition) for t in positions if t.offset < 0], now)
         at: dict[TP, int] = {}
-        stale: list[TP] = []  # paused and looking empty: asked, all in one request
+        # Looking empty and paused, or (while the local queue is full) in a band above the
+        # lowest: asked, all in one request.
+        stale: list[TP] = []
+        crowded = self.crowded()
         for tpp in positions:
             tp = (tpp.topic, tpp.partition)
             pos = at[tp] = tpp.offset if tpp.offset >= 0 else self._start.get(tp, -1)
             high = self._high.get(tp, -1)
+            every: float | None = None  # how often it is asked; None: never
             if tp in self.paused:
-                if high <= pos and now - self._asked.get(tp, NEVER) >= self.refresh_s:
-                    self._asked[tp] = now
-                    stale.append(tp)
+                every = self.refresh_s
             else:
                 high = max(high, self._cached(tpp))
+                every = CROWDED_REFRESH_S if crowded and mine[tp] > 0 else None
+            if every is not None and high <= pos and now - self._asked.get(tp, NEVER) >= every:
+                self._asked[tp] = now
+                stale.append(tp)
             self._high[tp] = high
         if stale:
             got = self.ends(stale)
             for tp in stale:
                 if tp in got:
-                    self._high[tp] = got[tp]
+                    self._high[tp] = max(self._high[tp], got[tp])
                 else:
                     self._complain(tp, "no watermark")
         for tp, pos in at.items():

@@ -62,3 +62,24 @@ def test_a_partition_the_broker_cannot_say_keeps_what_was_known() -> None:
     consumer.positions[("q.p1", 0)] = (2, 2)
     assert bands.before_poll(tps, []).bands == {0, 1}  # nothing known to wait: every band
     assert broker.asked == [[("q", 0)]]
+
+
+def test_while_the_local_queue_is_full_higher_bands_that_look_empty_are_asked() -> None:
+    """A full local queue fetches nothing until it drops below its threshold: a higher
+    band's first record would wait for the next fetch of the lower bands' backlog. Its
+    partitions that look empty are asked of the broker then (at most every
+    `CROWDED_REFRESH_S`), the lowest band's never; with room in the queue, none."""
+    consumer = CachedOnly({("q", 0): (5, 900), ("q.p1", 0): (3, 3), ("q.p2", 0): (0, 0)})
+    broker = Broker(consumer, {("q.p1", 0): 3, ("q.p2", 0): 1})
+    full = [False]
+    bands = BandSource(
+        consumer, ["q"], 3, 0.1, Metrics(), refresh_s=60.0, ends=broker, crowded=lambda: full[0]
+    )
+    tps = list(consumer.positions)
+    assert bands.before_poll(tps, []).bands == {0, 1, 2}  # room in the queue: fetches tell
+    assert broker.asked == []
+    full[0] = True
+    assert bands.before_poll(tps, []).bands == {2}  # q.p2 has a record its fetch has not seen
+    assert broker.asked == [[("q.p1", 0), ("q.p2", 0)]]
+    assert bands.paused == {("q", 0), ("q.p1", 0)}
+    assert bands.before_poll(tps, []).bands == {2} and len(broker.asked) == 1  # not again yet
