@@ -171,8 +171,8 @@ class BandSource:
         self._ask_starts([(t.topic, t.partition) for t in positions if t.offset < 0], now)
         at: dict[TP, int] = {}
         # Looking empty and paused, or (while the local queue is full) in a band above the
-        # lowest: asked, all in one request.
-        stale: list[TP] = []
+        # lowest: asked, all in one request (partition -> how often it may be).
+        stale: dict[TP, float] = {}
         crowded = self.crowded()
         for tpp in positions:
             tp = (tpp.topic, tpp.partition)
@@ -186,15 +186,18 @@ class BandSource:
                 every = CROWDED_REFRESH_S if crowded and mine[tp] > 0 else None
             if every is not None and high <= pos and now - self._asked.get(tp, NEVER) >= every:
                 self._asked[tp] = now
-                stale.append(tp)
+                stale[tp] = every
             self._high[tp] = high
         if stale:
-            got = self.ends(stale)
-            for tp in stale:
+            got = self.ends(list(stale))
+            for tp, every in stale.items():
                 if tp in got:
                     self._high[tp] = max(self._high[tp], got[tp])
                 else:
                     self._complain(tp, "no watermark")
+                    # an ask may hold the loop up to WATERMARK_TIMEOUT_S: not again for
+                    # `refresh_s`, even while the queue is full
+                    self._asked[tp] = now + max(self.refresh_s - every, 0.0)
         for tp, pos in at.items():
             high = self._high[tp]
             if pos >= 0 and high > pos:

@@ -83,3 +83,17 @@ def test_while_the_local_queue_is_full_higher_bands_that_look_empty_are_asked() 
     assert broker.asked == [[("q.p1", 0), ("q.p2", 0)]]
     assert bands.paused == {("q", 0), ("q.p1", 0)}
     assert bands.before_poll(tps, []).bands == {2} and len(broker.asked) == 1  # not again yet
+
+
+def test_a_higher_band_the_broker_does_not_answer_for_is_not_asked_again_at_once() -> None:
+    """Each ask may hold the loop up to its timeout: one that got no answer waits
+    `refresh_s`, even while the queue is full."""
+    consumer = CachedOnly({("q", 0): (5, 900), ("q.p1", 0): (3, 3)})
+    broker = Broker(consumer, {})  # away
+    bands = BandSource(
+        consumer, ["q"], 2, 0.1, Metrics(), refresh_s=60.0, ends=broker, crowded=lambda: True
+    )
+    tps = list(consumer.positions)
+    for _ in range(3):
+        assert bands.before_poll(tps, []).bands == {0, 1}
+    assert broker.asked == [[("q.p1", 0)]]
