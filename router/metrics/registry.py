@@ -77,6 +77,7 @@ MetricName = Literal[
     "multicast",  # receive unit: multicast messages fanned out to their queues
     "multicast_copies",  # ... their copies, written straight or parked in the waiting room
     "band_share_turns",  # priority: batches given to a lower band by its minimum share
+    "band_crowded_asks",  # priority: higher bands' ends asked while the local queue was full
     "stranded_reassigned",  # partitions unread for 20 s though records waited, assigned again
     # where a unit's time goes (microseconds, summed; docs/explanation/performance.md): the run
     # loop's poll, deciding (classify, route), building the output, the produce calls, waiting

@@ -7,9 +7,9 @@ partitions, of the high watermark less the consumer's position (the committed of
 until a message was consumed). Watermarks of partitions being fetched come with the fetch
 responses (librdkafka's cached values); a paused partition's are asked from the broker at
 most once per `refresh_s`, and only while it looks empty (a backlog only grows while
-paused), and so are, at most every `CROWDED_REFRESH_S`, those of a band above the lowest
-that look empty while the local queue is full (no fetch then tells of their first record),
-all of them in one request on an admin client of the unit's (not through the
+paused), and so are, while the local queue is full (no fetch then tells of a first record),
+the partitions that look empty in the bands above the last turn's lowest (`_ask_crowded`),
+each time in one request on an admin client of the unit's (not through the
 consumer, whose connection answers only after its fetch in flight:
 `router.backends.kafka.endoffsets`). Partitions held by the busy policy `hold` (or
 backing off) stay as the unit left them; partitions of other topics (the waiting room) are
@@ -45,6 +45,8 @@ WATERMARK_TIMEOUT_S = 2.0
 # hundreds of milliseconds later under a backlog of small records. Its watermark is then
 # asked this often instead (docs/explanation/priority.md).
 CROWDED_REFRESH_S = 0.05
+CROWDED_SPACING = 20  # the next crowded ask at least this many times its duration later
+CROWDED_BACKOFF_MAX_S = 30.0  # after unanswered crowded asks, doubling from `refresh_s`
 # How long a fetch waits for data (librdkafka's default 500 ms): a higher band's first
 # messages after a quiet spell waited about that long (docs/explanation/priority.md).
 # (Every unit's consumer also sets `fetch.queue.backoff.ms` to 10 ms:
@@ -84,6 +86,9 @@ class BandSource:
         self._start: dict[TP, int] = {}  # where a partition starts (nothing consumed yet)
         self._asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.turn: Turn | None = None
+        self._floor = 0  # the lowest band of the last turn that was not a share turn
+        self._crowded_due = NEVER  # time.monotonic() of the next crowded ask (`_ask_crowded`)
+        self._crowded_backoff = CROWDED_REFRESH_S
         self._complained: dict[TP, float] = {}
         self._starts_asked = NEVER  # time.monotonic() of the last committed-offsets request
 
@@ -140,6 +145,8 @@ class BandSource:
         """Pause and resume for the next batch; the turn taken."""
         mine = {tp: b for tp in assigned if (b := self.band(tp)) is not None}
         turn = self.turn = self.scheduler.next(self.backlog(mine))
+        if not turn.share:
+            self._floor = min(turn.bands)
         held = set(waiting)
         stop = [tp for tp, b in mine.items() if b not in turn.bands]
         go = [tp for tp, b in mine.items() if b in turn.bands and tp in self.paused]
@@ -170,39 +177,71 @@ class BandSource:
             return out
         self._ask_starts([(t.topic, t.partition) for t in positions if t.offset < 0], now)
         at: dict[TP, int] = {}
-        # Looking empty and paused, or (while the local queue is full) in a band above the
-        # lowest: asked, all in one request (partition -> how often it may be).
-        stale: dict[TP, float] = {}
-        crowded = self.crowded()
+        stale: list[TP] = []  # paused and looking empty: asked, all in one request
         for tpp in positions:
             tp = (tpp.topic, tpp.partition)
             pos = at[tp] = tpp.offset if tpp.offset >= 0 else self._start.get(tp, -1)
             high = self._high.get(tp, -1)
-            every: float | None = None  # how often it is asked; None: never
             if tp in self.paused:
-                every = self.refresh_s
+                if high <= pos and now - self._asked.get(tp, NEVER) >= self.refresh_s:
+                    self._asked[tp] = now
+                    stale.append(tp)
             else:
                 high = max(high, self._cached(tpp))
-                every = CROWDED_REFRESH_S if crowded and mine[tp] > 0 else None
-            if every is not None and high <= pos and now - self._asked.get(tp, NEVER) >= every:
-                self._asked[tp] = now
-                stale[tp] = every
             self._high[tp] = high
         if stale:
-            got = self.ends(list(stale))
-            for tp, every in stale.items():
+            got = self.ends(stale)
+            for tp in stale:
                 if tp in got:
                     self._high[tp] = max(self._high[tp], got[tp])
                 else:
                     self._complain(tp, "no watermark")
-                    # an ask may hold the loop up to WATERMARK_TIMEOUT_S: not again for
-                    # `refresh_s`, even while the queue is full
-                    self._asked[tp] = now + max(self.refresh_s - every, 0.0)
+        if self.crowded() and now >= self._crowded_due:
+            self._ask_crowded(mine, at)
         for tp, pos in at.items():
             high = self._high[tp]
             if pos >= 0 and high > pos:
                 out[mine[tp]] += high - pos
         return out
+
+    def _ask_crowded(self, mine: dict[TP, int], at: dict[TP, int]) -> None:
+        """The local queue is full: ask the broker, in one request, the ends of the
+        partitions that look empty in the bands above the last turn's lowest (a record
+        there would take the next turn), which no fetch tells of now. The next such ask
+        comes `CROWDED_REFRESH_S` after this one ended, or `CROWDED_SPACING` times as long
+        as this one took (a slow broker holds the loop a small share of its time), or,
+        after an answer that left a partition out, `refresh_s` doubling up to
+        `CROWDED_BACKOFF_MAX_S` (a broker away holds it once per back-off)."""
+        ask = [
+            tp
+            for tp, band in mine.items()
+            if band > self._floor and tp not in self.paused and self._high[tp] <= at[tp]
+        ]
+        if not ask:
+            return
+        began = time.monotonic()
+        for tp in ask:
+            self._asked[tp] = began  # paused meanwhile: asked again `refresh_s` after this
+        try:
+            got = self.ends(ask)
+        except Exception as exc:  # an admin client that cannot be made, say
+            log.debug("no watermarks for the higher bands: %r", exc)
+            got = {}
+        ended = time.monotonic()
+        missing = [tp for tp in ask if tp not in got]
+        for tp, high in got.items():
+            self._high[tp] = max(self._high[tp], high)
+        for tp in missing:
+            self._complain(tp, "no watermark")
+        if missing:
+            self._crowded_backoff = min(
+                max(2 * self._crowded_backoff, self.refresh_s), CROWDED_BACKOFF_MAX_S
+            )
+        else:
+            self._crowded_backoff = CROWDED_REFRESH_S
+        self.metrics.inc("band_crowded_asks")
+        took = ended - began
+        self._crowded_due = ended + max(self._crowded_backoff, CROWDED_SPACING * took)
 
     def _cached(self, tp: TopicPartition) -> int:
         """A fetched partition's high watermark as its last fetch response gave it."""

@@ -24,6 +24,7 @@ from router.table import room
 from router.topology.side import side_spec, table_for
 from router.unit.loop import TransferUnit
 from router.unit.steps.drain import chaining
+from tests.fixtures.chains import park_h_c_and_o, spy_emit
 from tests.fixtures.factories import TopologyFactory
 from tests.fixtures.helpers import unique, wait_until
 from tests.fixtures.inprocess import (
@@ -73,31 +74,6 @@ def read_uncommitted(bootstrap: str, topic: str) -> list[bytes | None]:
         c.close()
 
 
-def park_h_c_and_o(s: RouterSettings, unit: TransferUnit, r: redis.Redis) -> None:
-    """A0 open on the only destination; H, C and an ordinary message parked."""
-    q, boot = s.topology.send_queues[0], s.kafka.bootstrap_servers
-    send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
-    step_until(unit, lambda: committed(s.kafka, s.topology.send_group, q, 0) == 1, 60, "A0")
-    send(boot, q, [
-        (0, b"H0", headers_for("H", seq=0)),
-        (0, b"H1", headers_for("H", seq=1, final=True)),
-        (0, b"C0", headers_for("C", seq=0)),
-        (0, b"C1", headers_for("C", seq=1, final=True)),
-        (0, b"o", headers_for(None)),
-    ])  # fmt: skip
-    table = table_for(s, "send", r)
-    step_until(
-        unit,
-        lambda: (
-            committed(s.kafka, s.topology.send_group, q, 0) == 6
-            and set(table.room()) == {"H", "C", f"~{q}/0"}
-            and not table.room_state(["H", "C", f"~{q}/0"])["C"].leased
-        ),
-        60,
-        "H, C and o parked",
-    )
-
-
 def end_a(s: RouterSettings) -> None:
     """A's final: the only destination frees, and the room's groups are admitted."""
     send(
@@ -105,19 +81,6 @@ def end_a(s: RouterSettings) -> None:
         s.topology.send_queues[0],
         [(0, b"A1", headers_for("A", seq=1, final=True))],
     )
-
-
-def spy_emit(unit: TransferUnit) -> list[Any]:
-    outs: list[Any] = []
-    real = unit.steps.emit
-
-    def emit(batch: Any, now_ms: int) -> Any:
-        out = real(batch, now_ms)
-        outs.append(out)
-        return out
-
-    unit.steps.emit = emit  # type: ignore[method-assign]
-    return outs
 
 
 def values(held: list[tuple[bytes | None, dict[str, bytes]]]) -> list[bytes | None]:

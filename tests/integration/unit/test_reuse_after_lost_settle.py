@@ -23,10 +23,9 @@ from router.sweeper.loop import Sweeper
 from router.table import room
 from router.topology.side import table_for
 from router.unit.loop import TransferUnit
+from tests.fixtures.chains import park_h_c_and_o, spy_emit
 from tests.fixtures.factories import TopologyFactory
 from tests.fixtures.inprocess import committed, read_records, room_unit, send, step_until, stop
-
-from .test_chained_drains import park_h_c_and_o, spy_emit
 
 
 def settings(topology: TopologyFactory) -> RouterSettings:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from router.metrics.registry import Metrics
+from router.unit import bandsource
 from router.unit.bandsource import BandSource
 from tests.fixtures.bands import FakeConsumer, FakeEnds
 
@@ -97,3 +99,46 @@ def test_a_higher_band_the_broker_does_not_answer_for_is_not_asked_again_at_once
     for _ in range(3):
         assert bands.before_poll(tps, []).bands == {0, 1}
     assert broker.asked == [[("q.p1", 0)]]
+
+
+class SlowBroker(Broker):
+    """Answers the partitions in `answered`; each request takes `took` simulated seconds."""
+
+    def __init__(self, consumer: Any, ends: dict[TP, int], answered: set[TP], took: float):
+        super().__init__(consumer, ends)
+        self.answered, self.took = answered, took
+
+    def __call__(self, tps: Any) -> dict[TP, int]:
+        wanted = list(tps)
+        self.asked.append(wanted)
+        CLOCK[0] += self.took
+        return {tp: self.ends[tp] for tp in wanted if tp in self.answered}
+
+
+CLOCK = [1_000.0]
+
+
+@pytest.mark.parametrize(
+    ("answered", "took", "most"),
+    [
+        ({("q.p1", 0)}, 2.0, 0.15),  # one leader away: each ask runs to its 2 s time-out
+        ({("q.p1", 0), ("q.p1", 1)}, 0.3, 0.15),  # a slow broker
+        ({("q.p1", 0), ("q.p1", 1)}, 0.001, 0.05),  # loopback
+    ],
+)
+def test_asks_while_the_queue_is_full_hold_the_loop_a_small_share_of_its_time(
+    monkeypatch: pytest.MonkeyPatch, answered: set[TP], took: float, most: float
+) -> None:
+    """(Found by a review: before, a leader away held the loop 2 s of every batch.)"""
+    monkeypatch.setattr(bandsource.time, "monotonic", lambda: CLOCK[0])
+    consumer = CachedOnly({("q", 0): (5, 10**9), ("q.p1", 0): (3, 3), ("q.p1", 1): (7, 7)})
+    broker = SlowBroker(consumer, {("q.p1", 0): 3, ("q.p1", 1): 7}, answered, took)
+    bands = BandSource(consumer, ["q"], 2, 0.1, Metrics(), ends=broker, crowded=lambda: True)
+    tps = list(consumer.positions)
+    start, held = CLOCK[0], 0.0
+    while CLOCK[0] - start < 60:
+        t0 = CLOCK[0]
+        assert bands.before_poll(tps, []).bands == {0, 1}
+        held += CLOCK[0] - t0
+        CLOCK[0] += 0.02  # the batch
+    assert broker.asked and held / (CLOCK[0] - start) <= most
