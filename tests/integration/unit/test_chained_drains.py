@@ -24,7 +24,7 @@ from router.table import room
 from router.topology.side import side_spec, table_for
 from router.unit.loop import TransferUnit
 from router.unit.steps.drain import chaining
-from tests.fixtures.chains import park_h_c_and_o, spy_emit
+from tests.fixtures.chains import h_c_and_o, park_h_c_and_o, spy_emit
 from tests.fixtures.factories import TopologyFactory
 from tests.fixtures.helpers import unique, wait_until
 from tests.fixtures.inprocess import (
@@ -261,12 +261,7 @@ def park_h_and_c_behind_a(s: RouterSettings, units: list[TransferUnit], table: A
     q, boot, group = s.topology.send_queues[0], s.kafka.bootstrap_servers, s.topology.send_group
     send(boot, q, [(0, b"A0", headers_for("A", seq=0))])
     step_all(units, lambda: committed(s.kafka, group, q, 0) == 1, 60, "A0")
-    send(boot, q, [
-        (0, b"H0", headers_for("H", seq=0)),
-        (0, b"H1", headers_for("H", seq=1, final=True)),
-        (0, b"C0", headers_for("C", seq=0)),
-        (0, b"C1", headers_for("C", seq=1, final=True)),
-    ])  # fmt: skip
+    send(boot, q, h_c_and_o()[:4])
     step_all(
         units,
         lambda: (
@@ -504,13 +499,7 @@ def test_a_candidate_whose_park_batch_aborted_and_was_replayed_is_chained_once(
             real_commit(*a, **k)
 
         unit.session.commit = commit  # type: ignore[method-assign]
-        send(boot, q, [
-            (0, b"H0", headers_for("H", seq=0)),
-            (0, b"H1", headers_for("H", seq=1, final=True)),
-            (0, b"C0", headers_for("C", seq=0)),
-            (0, b"C1", headers_for("C", seq=1, final=True)),
-            (0, b"o", headers_for(None)),
-        ])  # fmt: skip
+        send(boot, q, h_c_and_o())
 
         def parked() -> bool:
             table.expire_leases()  # the sweeper's round: the aborted batch's leases end
