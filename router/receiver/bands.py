@@ -21,10 +21,10 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from router.backends.kafka.endoffsets import EndOffsets, Watermarks
-from router.backends.kafka.starts import Starts
 from router.contract.bandsched import BandScheduler
 from router.contract.headers import TTL_MS as GUARANTEE_TTL
 from router.contract.priority import band_topic, band_topics, bands_in, split
+from router.receiver.bandlag import BandLag
 from router.receiver.received import Received
 
 log = logging.getLogger("router.receiver")
@@ -32,7 +32,6 @@ log = logging.getLogger("router.receiver")
 TP = tuple[str, int]
 MIN_SHARE = 0.1
 WATERMARK_TIMEOUT_S = 2.0
-NEVER = float("-inf")  # a time.monotonic() long ago (it starts near 0 on a fresh machine)
 # A group being handed out holds its queue's other bands until its final, or until its
 # band had nothing more to read for its TTL (`guarantee-ttl-ms`, else this: the router's
 # default `routing.default_ttl_ms`, which `Receiver.from_settings` passes on). Any sooner,
@@ -68,16 +67,13 @@ class ReceiverBands:
         self.open: dict[str, int] = {}  # queue -> the band of the group being handed out
         self.paused: set[TP] = set()  # paused here
         self.rewound: set[TP] = set()  # sought back until its queue's group ends
-        self.starts = Starts(self.ends.starts, timeout_s=5)  # where one read nothing of yet is
-        self.lag: dict[TP, int] = {}  # as last measured
+        self.measure = BandLag(consumer, self.bases, bands, ends)
+        self.lag = self.measure.lag  # each partition's, as last measured
         self.idle: dict[str, float] = {}  # queue -> since when its held band had nothing
         self.hold_idle_s = HOLD_IDLE_S
         self.holds: dict[str, float] = {}  # queue -> its open group's TTL, s (if it has one)
         self.gids: dict[str, str | None] = {}  # queue -> the guarantee ID of its open group
         self.finishing: set[str] = set()  # queues whose group's final is out, not yet done
-        self.asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
-        self.highs: dict[TP, int] = {}  # the highest watermark seen
-        self.refresh_s = 1.0
 
     @classmethod
     def of(
@@ -97,45 +93,6 @@ class ReceiverBands:
             return None
         ends = EndOffsets(admin_config, WATERMARK_TIMEOUT_S, committed=False)
         return cls(consumer, queues, bands, topics, ends=ends)
-
-    def _backlog(self, assigned: list[TopicPartition]) -> list[int]:
-        """Each band's backlog: high watermark (as last fetched) less the position (the
-        committed offset, or the low watermark, until something was read). A paused
-        partition is not fetched, so its cached watermark stays where it was: one that
-        looks empty is asked from the broker at most once per `refresh_s` (as the units
-        do, `router.unit.bandsource`), else a lower band paused while empty never shows its
-        new backlog, never earns its share, and waits as long as a higher band has one. A
-        partition never fetched yet is asked once too: before its first fetch its cached
-        watermark is unknown, and the first turn would otherwise read every band and hand
-        out whichever record came first, a lower band's older one included."""
-        out = [0] * self.bands
-        now = time.monotonic()
-        rows: list[tuple[TP, int, int]] = []  # partition, band, where it is read from
-        stale: list[TP] = []  # asked from the broker, all in one request
-        for tp in self.consumer.position(assigned):
-            key = (tp.topic, tp.partition)
-            band = split(tp.topic, self.bases)[1]
-            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
-            high = max(high, self.highs.get(key, -1))  # a watermark never goes back
-            at = tp.offset if tp.offset >= 0 else self._start_of(tp)
-            if key not in self.highs or (  # never fetched yet: the first turn needs it
-                key in self.paused
-                and high <= at
-                and now - self.asked.get(key, NEVER) >= self.refresh_s
-            ):
-                self.asked[key] = now
-                stale.append(key)
-            self.highs[key] = high
-            rows.append((key, band, at))
-        if stale:
-            for key, high in self.ends(stale).items():
-                self.highs[key] = max(high, self.highs[key])
-        for key, band, at in rows:
-            high = self.highs[key]
-            self.lag[key] = high - at if at >= 0 else 0
-            if at >= 0 and high > at:
-                out[band] += high - at
-        return out
 
     def _readable(self, backlog: list[int]) -> list[int]:
         """`backlog` less what a hold makes unreadable (another band of a queue whose group
@@ -170,16 +127,12 @@ class ReceiverBands:
                 )
                 self._close(queue)
 
-    def _start_of(self, tp: TopicPartition) -> int:
-        key = (tp.topic, tp.partition)
-        return self.starts.of(self.consumer, [key]).get(key, -1)
-
     def before_poll(self, waiting: Collection[TP] = ()) -> None:
         """Pause and resume band topics for the next read. `waiting`: partitions paused by
         another step (`router.receiver.redelivery` after a failure), which only it resumes."""
         try:
             assigned = self.consumer.assignment()
-            backlog = self._backlog(assigned) if assigned else None
+            backlog = self.measure.backlog(assigned, self.paused) if assigned else None
         except KafkaException as exc:  # a rebalance under way: decide next time
             log.debug("no backlog to decide bands by: %s", exc)
             return
@@ -296,10 +249,7 @@ class ReceiverBands:
 
     def forget(self, key: TP) -> None:
         self.paused.discard(key)
-        self.asked.pop(key, None)
-        self.highs.pop(key, None)
-        self.starts.forget([key])
-        self.lag.pop(key, None)
+        self.measure.forget(key)
         self.rewound.discard(key)
         queue, band = split(key[0], self.bases)
         if self.open.get(queue) == band:  # its group went with it; a kept band's stays

@@ -34,6 +34,7 @@ from router.metrics.registry import Metrics
 from router.unit.source import Source
 from router.unit.stalls import StallGuard
 from router.unit.steps.batch import TP
+from router.utils.clock import Pacer
 
 log = logging.getLogger("router.bandsource")
 
@@ -45,8 +46,11 @@ WATERMARK_TIMEOUT_S = 2.0
 # hundreds of milliseconds later under a backlog of small records. Its watermark is then
 # asked this often instead (docs/explanation/priority.md).
 CROWDED_REFRESH_S = 0.05
-CROWDED_SPACING = 20  # the next crowded ask at least this many times its duration later
-CROWDED_BACKOFF_MAX_S = 30.0  # after unanswered crowded asks, doubling from `refresh_s`
+# Every request for watermarks or starts holds the loop until answered or timed out: the
+# next one comes at least this many times its duration later, and after one left
+# unanswered, `refresh_s` later doubling up to `ASK_BACKOFF_MAX_S` (`router.utils.clock.Pacer`).
+ASK_SPACING = 20
+ASK_BACKOFF_MAX_S = 30.0
 # How long a fetch waits for data (librdkafka's default 500 ms): a higher band's first
 # messages after a quiet spell waited about that long (docs/explanation/priority.md).
 # (Every unit's consumer also sets `fetch.queue.backoff.ms` to 10 ms:
@@ -87,10 +91,17 @@ class BandSource:
         self._asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.turn: Turn | None = None
         self._floor = 0  # the lowest band of the last turn that was not a share turn
-        self._crowded_due = NEVER  # time.monotonic() of the next crowded ask (`_ask_crowded`)
-        self._crowded_backoff = CROWDED_REFRESH_S
+        # the three kinds of request, each spaced by what it took (a broker away or slow
+        # holds the loop a small share of its time): paused partitions' watermarks, those of
+        # higher bands while the queue is full (`_ask_crowded`), and where partitions start
+        self._paused_asks = self._pacer(0.0)
+        self._crowded_asks = self._pacer(CROWDED_REFRESH_S)
+        self._starts_asks = self._pacer(refresh_s)
         self._complained: dict[TP, float] = {}
-        self._starts_asked = NEVER  # time.monotonic() of the last committed-offsets request
+
+    def _pacer(self, interval: float) -> Pacer:
+        s, most = ASK_SPACING, ASK_BACKOFF_MAX_S
+        return Pacer(interval, spacing=s, backoff_s=self.refresh_s, max_backoff_s=most)
 
     @staticmethod
     def tuned(settings: RouterSettings, config: dict[str, Any]) -> dict[str, Any]:
@@ -178,25 +189,20 @@ class BandSource:
         self._ask_starts([(t.topic, t.partition) for t in positions if t.offset < 0], now)
         at: dict[TP, int] = {}
         stale: list[TP] = []  # paused and looking empty: asked, all in one request
+        ask_paused, every = self._paused_asks.due(now), self.refresh_s
         for tpp in positions:
             tp = (tpp.topic, tpp.partition)
             pos = at[tp] = tpp.offset if tpp.offset >= 0 else self._start.get(tp, -1)
             high = self._high.get(tp, -1)
             if tp in self.paused:
-                if high <= pos and now - self._asked.get(tp, NEVER) >= self.refresh_s:
-                    self._asked[tp] = now
+                if ask_paused and high <= pos and now - self._asked.get(tp, NEVER) >= every:
                     stale.append(tp)
             else:
                 high = max(high, self._cached(tpp))
             self._high[tp] = high
         if stale:
-            got = self.ends(stale)
-            for tp in stale:
-                if tp in got:
-                    self._high[tp] = max(self._high[tp], got[tp])
-                else:
-                    self._complain(tp, "no watermark")
-        if self.crowded() and now >= self._crowded_due:
+            self._ask(self._paused_asks, stale)
+        if self.crowded() and self._crowded_asks.due(now):
             self._ask_crowded(mine, at)
         for tp, pos in at.items():
             high = self._high[tp]
@@ -207,41 +213,34 @@ class BandSource:
     def _ask_crowded(self, mine: dict[TP, int], at: dict[TP, int]) -> None:
         """The local queue is full: ask the broker, in one request, the ends of the
         partitions that look empty in the bands above the last turn's lowest (a record
-        there would take the next turn), which no fetch tells of now. The next such ask
-        comes `CROWDED_REFRESH_S` after this one ended, or `CROWDED_SPACING` times as long
-        as this one took (a slow broker holds the loop a small share of its time), or,
-        after an answer that left a partition out, `refresh_s` doubling up to
-        `CROWDED_BACKOFF_MAX_S` (a broker away holds it once per back-off)."""
+        there would take the next turn), which no fetch tells of now. Asked at most every
+        `CROWDED_REFRESH_S`, paced like every request (`ASK_SPACING`)."""
         ask = [
             tp
             for tp, band in mine.items()
             if band > self._floor and tp not in self.paused and self._high[tp] <= at[tp]
         ]
-        if not ask:
-            return
+        if ask:
+            self._ask(self._crowded_asks, ask)
+            self.metrics.inc("band_crowded_asks")
+
+    def _ask(self, pacer: Pacer, ask: list[TP]) -> None:
+        """Ask the broker the ends of `ask`, in one request, and pace the next one by it
+        (`pacer`): an exception or a partition left out is an unanswered request."""
         began = time.monotonic()
         for tp in ask:
-            self._asked[tp] = began  # paused meanwhile: asked again `refresh_s` after this
+            self._asked[tp] = began  # a paused partition: asked again `refresh_s` after this
         try:
             got = self.ends(ask)
         except Exception as exc:  # an admin client that cannot be made, say
-            log.debug("no watermarks for the higher bands: %r", exc)
+            log.debug("no watermarks for %d partitions: %r", len(ask), exc)
             got = {}
-        ended = time.monotonic()
         missing = [tp for tp in ask if tp not in got]
+        pacer.done(began, time.monotonic(), answered=not missing)
         for tp, high in got.items():
             self._high[tp] = max(self._high[tp], high)
         for tp in missing:
             self._complain(tp, "no watermark")
-        if missing:
-            self._crowded_backoff = min(
-                max(2 * self._crowded_backoff, self.refresh_s), CROWDED_BACKOFF_MAX_S
-            )
-        else:
-            self._crowded_backoff = CROWDED_REFRESH_S
-        self.metrics.inc("band_crowded_asks")
-        took = ended - began
-        self._crowded_due = ended + max(self._crowded_backoff, CROWDED_SPACING * took)
 
     def _cached(self, tp: TopicPartition) -> int:
         """A fetched partition's high watermark as its last fetch response gave it."""
@@ -264,13 +263,18 @@ class BandSource:
     def _ask_starts(self, tps: list[TP], now: float) -> None:
         """Learn where partitions the unit consumed nothing of start: their committed
         offsets, else (nothing committed) their low watermarks. One request for all of
-        them, at most once per `refresh_s`: a coordinator that does not answer (seen after
-        a broker restart) costs the loop one `WATERMARK_TIMEOUT_S` a second at most, not
-        one per partition per batch; until it answers, their backlog is left out."""
+        them, at most once per `refresh_s` and paced (`ASK_SPACING`): a coordinator that
+        does not answer (seen after a broker restart) costs the loop one
+        `WATERMARK_TIMEOUT_S` per back-off; until it answers, their backlog is left out."""
         unknown = [tp for tp in tps if tp not in self._start]
-        if not unknown or now - self._starts_asked < self.refresh_s:
+        if not unknown or not self._starts_asks.due(now):
             return
-        self._starts_asked = now
+        began = time.monotonic()
+        self._read_starts(unknown)
+        answered = all(tp in self._start for tp in unknown)
+        self._starts_asks.done(began, time.monotonic(), answered)
+
+    def _read_starts(self, unknown: list[TP]) -> None:
         parts = [TopicPartition(*tp) for tp in unknown]
         try:
             got = self.consumer.committed(parts, timeout=WATERMARK_TIMEOUT_S)

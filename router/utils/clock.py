@@ -33,3 +33,53 @@ class Every:
     def reset(self) -> None:
         """Make it due again at once."""
         self._last = None
+
+
+class Pacer:
+    """Requests to a server made from a loop that waits on them (a watermark asked of the
+    broker, say), spaced so that a slow or absent server holds the loop a small share of its
+    time. Due at once the first time. After a request that was answered, due again
+    `interval` after it ended, or `spacing` times as long as it took, whichever is later;
+    after one that was not (a time-out, an error, a partition left out), the wait starts at
+    `backoff_s` and doubles with each unanswered one up to `max_backoff_s` (still at least
+    `spacing` times the request's duration): a leader away that makes each request run to
+    its time-out costs the loop one time-out per back-off, not one per pass."""
+
+    __slots__ = ("_backoff", "_due", "backoff_s", "interval", "max_backoff_s", "spacing")
+
+    def __init__(
+        self,
+        interval: float,
+        *,
+        spacing: float = 20.0,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.interval = interval
+        self.spacing = spacing
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._backoff = 0.0  # the last wait after an unanswered request (0: answered)
+        self._due: float | None = None
+
+    def due(self, now: float | None = None) -> bool:
+        """Whether the next request may be made now (it is not recorded: `done` is)."""
+        if self._due is None:
+            return True
+        return (time.monotonic() if now is None else now) >= self._due
+
+    def done(self, began: float, ended: float, answered: bool) -> None:
+        """A request ran from `began` to `ended` (time.monotonic()); `answered`: it said
+        everything it was asked."""
+        if answered:
+            self._backoff = 0.0
+            wait = self.interval
+        else:
+            self._backoff = min(max(2 * self._backoff, self.backoff_s), self.max_backoff_s)
+            wait = self._backoff
+        self._due = ended + max(wait, self.spacing * (ended - began))
+
+    def reset(self) -> None:
+        """Due again at once (the server changed, say)."""
+        self._backoff = 0.0
+        self._due = None

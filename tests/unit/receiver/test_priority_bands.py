@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from router import contract
 from router.config import RouterSettings
 from router.contract import lifetime, priority
-from router.receiver import bandrestore
+from router.receiver import bandlag, bandrestore
 from router.receiver.bands import ReceiverBands
 from router.receiver.expiry_rules import ExpiryOptions, judge
 from router.receiver.received import Received
@@ -148,15 +149,18 @@ class StaleConsumer(FakeConsumer):
         self.held.difference_update((tp.topic, tp.partition) for tp in tps)
 
 
-def test_a_lower_band_paused_while_empty_still_gets_its_share_in_the_receiver() -> None:
+def test_a_lower_band_paused_while_empty_still_gets_its_share_in_the_receiver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Fixed (router/receiver/bands.py `_backlog`). The Receiver measured a paused band's
     backlog from librdkafka's cached watermark, which a paused partition does not update:
     a band paused while empty showed no backlog however much came to it, earned no credit,
     and was not read at all while a higher band kept a backlog (the documented bound: 1
     batch in ceil(1 / min_share) + bands - 2)."""
     consumer = StaleConsumer({("q", 0): (0, 0), ("q.p2", 0): (0, 1_000)})
+    monkeypatch.setattr(bandlag, "ASK_SPACING", 0)  # requests spaced by what they took: none
     bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))
-    bands.refresh_s = 0.0  # the broker is asked at most once per refresh_s: every call here
+    bands.measure.refresh_s = 0.0  # the broker is asked at most once per refresh_s: every call here
     bands.before_poll()
     assert ("q", 0) in consumer.held  # band 0 empty: paused behind band 2
     consumer.positions[("q", 0)] = (0, 50)  # a backlog comes to band 0 meanwhile

@@ -1,0 +1,115 @@
+"""How far behind a receiver is in each band of its queues (`router.receiver.bands`): each
+band's backlog, the high watermark less the position, summed over the band's partitions.
+
+A paused partition is not fetched, so librdkafka's cached watermark of it stays where it
+was; a partition nothing was read of has no position yet. Both are asked of the broker, on
+a connection of its own (`router.backends.kafka.endoffsets`), each kind in one request,
+and each request holds the caller's poll until answered or timed out: the next comes at
+least `ASK_SPACING` times its duration later, and after one left unanswered, `refresh_s`
+later doubling up to `ASK_BACKOFF_MAX_S` (`router.utils.clock.Pacer`; the units'
+`router.unit.bandsource` alike).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from router.backends.kafka.endoffsets import Watermarks
+from router.backends.kafka.starts import Starts
+from router.contract.priority import split
+from router.utils.clock import Pacer
+
+TP = tuple[str, int]
+STARTS_TIMEOUT_S = 5.0
+ASK_SPACING = 20
+ASK_BACKOFF_MAX_S = 30.0
+
+
+class BandLag:
+    def __init__(self, consumer: Any, bases: frozenset[str], bands: int, ends: Watermarks) -> None:
+        self.consumer = consumer
+        self.bases = bases
+        self.bands = bands
+        self.ends = ends
+        self.starts = Starts(ends.starts, STARTS_TIMEOUT_S)  # where nothing was read yet
+        self.lag: dict[TP, int] = {}  # as last measured
+        self.asked: dict[TP, float] = {}  # when a partition's watermark was last asked
+        self.highs: dict[TP, int] = {}  # the highest watermark seen
+        self.refresh_s = 1.0
+        self._end_asks = self._pacer()  # watermarks (each partition once per refresh_s)
+        self._start_asks = self._pacer()
+
+    def _pacer(self) -> Pacer:
+        s, most = ASK_SPACING, ASK_BACKOFF_MAX_S
+        return Pacer(0.0, spacing=s, backoff_s=self.refresh_s, max_backoff_s=most)
+
+    def forget(self, key: TP) -> None:
+        """Revoked: asked afresh if assigned again."""
+        self.asked.pop(key, None)
+        self.highs.pop(key, None)
+        self.starts.forget([key])
+        self.lag.pop(key, None)
+
+    def backlog(self, assigned: list[TopicPartition], paused: Collection[TP]) -> list[int]:
+        """Each band's backlog: high watermark (as last fetched) less the position (the
+        committed offset, or the low watermark, until something was read). A paused
+        partition is not fetched, so its cached watermark stays where it was: one that
+        looks empty is asked from the broker at most once per `refresh_s` (as the units
+        do, `router.unit.bandsource`), else a lower band paused while empty never shows its
+        new backlog, never earns its share, and waits as long as a higher band has one. A
+        partition never fetched yet is asked once too: before its first fetch its cached
+        watermark is unknown, and the first turn would otherwise read every band and hand
+        out whichever record came first, a lower band's older one included."""
+        out = [0] * self.bands
+        now = time.monotonic()
+        rows: list[tuple[TP, int, int]] = []  # partition, band, where it is read from
+        stale: list[TP] = []  # asked from the broker, all in one request
+        positions = self.consumer.position(assigned)
+        self._learn_starts([(tp.topic, tp.partition) for tp in positions if tp.offset < 0])
+        ask = self._end_asks.due(now)
+        for tp in positions:
+            key = (tp.topic, tp.partition)
+            band = split(tp.topic, self.bases)[1]
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            high = max(high, self.highs.get(key, -1))  # a watermark never goes back
+            at = tp.offset if tp.offset >= 0 else self.starts.known.get(key, -1)
+            if ask and (
+                key not in self.asked  # never fetched yet: the first turn needs it
+                or (key in paused and high <= at and now - self.asked[key] >= self.refresh_s)
+            ):
+                stale.append(key)
+            self.highs[key] = high
+            rows.append((key, band, at))
+        if stale:
+            self._ask_ends(stale)
+        for key, band, at in rows:
+            high = self.highs[key]
+            self.lag[key] = high - at if at >= 0 else 0
+            if at >= 0 and high > at:
+                out[band] += high - at
+        return out
+
+    def _ask_ends(self, stale: list[TP]) -> None:
+        """The broker's watermarks of `stale`, in one request, paced by what it took."""
+        began = time.monotonic()
+        for key in stale:
+            self.asked[key] = began
+        got = self.ends(stale)
+        self._end_asks.done(began, time.monotonic(), answered=len(got) == len(stale))
+        for key, high in got.items():
+            self.highs[key] = max(high, self.highs[key])
+
+    def _learn_starts(self, keys: list[TP]) -> None:
+        """Where partitions nothing was read of yet start, in one request, paced by what it
+        took (a coordinator that does not answer holds the caller's poll once per back-off,
+        not once per partition per poll); until it answers, their backlog is left out."""
+        unknown = [key for key in keys if key not in self.starts.known]
+        if not unknown or not self._start_asks.due():
+            return
+        began = time.monotonic()
+        got = self.starts.of(self.consumer, unknown)
+        self._start_asks.done(began, time.monotonic(), answered=len(got) == len(unknown))

@@ -1,0 +1,82 @@
+"""The Receiver's priority bands ask the broker for what librdkafka cannot say (a paused
+partition's end, where a partition nothing was read of starts) from the application's own
+poll: each request holds it until answered or timed out. A broker or a coordinator away
+must hold the poll a small share of its time (`router.receiver.bandlag`, paced like the
+units' `router.unit.bandsource`). Pure logic: a simulated clock, in-memory consumers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+
+from router.receiver import bandlag
+from router.receiver.bands import ReceiverBands
+from tests.fixtures.bands import FakeConsumer, FakeEnds
+
+TP = tuple[str, int]
+CLOCK = [5_000.0]
+
+
+class AwayEnds(FakeEnds):
+    """A broker whose requests take `took` simulated seconds and leave out `away`."""
+
+    def __init__(self, consumer: Any, away: set[TP], took: float) -> None:
+        super().__init__(consumer)
+        self.away, self.took = away, took
+
+    def __call__(self, tps: Any) -> dict[TP, int]:
+        got = super().__call__(tps)
+        CLOCK[0] += self.took
+        return {tp: end for tp, end in got.items() if tp not in self.away}
+
+
+class AwayCoordinator(FakeConsumer):
+    """Committed offsets that take `took` simulated seconds and never come."""
+
+    def __init__(self, positions: dict[TP, tuple[int, int]], took: float) -> None:
+        super().__init__(positions)
+        self.took, self.committed_calls = took, 0
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        self.committed_calls += 1
+        CLOCK[0] += self.took
+        raise KafkaException("coordinator not available")
+
+
+def held_share(bands: ReceiverBands) -> float:
+    """The share of 300 simulated seconds spent in `before_poll`, a batch taking 20 ms."""
+    start, held = CLOCK[0], 0.0
+    while CLOCK[0] - start < 300:
+        t0 = CLOCK[0]
+        bands.before_poll()
+        held += CLOCK[0] - t0
+        CLOCK[0] += 0.02
+    return held / (CLOCK[0] - start)
+
+
+@pytest.mark.parametrize(("took", "most"), [(2.0, 0.1), (0.3, 0.1), (0.001, 0.05)])
+def test_a_paused_band_whose_leader_is_away_holds_the_poll_a_small_share_of_its_time(
+    monkeypatch: pytest.MonkeyPatch, took: float, most: float
+) -> None:
+    """Band 0 paused behind band 2's backlog and looking empty, its end never answered
+    (before: asked every second, each request running to its time-out)."""
+    monkeypatch.setattr(bandlag.time, "monotonic", lambda: CLOCK[0])
+    c = FakeConsumer({("q", 0): (5, 5), ("q.p2", 0): (0, 10**9)})
+    ends = AwayEnds(c, {("q", 0)}, took)
+    bands = ReceiverBands(c, ["q"], 3, ends=ends)
+    assert held_share(bands) <= most
+    assert len(ends.asked) >= 3 and all(ask == [("q", 0)] for ask in ends.asked[1:])
+
+
+def test_partitions_whose_coordinator_is_away_hold_the_poll_a_small_share_of_its_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing read yet of two partitions, their committed offsets never answered (before:
+    asked once per partition at every poll, each request running to its 5 s time-out)."""
+    monkeypatch.setattr(bandlag.time, "monotonic", lambda: CLOCK[0])
+    c = AwayCoordinator({("q", 0): (-1, 5), ("q.p1", 0): (-1, 7), ("q.p2", 0): (0, 10)}, 5.0)
+    bands = ReceiverBands(c, ["q"], 3, ends=FakeEnds(c))
+    assert held_share(bands) <= 0.1
+    assert c.committed_calls >= 3
