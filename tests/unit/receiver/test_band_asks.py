@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
 
 from router.receiver import bandlag
 from router.receiver.bands import ReceiverBands
-from tests.fixtures.bands import FakeConsumer, FakeEnds
+from tests.fixtures.bands import AwayCoordinator, FakeConsumer, FakeEnds
 
 TP = tuple[str, int]
 CLOCK = [5_000.0]
@@ -30,19 +29,6 @@ class AwayEnds(FakeEnds):
         got = super().__call__(tps)
         CLOCK[0] += self.took
         return {tp: end for tp, end in got.items() if tp not in self.away}
-
-
-class AwayCoordinator(FakeConsumer):
-    """Committed offsets that take `took` simulated seconds and never come."""
-
-    def __init__(self, positions: dict[TP, tuple[int, int]], took: float) -> None:
-        super().__init__(positions)
-        self.took, self.committed_calls = took, 0
-
-    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        self.committed_calls += 1
-        CLOCK[0] += self.took
-        raise KafkaException("coordinator not available")
 
 
 def held_share(bands: ReceiverBands) -> float:
@@ -76,7 +62,7 @@ def test_partitions_whose_coordinator_is_away_hold_the_poll_a_small_share_of_its
     """Nothing read yet of two partitions, their committed offsets never answered (before:
     asked once per partition at every poll, each request running to its 5 s time-out)."""
     monkeypatch.setattr(bandlag.time, "monotonic", lambda: CLOCK[0])
-    c = AwayCoordinator({("q", 0): (-1, 5), ("q.p1", 0): (-1, 7), ("q.p2", 0): (0, 10)}, 5.0)
+    c = AwayCoordinator({("q", 0): (-1, 5), ("q.p1", 0): (-1, 7), ("q.p2", 0): (0, 10)}, 5.0, CLOCK)
     bands = ReceiverBands(c, ["q"], 3, ends=FakeEnds(c))
     assert held_share(bands) <= 0.1
     assert c.committed_calls >= 3

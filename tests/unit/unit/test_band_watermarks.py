@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 
 from router.metrics.registry import Metrics
 from router.unit import bandsource
 from router.unit.bandsource import BandSource
-from tests.fixtures.bands import FakeConsumer, FakeEnds
+from tests.fixtures.bands import AwayCoordinator, FakeConsumer, FakeEnds
 
 TP = tuple[str, int]
 
@@ -166,26 +166,13 @@ def test_asks_for_paused_partitions_hold_the_loop_a_small_share_of_its_time(
     assert len(broker.asked) >= 3 and held / (CLOCK[0] - start) <= most
 
 
-class SlowCoordinator(CachedOnly):
-    """Committed offsets that take `took` simulated seconds and never come."""
-
-    def __init__(self, positions: dict[TP, tuple[int, int]], took: float) -> None:
-        super().__init__(positions)
-        self.took, self.committed_calls = took, 0
-
-    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        self.committed_calls += 1
-        CLOCK[0] += self.took
-        raise KafkaException("coordinator not available")
-
-
 def test_asks_for_where_partitions_start_hold_the_loop_a_small_share_of_its_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Partitions nothing was consumed of, whose committed offsets a coordinator away
     never gives (each request runs to its 2 s time-out)."""
     monkeypatch.setattr(bandsource.time, "monotonic", lambda: CLOCK[0])
-    consumer = SlowCoordinator({("q", 0): (-1, 5), ("q.p1", 0): (0, 10**9)}, 2.0)
+    consumer = AwayCoordinator({("q", 0): (-1, 5), ("q.p1", 0): (0, 10**9)}, 2.0, CLOCK)
     bands = BandSource(consumer, ["q"], 2, 0.1, Metrics(), ends=Broker(consumer, {}))
     tps = list(consumer.positions)
     start, held = CLOCK[0], 0.0
