@@ -45,9 +45,16 @@ class CallThread:
         return done
 
     @staticmethod
-    def wait(done: Done, timeout: float, stop: threading.Event, grace: float) -> Any:
+    def wait(
+        done: Done,
+        timeout: float,
+        stop: threading.Event,
+        grace: float,
+        stuck: Callable[[float], bool] | None = None,
+    ) -> Any:
         """The call's result (or its exception, raised). Abandoned on the deadline, or
-        `grace` seconds after `stop` is set, whichever comes first."""
+        `grace` seconds after `stop` is set, or once `stuck(time.monotonic())` says so
+        (asked every 0.25 s at most), whichever comes first."""
         deadline = time.monotonic() + timeout
         stopping = False
         while True:
@@ -55,7 +62,7 @@ class CallThread:
             if not stopping and stop.is_set():
                 stopping = True
                 deadline = min(deadline, now + grace)
-            if now >= deadline:
+            if now >= deadline or (stuck is not None and stuck(now)):
                 raise Abandoned
             try:
                 ok, value = done.get(timeout=min(deadline - now, 0.25))

@@ -13,12 +13,60 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from router.metrics.registry import Metrics
 from router.unit.commit.leases import appended_by
-from router.unit.commit.timeouts import TXN_TIMEOUT_S, timed_out
+from router.unit.commit.timeouts import (
+    COMMIT_DEADLINE_S,
+    OFFSETS_DEADLINE_S,
+    TXN_TIMEOUT_S,
+    timed_out,
+)
 from router.utils.faults import Faults
 
 log = logging.getLogger("router.session")
 
 COMMIT_ATTEMPTS = 5
+
+
+class Progress:
+    """One commit's: since when (time.monotonic()) it has been in
+    send_offsets_to_transaction, if it is."""
+
+    __slots__ = ("offsets_since",)
+
+    def __init__(self) -> None:
+        self.offsets_since: float | None = None
+
+
+class OffsetsWatch:
+    """How long a commit may stay in send_offsets_to_transaction (`OFFSETS_DEADLINE_S`,
+    doubled by each commit abandoned there, up to `COMMIT_DEADLINE_S`, and set back by one
+    that gets through), and whether the one in flight has."""
+
+    def __init__(self) -> None:
+        self.limit_s = OFFSETS_DEADLINE_S
+        self._current = Progress()
+
+    def begin(self) -> Progress:
+        """A new commit's progress (a call abandoned earlier keeps writing to its own)."""
+        self._current = Progress()
+        return self._current
+
+    def stuck(self, now: float) -> bool:
+        since = self._current.offsets_since
+        return since is not None and now - since >= self.limit_s
+
+    def abandoned(self, now: float) -> str | None:
+        """The reason, if the commit in flight was abandoned in that call (and the limit
+        doubles); None if elsewhere."""
+        if not self.stuck(now):
+            return None
+        since = self._current.offsets_since or now
+        self.limit_s = min(2 * self.limit_s, COMMIT_DEADLINE_S)
+        return (
+            f"send_offsets_to_transaction did not return in {now - since:.0f} s (librdkafka#5456)"
+        )
+
+    def committed(self) -> None:
+        self.limit_s = OFFSETS_DEADLINE_S
 
 
 def finish(
@@ -29,12 +77,16 @@ def finish(
     m: Metrics,
     faults: Faults,
     suspect: Callable[[str], None],
+    progress: Progress | None = None,
 ) -> None:
     """Offsets, appends and commit; raises KafkaException if the commit failed for good.
     `suspect` hears of a retried commit whose first attempt timed out (a request of this
-    epoch may still land later)."""
+    epoch may still land later); `progress`, of the time spent sending the offsets."""
+    progress = progress or Progress()
+    progress.offsets_since = time.monotonic()
     t0 = time.perf_counter()
     producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
+    progress.offsets_since = None
     t1 = time.perf_counter()
     m.inc("time_offsets_us", int((t1 - t0) * 1e6))
     if faults.hit("after_produce"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -18,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from router.backends.kafka.brokerwatch import NoBrokerWatch
 from router.backends.kafka.callthread import Abandoned, CallThread, Done
 from router.metrics.registry import Metrics
-from router.unit.commit.finishing import finish
+from router.unit.commit.finishing import OffsetsWatch, Progress, finish
 from router.unit.commit.timeouts import (
     ABORT_TIMEOUT_S,
     CALL_DEADLINE_S,
@@ -58,6 +59,7 @@ class TransactionalSession:
         self.failure: str | None = None  # why the last transaction failed
         self._calls = CallThread()
         self._committing: Done | None = None
+        self.offsets = OffsetsWatch()  # a commit stuck sending its offsets: librdkafka#5456
         self._abort_failures = 0
         self.suspect: str | None = None  # a timed-out call this producer survived
 
@@ -73,12 +75,18 @@ class TransactionalSession:
         finishes a batch STOP_GRACE_S, and abandons one that holds none (init) at once."""
         return self._wait(self._calls.submit(call, *args), CALL_DEADLINE_S, holds_batch)
 
-    def _wait(self, done: Done, deadline: float, holds_batch: bool = True) -> Any:
+    def _wait(
+        self, done: Done, deadline: float, holds_batch: bool = True, committing: bool = False
+    ) -> Any:
+        """`committing`: a commit, abandoned too if stuck sending its offsets (`offsets`)."""
+        grace, stuck = STOP_GRACE_S if holds_batch else 0, self.offsets.stuck
         try:
-            return CallThread.wait(done, deadline, self._stop, STOP_GRACE_S if holds_batch else 0)
+            return CallThread.wait(done, deadline, self._stop, grace, stuck if committing else None)
         except Abandoned:
             self._calls = CallThread()  # the stuck one stays blocked, abandoned
             why = "abandoned: stopping" if self._stop.is_set() else "did not return in time"
+            if committing and not self._stop.is_set():
+                why = self.offsets.abandoned(time.monotonic()) or why
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, why, fatal=True)) from None
 
     def _failed(self, exc: KafkaException) -> TxnFailed:
@@ -202,8 +210,9 @@ class TransactionalSession:
         releases). It must not raise. `wait_committed` collects the outcome."""
         self._to(S.COMMITTING)
         self._committing = self._calls.submit(
-            self._finish, self.producer, offsets, group_metadata, append_by, after
-        )
+            self._finish, self.producer, offsets, group_metadata, append_by, after,
+            self.offsets.begin(),
+        )  # fmt: skip
 
     def _finish(
         self,
@@ -212,11 +221,13 @@ class TransactionalSession:
         metadata: Any,
         append_by: float | None,
         after: Callable[[], None] | None = None,
+        progress: Progress | None = None,
     ) -> None:
         def suspect(why: str) -> None:
             self.suspect = why
 
-        finish(producer, offsets, metadata, append_by, self.metrics, self.faults, suspect)
+        m, faults = self.metrics, self.faults
+        finish(producer, offsets, metadata, append_by, m, faults, suspect, progress)
         if after is not None:
             after()
 
@@ -229,9 +240,10 @@ class TransactionalSession:
         assert self._committing is not None and self.state is S.COMMITTING
         done, self._committing = self._committing, None
         try:
-            self._wait(done, COMMIT_DEADLINE_S)
+            self._wait(done, COMMIT_DEADLINE_S, committing=True)
         except KafkaException as exc:
             raise self._failed(exc) from exc
+        self.offsets.committed()
         self._to(S.READY)
         self._abort_failures = 0
 

@@ -23,6 +23,14 @@ CALL_DEADLINE_S = TXN_TIMEOUT_S + 15  # ours: past it, the call is abandoned
 # partitions until this deadline; past it the call is abandoned and the producer replaced
 # (the unit resumes from the committed offsets, whatever the abandoned call did).
 COMMIT_DEADLINE_S = TXN_TIMEOUT_S + 15
+# Healthy, send_offsets_to_transaction takes milliseconds (a few seconds while a restarted
+# coordinator loads), and librdkafka ignores the timeout it is given (#5456: a coordinator
+# request's timeout is never checked): a commit still in it after this long is abandoned
+# as at COMMIT_DEADLINE_S, which short chaos runs waited out after each broker restart,
+# the unit's partitions held meanwhile. Each commit abandoned there doubles it, up to
+# COMMIT_DEADLINE_S (a coordinator merely slow gets the whole time); one that gets through
+# sets it back (`router.unit.commit.finishing.OffsetsWatch`).
+OFFSETS_DEADLINE_S = 10.0
 # An abort that has not finished by then is given up on (a second such one in a row means
 # BROKEN, and a new producer under the same transactional ID fences the old one and
 # aborts its transaction). After a broker outage librdkafka's abort_transaction was seen

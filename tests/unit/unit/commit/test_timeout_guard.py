@@ -6,12 +6,14 @@ tests/integration/unit/test_session.py."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from router.metrics.registry import Metrics
+from router.unit.commit import finishing
 from router.unit.commit.session import TransactionalSession
 from router.unit.commit.timeouts import timed_out
 from router.unit.commit.txnstate import TxnFailed, TxnState
@@ -149,3 +151,62 @@ def test_a_commit_whose_retry_after_a_time_out_fails_is_broken_not_aborted() -> 
     assert session.state is TxnState.BROKEN
     assert not session.abort() and "abort_transaction" not in first.calls
     assert session.replace() and session.suspect is None
+
+
+class StuckOffsets(Scripted):
+    """send_offsets_to_transaction blocks (librdkafka#5456) until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        self.calls.append("send_offsets_to_transaction")
+        self.release.wait(60)
+
+
+def test_a_commit_stuck_sending_its_offsets_is_abandoned_long_before_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a broker restart librdkafka's send_offsets_to_transaction blocked past its own
+    timeout until the commit's deadline (45 s, the unit's partitions held). A commit still
+    in it after `OffsetsWatch.limit_s` is abandoned (the producer then replaced, as at the
+    deadline); each such abandonment in a row doubles the limit, and a commit that gets
+    through sets it back."""
+    monkeypatch.setattr(finishing, "OFFSETS_DEADLINE_S", 0.5)
+    stuck, second, third = StuckOffsets(), StuckOffsets(), Scripted()
+    session = session_of(stuck, second, third)
+    try:
+        assert session.offsets.limit_s == 0.5
+        began = time.monotonic()
+        with pytest.raises(TxnFailed, match="send_offsets_to_transaction did not return"):
+            commit_one(session)
+        assert time.monotonic() - began < 5  # not the 45 s deadline
+        assert session.state is TxnState.BROKEN and session.offsets.limit_s == 1.0
+        assert session.replace() and session.producer is second
+        began = time.monotonic()
+        with pytest.raises(TxnFailed):
+            commit_one(session)
+        assert 1.0 <= time.monotonic() - began < 5  # the doubled limit
+        assert session.offsets.limit_s == 2.0
+        assert session.replace() and session.producer is third
+        commit_one(session)
+        assert session.offsets.limit_s == 0.5 and session.state is TxnState.READY
+    finally:
+        stuck.release.set()
+        second.release.set()
+
+
+def test_a_commit_past_its_offsets_is_not_abandoned_for_being_slow_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(finishing, "OFFSETS_DEADLINE_S", 0.2)
+
+    class SlowCommit(Scripted):
+        def commit_transaction(self, *args: Any) -> None:
+            self.calls.append("commit_transaction")
+            time.sleep(1.0)
+
+    session = session_of(SlowCommit())
+    commit_one(session)
+    assert session.state is TxnState.READY and session.offsets.limit_s == 0.2
