@@ -36,7 +36,7 @@ from tests.fixtures.helpers import unique, wait_until
 SPEC = PipelineSpec(
     send_units=1, receive_units=1, sweepers=0, transfer_partitions=2, receive_queues=2
 )
-LIFETIME_MS = 20_000  # long enough for both units to forward it alive on a loaded machine
+LIFETIME_MS = 14_000  # long enough for both units to forward it alive on a loaded machine
 Headers = list[tuple[str, bytes]]
 
 
