@@ -63,7 +63,11 @@ class CallThread:
                 stopping = True
                 deadline = min(deadline, now + grace)
             if now >= deadline or (stuck is not None and stuck(now)):
-                raise Abandoned
+                try:  # the call may have ended meanwhile: its outcome, not Abandoned
+                    ok, value = done.get_nowait()
+                    break
+                except queue.Empty:
+                    raise Abandoned from None
             try:
                 ok, value = done.get(timeout=min(deadline - now, 0.25))
                 break

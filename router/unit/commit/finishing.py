@@ -44,26 +44,30 @@ class OffsetsWatch:
     def __init__(self) -> None:
         self.limit_s = OFFSETS_DEADLINE_S
         self._current = Progress()
+        self._tripped: float | None = None  # how long the commit in flight was in it, if stuck
 
     def begin(self) -> Progress:
         """A new commit's progress (a call abandoned earlier keeps writing to its own)."""
-        self._current = Progress()
+        self._current, self._tripped = Progress(), None
         return self._current
 
     def stuck(self, now: float) -> bool:
+        """Whether the commit in flight has been in the call longer than the limit (the
+        verdict is kept for `abandoned`, whatever the call does next)."""
         since = self._current.offsets_since
-        return since is not None and now - since >= self.limit_s
+        if since is None or now - since < self.limit_s:
+            return False
+        self._tripped = now - since
+        return True
 
-    def abandoned(self, now: float) -> str | None:
-        """The reason, if the commit in flight was abandoned in that call (and the limit
-        doubles); None if elsewhere."""
-        if not self.stuck(now):
+    def abandoned(self) -> str | None:
+        """The reason, if the commit in flight was abandoned because `stuck` said so (and
+        the limit doubles); None if it was abandoned for another reason."""
+        took, self._tripped = self._tripped, None
+        if took is None:
             return None
-        since = self._current.offsets_since or now
         self.limit_s = min(2 * self.limit_s, COMMIT_DEADLINE_S)
-        return (
-            f"send_offsets_to_transaction did not return in {now - since:.0f} s (librdkafka#5456)"
-        )
+        return f"send_offsets_to_transaction did not return in {took:.0f} s (librdkafka#5456)"
 
     def committed(self) -> None:
         self.limit_s = OFFSETS_DEADLINE_S
@@ -85,8 +89,10 @@ def finish(
     progress = progress or Progress()
     progress.offsets_since = time.monotonic()
     t0 = time.perf_counter()
-    producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
-    progress.offsets_since = None
+    try:
+        producer.send_offsets_to_transaction(offsets, metadata, TXN_TIMEOUT_S)
+    finally:  # a call that failed is not stuck in it
+        progress.offsets_since = None
     t1 = time.perf_counter()
     m.inc("time_offsets_us", int((t1 - t0) * 1e6))
     if faults.hit("after_produce"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -86,7 +85,7 @@ class TransactionalSession:
             self._calls = CallThread()  # the stuck one stays blocked, abandoned
             why = "abandoned: stopping" if self._stop.is_set() else "did not return in time"
             if committing and not self._stop.is_set():
-                why = self.offsets.abandoned(time.monotonic()) or why
+                why = self.offsets.abandoned() or why
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, why, fatal=True)) from None
 
     def _failed(self, exc: KafkaException) -> TxnFailed:
@@ -224,7 +223,8 @@ class TransactionalSession:
         progress: Progress | None = None,
     ) -> None:
         def suspect(why: str) -> None:
-            self.suspect = why
+            if producer is self.producer:  # not a call abandoned meanwhile, come back late
+                self.suspect = why
 
         m, faults = self.metrics, self.faults
         finish(producer, offsets, metadata, append_by, m, faults, suspect, progress)

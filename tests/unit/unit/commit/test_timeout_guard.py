@@ -210,3 +210,45 @@ def test_a_commit_past_its_offsets_is_not_abandoned_for_being_slow_elsewhere(
     session = session_of(SlowCommit())
     commit_one(session)
     assert session.state is TxnState.READY and session.offsets.limit_s == 0.2
+
+
+def test_an_offsets_call_that_failed_is_not_taken_for_one_that_never_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(A review's finding.) The call raised at once, and its outcome was collected after
+    the limit: the real error, aborted with the same producer, the limit unchanged."""
+    monkeypatch.setattr(finishing, "OFFSETS_DEADLINE_S", 0.2)
+    busy = KafkaError(KafkaError.CONCURRENT_TRANSACTIONS, "busy", txn_requires_abort=True)
+    first = Scripted(send_offsets_to_transaction=[busy])
+    session = session_of(first)
+    assert session.begin(session.generation)
+    session.produce([])
+    session.commit([], None)
+    time.sleep(0.5)  # the run loop deciding the next batch meanwhile
+    with pytest.raises(TxnFailed, match="busy"):
+        session.wait_committed()
+    assert session.state is TxnState.FAILED and session.offsets.limit_s == 0.2
+
+
+def test_an_abandoned_commit_that_comes_back_late_does_not_taint_the_new_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(A review's finding.) The abandoned call returns after the producer was replaced,
+    and its commit's first attempt times out: that says nothing of the new producer,
+    which the next transaction keeps."""
+    monkeypatch.setattr(finishing, "OFFSETS_DEADLINE_S", 0.3)
+    stuck = StuckOffsets()
+    stuck.errors["commit_transaction"] = [timeout(retriable=True)]
+    second = Scripted()
+    session = session_of(stuck, second)
+    with pytest.raises(TxnFailed):
+        commit_one(session)
+    assert session.replace() and session.producer is second and session.suspect is None
+    stuck.release.set()
+    deadline = time.monotonic() + 5
+    while stuck.calls.count("commit_transaction") < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stuck.calls.count("commit_transaction") == 2  # timed out, then retried
+    assert session.suspect is None
+    commit_one(session)
+    assert session.producer is second
