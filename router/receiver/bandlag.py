@@ -4,9 +4,8 @@ band's backlog, the high watermark less the position, summed over the band's par
 A paused partition is not fetched, so librdkafka's cached watermark of it stays where it
 was; a partition nothing was read of has no position yet. Both are asked of the broker, on
 a connection of its own (`router.backends.kafka.endoffsets`), each kind in one request,
-and each request holds the caller's poll until answered or timed out: the next comes at
-least `ASK_SPACING` times its duration later, and after one left unanswered, `refresh_s`
-later doubling up to `ASK_BACKOFF_MAX_S` (`router.utils.clock.Pacer`; the units'
+and each request holds the caller's poll until answered or timed out: each kind is paced
+by what its last request took (`router.utils.clock.Pacer`; the units'
 `router.unit.bandsource` alike).
 """
 
@@ -25,8 +24,6 @@ from router.utils.clock import Pacer
 
 TP = tuple[str, int]
 STARTS_TIMEOUT_S = 5.0
-ASK_SPACING = 20
-ASK_BACKOFF_MAX_S = 30.0
 
 
 class BandLag:
@@ -40,12 +37,8 @@ class BandLag:
         self.asked: dict[TP, float] = {}  # when a partition's watermark was last asked
         self.highs: dict[TP, int] = {}  # the highest watermark seen
         self.refresh_s = 1.0
-        self._end_asks = self._pacer()  # watermarks (each partition once per refresh_s)
-        self._start_asks = self._pacer()
-
-    def _pacer(self) -> Pacer:
-        s, most = ASK_SPACING, ASK_BACKOFF_MAX_S
-        return Pacer(0.0, spacing=s, backoff_s=self.refresh_s, max_backoff_s=most)
+        self._end_asks = Pacer(0.0)  # watermarks (each partition once per refresh_s)
+        self._start_asks = Pacer(0.0)
 
     def forget(self, key: TP) -> None:
         """Revoked: asked afresh if assigned again."""

@@ -46,11 +46,6 @@ WATERMARK_TIMEOUT_S = 2.0
 # hundreds of milliseconds later under a backlog of small records. Its watermark is then
 # asked this often instead (docs/explanation/priority.md).
 CROWDED_REFRESH_S = 0.05
-# Every request for watermarks or starts holds the loop until answered or timed out: the
-# next one comes at least this many times its duration later, and after one left
-# unanswered, `refresh_s` later doubling up to `ASK_BACKOFF_MAX_S` (`router.utils.clock.Pacer`).
-ASK_SPACING = 20
-ASK_BACKOFF_MAX_S = 30.0
 # How long a fetch waits for data (librdkafka's default 500 ms): a higher band's first
 # messages after a quiet spell waited about that long (docs/explanation/priority.md).
 # (Every unit's consumer also sets `fetch.queue.backoff.ms` to 10 ms:
@@ -91,17 +86,14 @@ class BandSource:
         self._asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.turn: Turn | None = None
         self._floor = 0  # the lowest band of the last turn that was not a share turn
-        # the three kinds of request, each spaced by what it took (a broker away or slow
-        # holds the loop a small share of its time): paused partitions' watermarks, those of
-        # higher bands while the queue is full (`_ask_crowded`), and where partitions start
-        self._paused_asks = self._pacer(0.0)
-        self._crowded_asks = self._pacer(CROWDED_REFRESH_S)
-        self._starts_asks = self._pacer(refresh_s)
+        # the three kinds of request, each holding the loop until answered or timed out,
+        # each paced by what it took (`router.utils.clock.Pacer`; after an unanswered one,
+        # `refresh_s` doubling): paused partitions' watermarks, those of higher bands while
+        # the queue is full (`_ask_crowded`), and where partitions start
+        self._paused_asks = Pacer(0.0, backoff_s=refresh_s)
+        self._crowded_asks = Pacer(CROWDED_REFRESH_S, backoff_s=refresh_s)
+        self._starts_asks = Pacer(refresh_s, backoff_s=refresh_s)
         self._complained: dict[TP, float] = {}
-
-    def _pacer(self, interval: float) -> Pacer:
-        s, most = ASK_SPACING, ASK_BACKOFF_MAX_S
-        return Pacer(interval, spacing=s, backoff_s=self.refresh_s, max_backoff_s=most)
 
     @staticmethod
     def tuned(settings: RouterSettings, config: dict[str, Any]) -> dict[str, Any]:
@@ -214,7 +206,7 @@ class BandSource:
         """The local queue is full: ask the broker, in one request, the ends of the
         partitions that look empty in the bands above the last turn's lowest (a record
         there would take the next turn), which no fetch tells of now. Asked at most every
-        `CROWDED_REFRESH_S`, paced like every request (`ASK_SPACING`)."""
+        `CROWDED_REFRESH_S`, paced like every request (`Pacer`)."""
         ask = [
             tp
             for tp, band in mine.items()
@@ -263,7 +255,7 @@ class BandSource:
     def _ask_starts(self, tps: list[TP], now: float) -> None:
         """Learn where partitions the unit consumed nothing of start: their committed
         offsets, else (nothing committed) their low watermarks. One request for all of
-        them, at most once per `refresh_s` and paced (`ASK_SPACING`): a coordinator that
+        them, at most once per `refresh_s` and paced (`Pacer`): a coordinator that
         does not answer (seen after a broker restart) costs the loop one
         `WATERMARK_TIMEOUT_S` per back-off; until it answers, their backlog is left out."""
         unknown = [tp for tp in tps if tp not in self._start]

@@ -35,6 +35,12 @@ class Every:
         self._last = None
 
 
+# A request's pacing by default (`Pacer`): the next one at least this many times its
+# duration after it ended; after unanswered ones, a wait doubling up to this.
+SPACING = 20.0
+MAX_BACKOFF_S = 30.0
+
+
 class Pacer:
     """Requests to a server made from a loop that waits on them (a watermark asked of the
     broker, say), spaced so that a slow or absent server holds the loop a small share of its
@@ -51,12 +57,13 @@ class Pacer:
         self,
         interval: float,
         *,
-        spacing: float = 20.0,
+        spacing: float | None = None,
         backoff_s: float = 1.0,
-        max_backoff_s: float = 30.0,
+        max_backoff_s: float = MAX_BACKOFF_S,
     ) -> None:
+        """`spacing`: `SPACING` unless given (read when made)."""
         self.interval = interval
-        self.spacing = spacing
+        self.spacing = SPACING if spacing is None else spacing
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._backoff = 0.0  # the last wait after an unanswered request (0: answered)

@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 from router import contract
 from router.config import RouterSettings
 from router.contract import lifetime, priority
-from router.receiver import bandlag, bandrestore
+from router.receiver import bandrestore
 from router.receiver.bands import ReceiverBands
 from router.receiver.expiry_rules import ExpiryOptions, judge
 from router.receiver.received import Received
@@ -24,6 +24,7 @@ from router.unit.steps.bands import BandStep
 from router.unit.steps.batch import Batch
 from router.unit.steps.classify import Classifier
 from router.unit.steps.emit.emitter import Emitter
+from router.utils import clock
 from tests.fixtures.bands import FakeConsumer, FakeEnds, MemoryBands, received
 from tests.fixtures.fakes import FakeMessage, msg
 from tests.fixtures.receivers import banded_receiver, rec
@@ -158,7 +159,7 @@ def test_a_lower_band_paused_while_empty_still_gets_its_share_in_the_receiver(
     and was not read at all while a higher band kept a backlog (the documented bound: 1
     batch in ceil(1 / min_share) + bands - 2)."""
     consumer = StaleConsumer({("q", 0): (0, 0), ("q.p2", 0): (0, 1_000)})
-    monkeypatch.setattr(bandlag, "ASK_SPACING", 0)  # requests spaced by what they took: none
+    monkeypatch.setattr(clock, "SPACING", 0)  # requests spaced by what they took: none
     bands = ReceiverBands(consumer, ["q"], 3, ends=FakeEnds(consumer))
     bands.measure.refresh_s = 0.0  # the broker is asked at most once per refresh_s: every call here
     bands.before_poll()
