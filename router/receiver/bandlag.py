@@ -1,12 +1,15 @@
 """How far behind a receiver is in each band of its queues (`router.receiver.bands`): each
-band's backlog, the high watermark less the position, summed over the band's partitions.
+band's backlog, where its partitions end for a `read_committed` reader less the position,
+summed over the band's partitions (`router.contract.bandends`: the high watermark, capped
+by the last stable offset the broker gave while the reader has not read past it).
 
 A paused partition is not fetched, so librdkafka's cached watermark of it stays where it
-was; a partition nothing was read of has no position yet. Both are asked of the broker, on
-a connection of its own (`router.backends.kafka.endoffsets`), each kind in one request,
-and each request holds the caller's poll until answered or timed out: each kind is paced
-by what its last request took (`router.utils.clock.Pacer`; the units'
-`router.unit.bandsource` alike).
+was; a partition nothing was read of has no position yet; a fetched one whose cached high
+watermark stays past a position that does not move holds an open transaction. Their last
+stable offsets and starts are asked of the broker, on a connection of its own
+(`router.backends.kafka.endoffsets`), each kind in one request, and each request holds
+the caller's poll until answered or timed out: each kind is paced by what its last request
+took (`router.utils.clock.Pacer`; the units' `router.unit.bandsource` alike).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from confluent_kafka import TopicPartition
 
 from router.backends.kafka.endoffsets import Watermarks
 from router.backends.kafka.starts import Starts
+from router.contract.bandends import BandEnds
 from router.contract.priority import split
 from router.utils.clock import Pacer
 
@@ -35,21 +39,21 @@ class BandLag:
         self.starts = Starts(ends.starts, STARTS_TIMEOUT_S)  # where nothing was read yet
         self.lag: dict[TP, int] = {}  # as last measured
         self.asked: dict[TP, float] = {}  # when a partition's watermark was last asked
-        self.highs: dict[TP, int] = {}  # the highest watermark seen
         self.refresh_s = 1.0
+        self.marks = BandEnds(self.refresh_s)  # where each partition ends (read_committed)
         self._end_asks = Pacer(0.0)  # watermarks (each partition once per refresh_s)
         self._start_asks = Pacer(0.0)
 
     def forget(self, key: TP) -> None:
         """Revoked: asked afresh if assigned again."""
         self.asked.pop(key, None)
-        self.highs.pop(key, None)
+        self.marks.forget(key)
         self.starts.forget([key])
         self.lag.pop(key, None)
 
     def backlog(self, assigned: list[TopicPartition], paused: Collection[TP]) -> list[int]:
-        """Each band's backlog: high watermark (as last fetched) less the position (the
-        committed offset, or the low watermark, until something was read). A paused
+        """Each band's backlog: where each partition ends (`marks.end`) less the position
+        (the committed offset, or the low watermark, until something was read). A paused
         partition is not fetched, so its cached watermark stays where it was: one that
         looks empty is asked from the broker at most once per `refresh_s` (as the units
         do, `router.unit.bandsource`), else a lower band paused while empty never shows its
@@ -63,38 +67,44 @@ class BandLag:
         stale: list[TP] = []  # asked from the broker, all in one request
         positions = self.consumer.position(assigned)
         self._learn_starts([(tp.topic, tp.partition) for tp in positions if tp.offset < 0])
-        ask = self._end_asks.due(now)
+        ask, marks = self._end_asks.due(now), self.marks
         for tp in positions:
             key = (tp.topic, tp.partition)
             band = split(tp.topic, self.bases)[1]
-            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
-            high = max(high, self.highs.get(key, -1))  # a watermark never goes back
+            marks.seen(key, self.consumer.get_watermark_offsets(tp, cached=True)[1])
             at = tp.offset if tp.offset >= 0 else self.starts.known.get(key, -1)
+            stuck = key not in paused and marks.stuck(key, at, now)
             if ask and (
                 key not in self.asked  # never fetched yet: the first turn needs it
-                or (key in paused and high <= at and now - self.asked[key] >= self.refresh_s)
+                or stuck  # an open transaction, or its end not read yet
+                or (
+                    key in paused
+                    and marks.end(key, at) <= at
+                    and now - self.asked[key] >= self.refresh_s
+                )
             ):
                 stale.append(key)
-            self.highs[key] = high
             rows.append((key, band, at))
         if stale:
             self._ask_ends(stale)
         for key, band, at in rows:
-            high = self.highs[key]
-            self.lag[key] = high - at if at >= 0 else 0
-            if at >= 0 and high > at:
-                out[band] += high - at
+            end = marks.end(key, at)
+            self.lag[key] = end - at if at >= 0 and end > at else 0
+            if at >= 0 and end > at:
+                out[band] += end - at
         return out
 
     def _ask_ends(self, stale: list[TP]) -> None:
-        """The broker's watermarks of `stale`, in one request, paced by what it took."""
+        """The broker's last stable offsets of `stale`, in one request, paced by what it
+        took."""
         began = time.monotonic()
         for key in stale:
             self.asked[key] = began
         got = self.ends(stale)
-        self._end_asks.done(began, time.monotonic(), answered=len(got) == len(stale))
-        for key, high in got.items():
-            self.highs[key] = max(high, self.highs[key])
+        ended = time.monotonic()
+        self._end_asks.done(began, ended, answered=len(got) == len(stale))
+        for key, stable in got.items():
+            self.marks.answered(key, stable, ended)
 
     def _learn_starts(self, keys: list[TP]) -> None:
         """Where partitions nothing was read of yet start, in one request, paced by what it

@@ -91,7 +91,7 @@ class ReceiverBands:
         bands = max(bands_in(topics, q) for q in queues) if queues else 1
         if bands == 1:
             return None
-        ends = EndOffsets(admin_config, WATERMARK_TIMEOUT_S, committed=False)
+        ends = EndOffsets(admin_config, WATERMARK_TIMEOUT_S)  # last stable offsets
         return cls(consumer, queues, bands, topics, ends=ends)
 
     def _readable(self, backlog: list[int]) -> list[int]:

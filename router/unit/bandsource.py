@@ -3,14 +3,18 @@ partitions of its source topics' bands as the scheduler says (`router.contract.b
 
 One consumer reads every band of the unit's sources, so one transaction commits the
 offsets of every band it consumed. A band's backlog is the sum, over its assigned
-partitions, of the high watermark less the consumer's position (the committed offset
-until a message was consumed). Watermarks of partitions being fetched come with the fetch
-responses (librdkafka's cached values); a paused partition's are asked from the broker at
-most once per `refresh_s`, and only while it looks empty (a backlog only grows while
-paused), and so are, while the local queue is full (no fetch then tells of a first record),
-the partitions that look empty in the bands above the last turn's lowest (`_ask_crowded`),
-each time in one request on an admin client of the unit's (not through the
-consumer, whose connection answers only after its fetch in flight:
+partitions, of where the partition ends for a `read_committed` reader less the consumer's
+position (the committed offset until a message was consumed): `router.contract.bandends`,
+the high watermark capped by the last stable offset the broker gave while the consumer has
+not read past it (a transaction left open looks like a backlog that cannot be read).
+Watermarks of partitions being fetched come with the fetch responses (librdkafka's cached
+values); the broker is asked the last stable offsets of a paused partition at most once per
+`refresh_s`, and only while it looks empty (a backlog only grows while paused), of a
+fetched one that looks backlogged at the same position for `refresh_s` (an open
+transaction), and, while the local queue is full (no fetch then tells of a first record),
+of the partitions that look empty in the bands above the last turn's lowest
+(`_ask_crowded`), each time in one request on an admin client of the unit's (not through
+the consumer, whose connection answers only after its fetch in flight:
 `router.backends.kafka.endoffsets`). Partitions held by the busy policy `hold` (or
 backing off) stay as the unit left them; partitions of other topics (the waiting room) are
 never touched.
@@ -27,7 +31,9 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from router.backends.kafka.clients import admin_config
 from router.backends.kafka.endoffsets import EndOffsets, Watermarks
+from router.backends.kafka.starts import Starts
 from router.config.settings import RouterSettings
+from router.contract.bandends import BandEnds
 from router.contract.bandsched import BandScheduler, Turn
 from router.contract.priority import split
 from router.metrics.registry import Metrics
@@ -81,15 +87,17 @@ class BandSource:
         self.metrics = metrics
         self.refresh_s = refresh_s
         self.paused: set[TP] = set()  # paused by band, as far as this class knows
-        self._high: dict[TP, int] = {}
-        self._start: dict[TP, int] = {}  # where a partition starts (nothing consumed yet)
+        self.marks = BandEnds(refresh_s)  # where each partition ends (read_committed)
+        # where a partition starts (nothing consumed yet)
+        self.starts = Starts(ends.starts, WATERMARK_TIMEOUT_S)
         self._asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.turn: Turn | None = None
         self._floor = 0  # the lowest band of the last turn that was not a share turn
         # the three kinds of request, each holding the loop until answered or timed out,
         # each paced by what it took (`router.utils.clock.Pacer`; after an unanswered one,
-        # `refresh_s` doubling): paused partitions' watermarks, those of higher bands while
-        # the queue is full (`_ask_crowded`), and where partitions start
+        # `refresh_s` doubling): the ends of paused partitions (and of fetched ones that look
+        # stuck), those of higher bands while the queue is full (`_ask_crowded`), and where
+        # partitions start
         self._paused_asks = Pacer(0.0, backoff_s=refresh_s)
         self._crowded_asks = Pacer(CROWDED_REFRESH_S, backoff_s=refresh_s)
         self._starts_asks = Pacer(refresh_s, backoff_s=refresh_s)
@@ -113,7 +121,8 @@ class BandSource:
         if p.bands == 1:
             return None
         bases = t.send_queues if side == "send" else [t.transfer_topic]
-        ends = EndOffsets(admin_config(settings.kafka), WATERMARK_TIMEOUT_S, committed=False)
+        # the last stable offsets: where a read_committed consumer can read to
+        ends = EndOffsets(admin_config(settings.kafka), WATERMARK_TIMEOUT_S)
         return cls(
             source.consumer,
             bases,
@@ -139,8 +148,8 @@ class BandSource:
         for tpp in partitions:
             tp = (tpp.topic, tpp.partition)
             self.paused.discard(tp)
-            self._high.pop(tp, None)
-            self._start.pop(tp, None)
+            self.marks.forget(tp)
+            self.starts.forget([tp])
             self._asked.pop(tp, None)
             self._complained.pop(tp, None)
 
@@ -180,26 +189,31 @@ class BandSource:
             return out
         self._ask_starts([(t.topic, t.partition) for t in positions if t.offset < 0], now)
         at: dict[TP, int] = {}
-        stale: list[TP] = []  # paused and looking empty: asked, all in one request
-        ask_paused, every = self._paused_asks.due(now), self.refresh_s
+        # paused and looking empty, or fetched and looking stuck: asked, in one request
+        stale: list[TP] = []
+        ask_paused, every, marks = self._paused_asks.due(now), self.refresh_s, self.marks
         for tpp in positions:
             tp = (tpp.topic, tpp.partition)
-            pos = at[tp] = tpp.offset if tpp.offset >= 0 else self._start.get(tp, -1)
-            high = self._high.get(tp, -1)
+            pos = at[tp] = tpp.offset if tpp.offset >= 0 else self.starts.known.get(tp, -1)
             if tp in self.paused:
-                if ask_paused and high <= pos and now - self._asked.get(tp, NEVER) >= every:
+                if (
+                    ask_paused
+                    and marks.end(tp, pos) <= pos
+                    and now - self._asked.get(tp, NEVER) >= every
+                ):
                     stale.append(tp)
             else:
-                high = max(high, self._cached(tpp))
-            self._high[tp] = high
+                marks.seen(tp, self._cached(tpp))
+                if marks.stuck(tp, pos, now) and ask_paused:
+                    stale.append(tp)
         if stale:
             self._ask(self._paused_asks, stale)
         if self.crowded() and self._crowded_asks.due(now):
             self._ask_crowded(mine, at)
         for tp, pos in at.items():
-            high = self._high[tp]
-            if pos >= 0 and high > pos:
-                out[mine[tp]] += high - pos
+            end = marks.end(tp, pos)
+            if pos >= 0 and end > pos:
+                out[mine[tp]] += end - pos
         return out
 
     def _ask_crowded(self, mine: dict[TP, int], at: dict[TP, int]) -> None:
@@ -210,15 +224,16 @@ class BandSource:
         ask = [
             tp
             for tp, band in mine.items()
-            if band > self._floor and tp not in self.paused and self._high[tp] <= at[tp]
+            if band > self._floor and tp not in self.paused and self.marks.end(tp, at[tp]) <= at[tp]
         ]
         if ask:
             self._ask(self._crowded_asks, ask)
             self.metrics.inc("band_crowded_asks")
 
     def _ask(self, pacer: Pacer, ask: list[TP]) -> None:
-        """Ask the broker the ends of `ask`, in one request, and pace the next one by it
-        (`pacer`): an exception or a partition left out is an unanswered request."""
+        """Ask the broker the ends of `ask` (last stable offsets), in one request, and pace
+        the next one by it (`pacer`): an exception or a partition left out is an
+        unanswered request."""
         began = time.monotonic()
         for tp in ask:
             self._asked[tp] = began  # a paused partition: asked again `refresh_s` after this
@@ -229,8 +244,9 @@ class BandSource:
             got = {}
         missing = [tp for tp in ask if tp not in got]
         pacer.done(began, time.monotonic(), answered=not missing)
-        for tp, high in got.items():
-            self._high[tp] = max(self._high[tp], high)
+        answered = time.monotonic()
+        for tp, stable in got.items():
+            self.marks.answered(tp, stable, answered)
         for tp in missing:
             self._complain(tp, "no watermark")
 
@@ -253,40 +269,17 @@ class BandSource:
             log.warning("%s for %s[%d] (its band's backlog left out)", what, *tp)
 
     def _ask_starts(self, tps: list[TP], now: float) -> None:
-        """Learn where partitions the unit consumed nothing of start: their committed
-        offsets, else (nothing committed) their low watermarks. One request for all of
-        them, at most once per `refresh_s` and paced (`Pacer`): a coordinator that
-        does not answer (seen after a broker restart) costs the loop one
-        `WATERMARK_TIMEOUT_S` per back-off; until it answers, their backlog is left out."""
-        unknown = [tp for tp in tps if tp not in self._start]
+        """Learn where partitions the unit consumed nothing of start (`Starts`: their
+        committed offsets, no lower than their first). One request for all of them, at
+        most once per `refresh_s` and paced (`Pacer`): a coordinator that does not answer
+        (seen after a broker restart) costs the loop one `WATERMARK_TIMEOUT_S` per
+        back-off; until it answers, their backlog is left out."""
+        unknown = [tp for tp in tps if tp not in self.starts.known]
         if not unknown or not self._starts_asks.due(now):
             return
         began = time.monotonic()
-        self._read_starts(unknown)
-        answered = all(tp in self._start for tp in unknown)
-        self._starts_asks.done(began, time.monotonic(), answered)
-
-    def _read_starts(self, unknown: list[TP]) -> None:
-        parts = [TopicPartition(*tp) for tp in unknown]
-        try:
-            got = self.consumer.committed(parts, timeout=WATERMARK_TIMEOUT_S)
-        except KafkaException as exc:
-            for tp in unknown:
-                self._complain(tp, f"no committed offset: {exc}")
-            return
-        lows: list[TP] = []
-        for tpp in got:
-            tp = (tpp.topic, tpp.partition)
-            if tpp.error is not None:
-                self._complain(tp, f"no committed offset: {tpp.error}")
-            elif tpp.offset < 0:
-                lows.append(tp)
-            else:
-                self._start[tp] = int(tpp.offset)
-        if lows:
-            found = self.ends.starts(lows)
-            for tp in lows:
-                if tp in found:
-                    self._start[tp] = found[tp]
-                else:
-                    self._complain(tp, "no low watermark")
+        got = self.starts.of(self.consumer, unknown)
+        self._starts_asks.done(began, time.monotonic(), len(got) == len(unknown))
+        for tp in unknown:
+            if tp not in got:
+                self._complain(tp, "where it starts unknown")

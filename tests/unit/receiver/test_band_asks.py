@@ -53,7 +53,9 @@ def test_a_paused_band_whose_leader_is_away_holds_the_poll_a_small_share_of_its_
     ends = AwayEnds(c, {("q", 0)}, took)
     bands = ReceiverBands(c, ["q"], 3, ends=ends)
     assert held_share(bands) <= most
-    assert len(ends.asked) >= 3 and all(ask == [("q", 0)] for ask in ends.asked[1:])
+    # band 2's partition is asked too: its position never moves here (nothing is read),
+    # which is how a transaction left open looks (router.contract.bandends)
+    assert len(ends.asked) >= 3 and all(("q", 0) in ask for ask in ends.asked[1:])
 
 
 def test_partitions_whose_coordinator_is_away_hold_the_poll_a_small_share_of_its_time(
@@ -66,3 +68,46 @@ def test_partitions_whose_coordinator_is_away_hold_the_poll_a_small_share_of_its
     bands = ReceiverBands(c, ["q"], 3, ends=FakeEnds(c))
     assert held_share(bands) <= 0.1
     assert c.committed_calls >= 3
+
+
+class StableEnds(FakeEnds):
+    """The broker's last stable offsets (`stable`), behind the cached high watermarks of a
+    partition holding a transaction left open."""
+
+    def __init__(self, consumer: Any, stable: dict[TP, int]) -> None:
+        super().__init__(consumer)
+        self.stable = stable
+
+    def __call__(self, tps: Any) -> dict[TP, int]:
+        got = super().__call__(tps)
+        return {tp: self.stable.get(tp, end) for tp, end in got.items()}
+
+
+def test_a_higher_band_holding_an_open_transaction_stops_looking_backlogged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Band 2 of the queue holds a transaction left open (its high watermark 11, its last
+    stable offset 7, where the reader stands): before, it looked backlogged until the
+    transaction ended, and band 0's backlog was read only in minimum-share turns."""
+    monkeypatch.setattr(bandlag.time, "monotonic", lambda: CLOCK[0])
+    c = FakeConsumer({("q", 0): (5, 1000), ("q.p2", 0): (7, 11)})
+    ends = StableEnds(c, {("q.p2", 0): 7})
+    bands = ReceiverBands(c, ["q"], 3, ends=ends)
+    start = CLOCK[0]
+    paused_late: list[set[TP]] = []
+    while CLOCK[0] - start < 5:
+        bands.before_poll()
+        if CLOCK[0] - start >= 1.5:
+            paused_late.append(set(bands.paused))
+        CLOCK[0] += 0.02
+    assert paused_late and all(("q", 0) not in p for p in paused_late)
+    assert bands.lag[("q.p2", 0)] == 0 and bands.lag[("q", 0)] == 995
+    ends.stable[("q.p2", 0)] = 11  # committed: band 2 goes first again (but for band 0's share)
+    paused_late.clear()
+    while CLOCK[0] - start < 8:
+        bands.before_poll()
+        if CLOCK[0] - start >= 7:
+            paused_late.append(set(bands.paused))
+        CLOCK[0] += 0.02
+    assert bands.lag[("q.p2", 0)] == 4
+    assert sum(("q", 0) in p for p in paused_late) > 0.8 * len(paused_late)

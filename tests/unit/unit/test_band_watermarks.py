@@ -182,3 +182,33 @@ def test_asks_for_where_partitions_start_hold_the_loop_a_small_share_of_its_time
         held += CLOCK[0] - t0
         CLOCK[0] += 0.02
     assert consumer.committed_calls >= 3 and held / (CLOCK[0] - start) <= 0.1
+
+
+def test_a_higher_band_holding_an_open_transaction_stops_looking_backlogged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Band 2's partition holds a transaction left open (its producer killed mid-batch):
+    its cached high watermark (11) is past everything the read_committed consumer can read
+    (up to 7, the last stable offset). Before, band 2 took every turn but the minimum share
+    until the transaction timed out, reading nothing, with band 0's backlog waiting."""
+    monkeypatch.setattr(bandsource.time, "monotonic", lambda: CLOCK[0])
+    consumer = CachedOnly({("q", 0): (5, 1000), ("q.p2", 0): (7, 11)})
+    broker = Broker(consumer, {("q", 0): 1000, ("q.p2", 0): 7})  # last stable offsets
+    bands = BandSource(consumer, ["q"], 3, 0.1, Metrics(), ends=broker)
+    tps = list(consumer.positions)
+    turns = []
+    start = CLOCK[0]
+    while CLOCK[0] - start < 5:
+        turns.append((CLOCK[0] - start, bands.before_poll(tps, [])))
+        CLOCK[0] += 0.02
+    late = [t for at, t in turns if at >= 1.5]
+    assert late and all(0 in t.bands and not t.share for t in late), late[:3]
+    assert any(("q.p2", 0) in ask for ask in broker.asked)
+    # the transaction commits: its records can be read, band 2 goes first again
+    broker.ends[("q.p2", 0)] = 11
+    while CLOCK[0] - start < 8:
+        turn = bands.before_poll(tps, [])
+        CLOCK[0] += 0.02
+    assert turn.bands == {2}
+    consumer.positions[("q.p2", 0)] = (11, 11)  # read
+    assert bands.before_poll(tps, []).bands == {0, 1, 2}
