@@ -13,10 +13,11 @@ So the broker's answers about a partition (ListOffsets under `read_committed`: t
 cap its end while the reader stands at or before them:
 
 * `seen(tp, high)`: a fetched partition's cached high watermark;
-* `answered(tp, stable)`: the broker's LSO of it (paused partitions, those that look
-  stuck, those never fetched, as the callers ask);
+* `answered(tp, stable, now, at)`: the broker's LSO of it (paused partitions, those that
+  look stuck, those never fetched, as the callers ask), the reader at `at`; an answer below
+  the high watermark known (or below `at`) is a cap, any other raises the end;
 * `end(tp, at)`: the end to count a backlog to, from position `at`: the high watermark,
-  capped by the last LSO answered while the reader has not read past it;
+  capped by the last such LSO while the reader has not read past it;
 * `stuck(tp, at, now)`: whether to ask its LSO: it looks backlogged at the same position
   for `after_s` (a partition read from moves on), and the last answer is `after_s` old.
 """
@@ -46,11 +47,18 @@ class BandEnds:
         if high > self.high.get(tp, -1):
             self.high[tp] = high
 
-    def answered(self, tp: TP, stable: int, now: float) -> None:
-        """The broker's last stable offset of `tp` (never past its high watermark)."""
-        self.stable[tp] = stable
+    def answered(self, tp: TP, stable: int, now: float, at: int = -1) -> None:
+        """The broker's last stable offset of `tp` (the reader at position `at`). Below the
+        high watermark known, a transaction holds it: the end is capped there until the
+        reader reads past it. Below the position (a committed offset past it, a leader
+        behind), nothing past the position can be read: capped at the position. Else
+        nothing is held: no cap, and a paused partition's end moves up to it."""
         self._answered[tp] = now
-        self.seen(tp, stable)
+        if stable < self.high.get(tp, -1) or stable < at:
+            self.stable[tp] = max(stable, at)
+        else:
+            self.stable.pop(tp, None)
+            self.seen(tp, stable)
 
     def end(self, tp: TP, at: int) -> int:
         """Where `tp` ends for a reader at position `at` (-1 if unknown)."""

@@ -42,6 +42,7 @@ class BandLag:
         self.refresh_s = 1.0
         self.marks = BandEnds(self.refresh_s)  # where each partition ends (read_committed)
         self._end_asks = Pacer(0.0)  # watermarks (each partition once per refresh_s)
+        self._stuck_asks = Pacer(0.0)  # apart: one left out backs off alone
         self._start_asks = Pacer(0.0)
 
     def forget(self, key: TP) -> None:
@@ -65,18 +66,18 @@ class BandLag:
         now = time.monotonic()
         rows: list[tuple[TP, int, int]] = []  # partition, band, where it is read from
         stale: list[TP] = []  # asked from the broker, all in one request
+        stuck: list[TP] = []  # fetched and not moving, as if backlogged: another one
         positions = self.consumer.position(assigned)
         self._learn_starts([(tp.topic, tp.partition) for tp in positions if tp.offset < 0])
         ask, marks = self._end_asks.due(now), self.marks
+        ask_stuck = self._stuck_asks.due(now)
         for tp in positions:
             key = (tp.topic, tp.partition)
             band = split(tp.topic, self.bases)[1]
             marks.seen(key, self.consumer.get_watermark_offsets(tp, cached=True)[1])
             at = tp.offset if tp.offset >= 0 else self.starts.known.get(key, -1)
-            stuck = key not in paused and marks.stuck(key, at, now)
             if ask and (
                 key not in self.asked  # never fetched yet: the first turn needs it
-                or stuck  # an open transaction, or its end not read yet
                 or (
                     key in paused
                     and marks.end(key, at) <= at
@@ -84,9 +85,12 @@ class BandLag:
                 )
             ):
                 stale.append(key)
+            elif key not in paused and marks.stuck(key, at, now) and ask_stuck:
+                stuck.append(key)  # an open transaction, or its end not read yet
             rows.append((key, band, at))
-        if stale:
-            self._ask_ends(stale)
+        ats = {key: at for key, _, at in rows}
+        if stale or stuck:  # one request, each kind paced apart
+            self._ask_ends([(self._end_asks, stale), (self._stuck_asks, stuck)], ats)
         for key, band, at in rows:
             end = marks.end(key, at)
             self.lag[key] = end - at if at >= 0 and end > at else 0
@@ -94,17 +98,20 @@ class BandLag:
                 out[band] += end - at
         return out
 
-    def _ask_ends(self, stale: list[TP]) -> None:
-        """The broker's last stable offsets of `stale`, in one request, paced by what it
-        took."""
+    def _ask_ends(self, asks: list[tuple[Pacer, list[TP]]], ats: dict[TP, int]) -> None:
+        """The broker's last stable offsets of the partitions of `asks` (their readers at
+        `ats`), in one request; each kind's next one paced by it (its `Pacer`), a partition
+        of its own left out an unanswered request of that kind only."""
+        stale = [key for _, kind in asks for key in kind]
         began = time.monotonic()
         for key in stale:
             self.asked[key] = began
         got = self.ends(stale)
         ended = time.monotonic()
-        self._end_asks.done(began, ended, answered=len(got) == len(stale))
+        for pacer, kind in asks:
+            pacer.done(began, ended, answered=all(key in got for key in kind))
         for key, stable in got.items():
-            self.marks.answered(key, stable, ended)
+            self.marks.answered(key, stable, ended, ats[key])
 
     def _learn_starts(self, keys: list[TP]) -> None:
         """Where partitions nothing was read of yet start, in one request, paced by what it

@@ -93,13 +93,14 @@ class BandSource:
         self._asked: dict[TP, float] = {}  # when a paused partition's watermark was asked
         self.turn: Turn | None = None
         self._floor = 0  # the lowest band of the last turn that was not a share turn
-        # the three kinds of request, each holding the loop until answered or timed out,
+        # the four kinds of request, each holding the loop until answered or timed out,
         # each paced by what it took (`router.utils.clock.Pacer`; after an unanswered one,
-        # `refresh_s` doubling): the ends of paused partitions (and of fetched ones that look
-        # stuck), those of higher bands while the queue is full (`_ask_crowded`), and where
-        # partitions start
+        # `refresh_s` doubling): the ends of paused partitions, those of higher bands while
+        # the queue is full (`_ask_crowded`), those of fetched ones that look stuck, and
+        # where partitions start
         self._paused_asks = Pacer(0.0, backoff_s=refresh_s)
         self._crowded_asks = Pacer(CROWDED_REFRESH_S, backoff_s=refresh_s)
+        self._stuck_asks = Pacer(0.0, backoff_s=refresh_s)  # apart: one left out backs off alone
         self._starts_asks = Pacer(refresh_s, backoff_s=refresh_s)
         self._complained: dict[TP, float] = {}
 
@@ -189,9 +190,10 @@ class BandSource:
             return out
         self._ask_starts([(t.topic, t.partition) for t in positions if t.offset < 0], now)
         at: dict[TP, int] = {}
-        # paused and looking empty, or fetched and looking stuck: asked, in one request
-        stale: list[TP] = []
+        stale: list[TP] = []  # paused and looking empty: asked, all in one request
+        stuck: list[TP] = []  # fetched and not moving, as if backlogged: another one
         ask_paused, every, marks = self._paused_asks.due(now), self.refresh_s, self.marks
+        ask_stuck = self._stuck_asks.due(now)
         for tpp in positions:
             tp = (tpp.topic, tpp.partition)
             pos = at[tp] = tpp.offset if tpp.offset >= 0 else self.starts.known.get(tp, -1)
@@ -204,10 +206,10 @@ class BandSource:
                     stale.append(tp)
             else:
                 marks.seen(tp, self._cached(tpp))
-                if marks.stuck(tp, pos, now) and ask_paused:
-                    stale.append(tp)
-        if stale:
-            self._ask(self._paused_asks, stale)
+                if marks.stuck(tp, pos, now) and ask_stuck:
+                    stuck.append(tp)
+        if stale or stuck:  # one request, each kind paced apart
+            self._ask([(self._paused_asks, stale), (self._stuck_asks, stuck)], at)
         if self.crowded() and self._crowded_asks.due(now):
             self._ask_crowded(mine, at)
         for tp, pos in at.items():
@@ -227,13 +229,14 @@ class BandSource:
             if band > self._floor and tp not in self.paused and self.marks.end(tp, at[tp]) <= at[tp]
         ]
         if ask:
-            self._ask(self._crowded_asks, ask)
+            self._ask([(self._crowded_asks, ask)], at)
             self.metrics.inc("band_crowded_asks")
 
-    def _ask(self, pacer: Pacer, ask: list[TP]) -> None:
-        """Ask the broker the ends of `ask` (last stable offsets), in one request, and pace
-        the next one by it (`pacer`): an exception or a partition left out is an
-        unanswered request."""
+    def _ask(self, asks: list[tuple[Pacer, list[TP]]], at: dict[TP, int]) -> None:
+        """Ask the broker the ends (last stable offsets) of the partitions of `asks`, in one
+        request, and pace each kind's next one by it (its `Pacer`): an exception or a
+        partition of its own left out is an unanswered request of that kind only."""
+        ask = [tp for _, kind in asks for tp in kind]
         began = time.monotonic()
         for tp in ask:
             self._asked[tp] = began  # a paused partition: asked again `refresh_s` after this
@@ -242,13 +245,14 @@ class BandSource:
         except Exception as exc:  # an admin client that cannot be made, say
             log.debug("no watermarks for %d partitions: %r", len(ask), exc)
             got = {}
-        missing = [tp for tp in ask if tp not in got]
-        pacer.done(began, time.monotonic(), answered=not missing)
         answered = time.monotonic()
-        for tp, stable in got.items():
-            self.marks.answered(tp, stable, answered)
-        for tp in missing:
-            self._complain(tp, "no watermark")
+        for pacer, kind in asks:
+            pacer.done(began, answered, answered=all(tp in got for tp in kind))
+        for tp in ask:
+            if tp in got:
+                self.marks.answered(tp, got[tp], answered, at[tp])
+            else:
+                self._complain(tp, "no watermark")
 
     def _cached(self, tp: TopicPartition) -> int:
         """A fetched partition's high watermark as its last fetch response gave it."""

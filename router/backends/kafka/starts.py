@@ -52,7 +52,13 @@ class Starts:
             log.debug("committed offsets of %s unknown, asked again later: %s", tps, exc)
             return
         committed = {(c.topic, c.partition): c.offset for c in got if c.offset >= 0}
-        lows = self._lows(consumer, tps)
+        # A partition the coordinator answered with an error is asked again next time, not
+        # taken to start at its first offset (a phantom backlog of what was read).
+        failed = {(c.topic, c.partition): c.error for c in got if c.error is not None}
+        if failed:
+            log.debug("committed offsets unknown, asked again later: %s", failed)
+            tps = [tp for tp in tps if tp not in failed]
+        lows = self._lows(consumer, tps) if tps else {}
         # Each partition whose first offset the broker said (the others are asked again next
         # time): its committed offset, but no lower than its first. Past a committed offset
         # that retention deleted, the consumer's fetch is out of range and it resets to the

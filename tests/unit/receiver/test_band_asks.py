@@ -55,7 +55,7 @@ def test_a_paused_band_whose_leader_is_away_holds_the_poll_a_small_share_of_its_
     assert held_share(bands) <= most
     # band 2's partition is asked too: its position never moves here (nothing is read),
     # which is how a transaction left open looks (router.contract.bandends)
-    assert len(ends.asked) >= 3 and all(("q", 0) in ask for ask in ends.asked[1:])
+    assert sum(("q", 0) in ask for ask in ends.asked) >= 3
 
 
 def test_partitions_whose_coordinator_is_away_hold_the_poll_a_small_share_of_its_time(
