@@ -110,6 +110,7 @@ class TransferUnit(Settling):
             u.max_batch_bytes,
             u.max_batch_size,
             NoBrokerWatch(settings.kafka.no_broker_replace_s),
+            settings.topology.cells,
         )
         # A failed transaction's warning names partitions short of in-sync replicas.
         self.replicas = ReplicaCheck(

@@ -64,14 +64,18 @@ class Source:
         max_bytes: int = 1 << 62,
         max_batch_size: int = 0,
         watch: NoBrokerWatch | None = None,
+        cells: int = 1,
     ) -> None:
         """`watch`: the consumer's statistics go there; one that names no broker for its
         time (librdkafka#5301: it never reads again) is a fatal client error, the unit
-        exits and its supervisor starts it again (the group moves its partitions)."""
+        exits and its supervisor starts it again (the group moves its partitions).
+        `cells`: the topology's (a partition's cell is its number modulo them); batches
+        grow up to `max_batch_size` per cell of the partitions held (`BatchSizer.spread`)."""
         self.stalls = StallGuard()  # partitions not read for long though records wait
         self.watch = watch if watch is not None else NoBrokerWatch(0)
         self.consumer = Consumer(watched(config, self.watch))
         self.sizer = BatchSizer(batch_size, max_batch_size)
+        self.cells = cells
         self.max_bytes = max_bytes
         self.metrics = metrics
         self.assigned: set[TP] = set()
@@ -242,6 +246,7 @@ class Source:
         it, so say explicitly what it should be."""
         for tp in partitions:
             self.assigned.add((tp.topic, tp.partition))
+        self._spread()
         self.stalls.assigned([(tp.topic, tp.partition) for tp in partitions], time.monotonic())
         self.consumer.incremental_assign(partitions)
         if partitions:
@@ -253,7 +258,12 @@ class Source:
     def revoke(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.assigned.discard((tp.topic, tp.partition))
+        self._spread()
         self.stalls.revoked((tp.topic, tp.partition) for tp in partitions)
+
+    def _spread(self) -> None:
+        if self.cells > 1:
+            self.sizer.spread(len({p % self.cells for _, p in self.assigned}))
 
     def group_metadata(self) -> object:
         return self.consumer.consumer_group_metadata()

@@ -37,3 +37,17 @@ def test_the_target_stays_within_its_bounds_whatever_the_batches(
     for n in taken:
         s.after(min(n, s.target))  # a poll never takes more than the target
         assert base <= s.target <= max(base, most)
+
+
+def test_a_unit_holding_several_cells_grows_its_batches_per_cell() -> None:
+    """Each cell's share of a batch is one route call on that cell's table: with three
+    cells a batch may hold three times as many, so each call carries what one cell's would."""
+    s = BatchSizer(500, 1000)
+    s.spread(3)
+    for _ in range(4):
+        s.after(s.target)
+    assert s.target == 3000
+    s.spread(1)  # partitions of the other cells revoked: back under the one-cell bound
+    assert s.target == 1000 and s.most == 1000
+    s.spread(0)  # nothing held: as one cell
+    assert s.most == 1000
