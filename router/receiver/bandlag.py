@@ -109,7 +109,8 @@ class BandLag:
         got = self.ends(stale)
         ended = time.monotonic()
         for pacer, kind in asks:
-            pacer.done(began, ended, answered=all(key in got for key in kind))
+            if kind:  # a kind not asked keeps its pace (and its back-off)
+                pacer.done(began, ended, answered=all(key in got for key in kind))
         for key, stable in got.items():
             self.marks.answered(key, stable, ended, ats[key])
 

@@ -247,7 +247,8 @@ class BandSource:
             got = {}
         answered = time.monotonic()
         for pacer, kind in asks:
-            pacer.done(began, answered, answered=all(tp in got for tp in kind))
+            if kind:  # a kind not asked keeps its pace (and its back-off)
+                pacer.done(began, answered, answered=all(tp in got for tp in kind))
         for tp in ask:
             if tp in got:
                 self.marks.answered(tp, got[tp], answered, at[tp])

@@ -42,7 +42,10 @@ def held_share(bands: ReceiverBands) -> float:
     return held / (CLOCK[0] - start)
 
 
-@pytest.mark.parametrize(("took", "most"), [(2.0, 0.1), (0.3, 0.1), (0.001, 0.05)])
+# With every request timing out (2 s), the paused partition's asks and the band-2
+# partition's (it never moves here: asked as stuck, `router.contract.bandends`) back off
+# apart, each to one 2 s request per 32 s at most: 0.125 together.
+@pytest.mark.parametrize(("took", "most"), [(2.0, 0.15), (0.3, 0.1), (0.001, 0.05)])
 def test_a_paused_band_whose_leader_is_away_holds_the_poll_a_small_share_of_its_time(
     monkeypatch: pytest.MonkeyPatch, took: float, most: float
 ) -> None:

@@ -203,3 +203,47 @@ def test_unit_a_crowded_answer_hides_newer_readable_records() -> None:
     c.positions[("q.p2", 0)] = (10, 15)  # read to 10; its fetch says 5 more, committed
     broker.ends[("q.p2", 0)] = 15
     assert bands.before_poll(tps, []).bands == {2}
+
+
+# A request that asked only one kind must not pace the other: a paused partition whose
+# leader is away backs off, and a stuck partition's quick answers must not reset that.
+
+
+class HalfAway(Broker):
+    """Requests naming an `away` partition run to their time-out (2 s) and leave it out."""
+
+    def __call__(self, tps: Any) -> dict[TP, int]:
+        wanted = list(tps)
+        self.asked.append(wanted)
+        CLOCK[0] += 2.0 if any(tp in self.away for tp in wanted) else 0.001
+        return {tp: self.ends[tp] for tp in wanted if tp in self.ends and tp not in self.away}
+
+
+def test_unit_quick_stuck_answers_keep_a_paused_partitions_back_off() -> None:
+    c = Consumer({("q", 0): (5, 5), ("q.p2", 0): (7, 11)}, {})
+    broker = HalfAway({("q", 0): 5, ("q.p2", 0): 11}, away={("q", 0)})
+    bands = BandSource(c, ["q"], 3, 0.1, Metrics(), ends=broker)
+    tps = list(c.positions)
+    start, held = CLOCK[0], 0.0
+    while CLOCK[0] - start < 300:
+        t0 = CLOCK[0]
+        bands.before_poll(tps, [])
+        held += CLOCK[0] - t0
+        CLOCK[0] += 0.02
+    assert held / (CLOCK[0] - start) <= 0.1
+    # backed off 1, 2, 4 ... 30 s: about 14 asks in 300 s (the stuck answers reset it before)
+    assert sum(("q", 0) in ask for ask in broker.asked) <= 18, broker.asked
+
+
+def test_receiver_quick_stuck_answers_keep_a_paused_partitions_back_off() -> None:
+    c = Consumer({("q", 0): (5, 5), ("q.p2", 0): (7, 11)}, {})
+    broker = HalfAway({("q", 0): 5, ("q.p2", 0): 11}, away={("q", 0)})
+    bands = ReceiverBands(c, ["q"], 3, ends=broker)
+    start, held = CLOCK[0], 0.0
+    while CLOCK[0] - start < 300:
+        t0 = CLOCK[0]
+        bands.before_poll()
+        held += CLOCK[0] - t0
+        CLOCK[0] += 0.02
+    assert held / (CLOCK[0] - start) <= 0.1
+    assert sum(("q", 0) in ask for ask in broker.asked) <= 18, broker.asked

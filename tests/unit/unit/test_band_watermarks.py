@@ -144,7 +144,10 @@ def test_asks_while_the_queue_is_full_hold_the_loop_a_small_share_of_its_time(
     assert broker.asked and held / (CLOCK[0] - start) <= most
 
 
-@pytest.mark.parametrize(("took", "most"), [(2.0, 0.1), (0.3, 0.1), (0.001, 0.05)])
+# With every request timing out (2 s), the paused partition's asks and the band-2
+# partition's (it never moves here: asked as stuck, `router.contract.bandends`) back off
+# apart, each to one 2 s request per 32 s at most: 0.125 together.
+@pytest.mark.parametrize(("took", "most"), [(2.0, 0.15), (0.3, 0.1), (0.001, 0.05)])
 def test_asks_for_paused_partitions_hold_the_loop_a_small_share_of_its_time(
     monkeypatch: pytest.MonkeyPatch, took: float, most: float
 ) -> None:
