@@ -89,8 +89,12 @@ class BandLag:
                 stuck.append(key)  # an open transaction, or its end not read yet
             rows.append((key, band, at))
         ats = {key: at for key, _, at in rows}
-        if stale or stuck:  # one request, each kind paced apart
-            self._ask_ends([(self._end_asks, stale), (self._stuck_asks, stuck)], ats)
+        # a request of each kind: a leader away for one kind's partitions holds its own
+        # request to its time-out, and paces (or backs off) that kind alone
+        if stale:
+            self._ask_ends(stale, self._end_asks, ats)
+        if stuck:
+            self._ask_ends(stuck, self._stuck_asks, ats)
         for key, band, at in rows:
             end = marks.end(key, at)
             self.lag[key] = end - at if at >= 0 and end > at else 0
@@ -98,19 +102,15 @@ class BandLag:
                 out[band] += end - at
         return out
 
-    def _ask_ends(self, asks: list[tuple[Pacer, list[TP]]], ats: dict[TP, int]) -> None:
-        """The broker's last stable offsets of the partitions of `asks` (their readers at
-        `ats`), in one request; each kind's next one paced by it (its `Pacer`), a partition
-        of its own left out an unanswered request of that kind only."""
-        stale = [key for _, kind in asks for key in kind]
+    def _ask_ends(self, stale: list[TP], pacer: Pacer, ats: dict[TP, int]) -> None:
+        """The broker's last stable offsets of `stale` (their readers at `ats`), in one
+        request; the next one of its kind paced by it (`pacer`)."""
         began = time.monotonic()
         for key in stale:
             self.asked[key] = began
         got = self.ends(stale)
         ended = time.monotonic()
-        for pacer, kind in asks:
-            if kind:  # a kind not asked keeps its pace (and its back-off)
-                pacer.done(began, ended, answered=all(key in got for key in kind))
+        pacer.done(began, ended, answered=len(got) == len(stale))
         for key, stable in got.items():
             self.marks.answered(key, stable, ended, ats[key])
 

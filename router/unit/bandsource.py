@@ -208,8 +208,12 @@ class BandSource:
                 marks.seen(tp, self._cached(tpp))
                 if marks.stuck(tp, pos, now) and ask_stuck:
                     stuck.append(tp)
-        if stale or stuck:  # one request, each kind paced apart
-            self._ask([(self._paused_asks, stale), (self._stuck_asks, stuck)], at)
+        # a request of each kind: a leader away for one kind's partitions holds its own
+        # request to its time-out, and paces (or backs off) that kind alone
+        if stale:
+            self._ask(self._paused_asks, stale, at)
+        if stuck:
+            self._ask(self._stuck_asks, stuck, at)
         if self.crowded() and self._crowded_asks.due(now):
             self._ask_crowded(mine, at)
         for tp, pos in at.items():
@@ -229,14 +233,13 @@ class BandSource:
             if band > self._floor and tp not in self.paused and self.marks.end(tp, at[tp]) <= at[tp]
         ]
         if ask:
-            self._ask([(self._crowded_asks, ask)], at)
+            self._ask(self._crowded_asks, ask, at)
             self.metrics.inc("band_crowded_asks")
 
-    def _ask(self, asks: list[tuple[Pacer, list[TP]]], at: dict[TP, int]) -> None:
-        """Ask the broker the ends (last stable offsets) of the partitions of `asks`, in one
-        request, and pace each kind's next one by it (its `Pacer`): an exception or a
-        partition of its own left out is an unanswered request of that kind only."""
-        ask = [tp for _, kind in asks for tp in kind]
+    def _ask(self, pacer: Pacer, ask: list[TP], at: dict[TP, int]) -> None:
+        """Ask the broker the ends (last stable offsets) of `ask`, in one request, and pace
+        the next one of its kind by it (`pacer`): an exception or a partition left out is
+        an unanswered request."""
         began = time.monotonic()
         for tp in ask:
             self._asked[tp] = began  # a paused partition: asked again `refresh_s` after this
@@ -246,9 +249,7 @@ class BandSource:
             log.debug("no watermarks for %d partitions: %r", len(ask), exc)
             got = {}
         answered = time.monotonic()
-        for pacer, kind in asks:
-            if kind:  # a kind not asked keeps its pace (and its back-off)
-                pacer.done(began, answered, answered=all(tp in got for tp in kind))
+        pacer.done(began, answered, answered=all(tp in got for tp in ask))
         for tp in ask:
             if tp in got:
                 self.marks.answered(tp, got[tp], answered, at[tp])

@@ -8,6 +8,7 @@ consumers and brokers; each failed on the first version."""
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 from typing import Any
 
@@ -247,3 +248,57 @@ def test_receiver_quick_stuck_answers_keep_a_paused_partitions_back_off() -> Non
         CLOCK[0] += 0.02
     assert held / (CLOCK[0] - start) <= 0.1
     assert sum(("q", 0) in ask for ask in broker.asked) <= 18, broker.asked
+
+
+# A stuck partition whose leader is away runs its request to the time-out (2 s): asked in
+# the paused partitions' request (a version of this change did), it held theirs as long, and
+# both kinds were paced to 20 x 2 s: a lower band's new records were counted ~40 s late
+# (a second review, a jittery loop). Each kind has a request of its own now.
+
+
+def worst_delay(step: Any, seen: Any, broker: Broker, c: Consumer, seed: int) -> float:
+    """A jittery loop for 300 s, then band 0 gets records six times: the worst time until
+    it is counted."""
+    rnd = random.Random(seed)
+    start = CLOCK[0]
+    while CLOCK[0] - start < 300:
+        step()
+        CLOCK[0] += rnd.uniform(0.01, 0.1)
+    worst = 0.0
+    for i in range(6):
+        broker.ends[("q", 0)] = 50 + i  # band 0 gets records while paused
+        t0 = CLOCK[0]
+        while not seen() and CLOCK[0] - t0 < 120:
+            step()
+            CLOCK[0] += rnd.uniform(0.01, 0.1)
+        worst = max(worst, CLOCK[0] - t0)
+        c.positions[("q", 0)] = (50 + i, 50 + i)  # read
+        t1 = CLOCK[0]
+        while CLOCK[0] - t1 < 7 * (i + 1):
+            step()
+            CLOCK[0] += rnd.uniform(0.01, 0.1)
+    return worst
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_unit_a_stuck_partitions_time_out_does_not_pace_the_paused_asks(seed: int) -> None:
+    c = Consumer({("q", 0): (5, 5), ("q.p2", 0): (0, 10**6)}, {})
+    broker = HalfAway({("q", 0): 5, ("q.p2", 0): 10**6}, away={("q.p2", 0)})
+    bands = BandSource(c, ["q"], 3, 0.1, Metrics(), ends=broker)
+    tps = list(c.positions)
+    last: dict[str, Any] = {}
+
+    def step() -> None:
+        last["turn"] = bands.before_poll(tps, [])
+
+    delay = worst_delay(step, lambda: 0 in last["turn"].bands, broker, c, seed)
+    assert delay < 3, f"band 0's new records counted {delay:.1f} s late"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_receiver_a_stuck_partitions_time_out_does_not_pace_the_paused_asks(seed: int) -> None:
+    c = Consumer({("q", 0): (5, 5), ("q.p2", 0): (0, 10**6)}, {})
+    broker = HalfAway({("q", 0): 5, ("q.p2", 0): 10**6}, away={("q.p2", 0)})
+    bands = ReceiverBands(c, ["q"], 3, ends=broker)
+    delay = worst_delay(bands.before_poll, lambda: bands.lag.get(("q", 0), 0) > 0, broker, c, seed)
+    assert delay < 3, f"band 0's new records counted {delay:.1f} s late"
