@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -26,18 +27,34 @@ class CallThread:
     """Runs one call at a time on a daemon thread."""
 
     def __init__(self, name: str = "txn-call") -> None:
-        self._tasks: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Done]] = (
+        self._tasks: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Done] | None] = (
             queue.SimpleQueue()
         )
         threading.Thread(target=self._work, name=name, daemon=True).start()
 
     def _work(self) -> None:
         while True:
-            call, args, done = self._tasks.get()
+            task = self._tasks.get()
+            if task is None:  # retired
+                return
+            call, args, done = task
+            del task
+            # Nothing of a call (its producer) is kept past it: not until the next call,
+            # which never comes to a retired thread, nor by its exception's traceback
+            # (its frames' locals cleared; the lines stay to be printed).
             try:
-                done.put((True, call(*args)))
+                result = (True, call(*args))
             except BaseException as exc:
-                done.put((False, exc))
+                traceback.clear_frames(exc.__traceback__)
+                result = (False, exc)
+            del call, args
+            done.put(result)
+            del done, result
+
+    def retire(self) -> None:
+        """The thread ends as soon as its current call returns (an abandoned call may
+        never): neither the thread nor what its calls were given outlives it."""
+        self._tasks.put(None)
 
     def submit(self, call: Callable[..., Any], *args: Any) -> Done:
         done: Done = queue.SimpleQueue()
@@ -75,4 +92,7 @@ class CallThread:
                 continue
         if ok:
             return value
-        raise value
+        try:
+            raise value
+        finally:
+            del value  # else this frame and the exception hold each other (and its call)

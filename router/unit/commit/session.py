@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from router.backends.kafka.brokerwatch import NoBrokerWatch
 from router.backends.kafka.callthread import Abandoned, CallThread, Done
+from router.backends.kafka.clients import dispose_in_background
 from router.metrics.registry import Metrics
 from router.unit.commit.finishing import OffsetsWatch, Progress, finish
 from router.unit.commit.timeouts import (
@@ -72,7 +73,9 @@ class TransactionalSession:
     def _call(self, call: Callable[..., Any], *args: Any, holds_batch: bool = True) -> Any:
         """A transactional call on the call thread. A stop request gives a call that
         finishes a batch STOP_GRACE_S, and abandons one that holds none (init) at once."""
-        return self._wait(self._calls.submit(call, *args), CALL_DEADLINE_S, holds_batch)
+        done = self._calls.submit(call, *args)
+        del call, args  # a producer's method: an exception's traceback would keep it
+        return self._wait(done, CALL_DEADLINE_S, holds_batch)
 
     def _wait(
         self, done: Done, deadline: float, holds_batch: bool = True, committing: bool = False
@@ -82,7 +85,8 @@ class TransactionalSession:
         try:
             return CallThread.wait(done, deadline, self._stop, grace, stuck if committing else None)
         except Abandoned:
-            self._calls = CallThread()  # the stuck one stays blocked, abandoned
+            self._calls.retire()  # blocked, abandoned: it ends if the call ever returns
+            self._calls = CallThread()
             why = "abandoned: stopping" if self._stop.is_set() else "did not return in time"
             if committing and not self._stop.is_set():
                 why = self.offsets.abandoned() or why
@@ -110,12 +114,15 @@ class TransactionalSession:
             self._call(self.producer.init_transactions, TXN_TIMEOUT_S, holds_batch=False)
         except KafkaException as exc:
             log.warning("cannot start transactions yet (broker away?), retrying: %s", exc)
-            if exc.args[0].fatal() or self.watch.stuck() is not None:
-                self.producer = self._new_producer()
-                self.watch.reset()
-            return False
-        self._to(S.READY)
-        return True
+            replace = exc.args[0].fatal() or self.watch.stuck() is not None
+        else:
+            self._to(S.READY)
+            return True
+        if replace:  # once the exception (and what its traceback holds) is gone
+            old, self.producer = [self.producer], self._new_producer()
+            dispose_in_background(old)
+            self.watch.reset()
+        return False
 
     def begin(self, generation: int) -> bool:
         """READY -> OPEN for a batch decided in `generation`. False, and no change, if the
@@ -284,20 +291,24 @@ class TransactionalSession:
     def _swap(self, why: str) -> bool:
         """A new producer under the same transactional ID in place of this one (its
         init_transactions bumps the epoch: whatever the old one has in flight is fenced).
-        False if it could not start (the broker away)."""
-        producer = self._new_producer()
+        False if it could not start (the broker away). A producer let go is destroyed on a
+        thread of its own (`dispose_in_background`: that can hang, librdkafka#5476)."""
+        new = [self._new_producer()]
         try:
-            self._call(producer.init_transactions, TXN_TIMEOUT_S, holds_batch=False)
+            self._call(new[0].init_transactions, TXN_TIMEOUT_S, holds_batch=False)
         except KafkaException as exc:
             log.warning("a new producer could not start yet: %s", exc)
-            return False
-        log.info("transactional producer replaced (%s)", why)
-        self.producer = producer
-        self.watch.reset()
-        self._abort_failures = 0
-        self.suspect = None
-        self.metrics.inc("producer_restarts")
-        return True
+        else:
+            log.info("transactional producer replaced (%s)", why)
+            old, self.producer = [self.producer], new.pop()
+            dispose_in_background(old)
+            self.watch.reset()
+            self._abort_failures = 0
+            self.suspect = None
+            self.metrics.inc("producer_restarts")
+            return True
+        dispose_in_background(new)  # once the exception (and what it holds) is gone
+        return False
 
     def poll(self) -> None:
         """Serve the producer's callbacks. A fatal error found here, or no broker for the
