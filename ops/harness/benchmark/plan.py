@@ -144,7 +144,14 @@ def plan(bench: Benching, only: Collection[str] = ()) -> list[Step]:
             stage(RECEIVE, w)
     if parts & {"units", "redis"}:
         batches = max(10, spec.max_messages // 500)  # as many messages as a unit's run
-        steps.append((1, lambda: results.scripts.extend(script_costs(bench.base.redis, batches))))
+        steps.append(
+            (
+                1,
+                lambda: results.scripts.extend(
+                    script_costs(bench.base.redis, batches, beside=spec.repeats)
+                ),
+            )
+        )
     if "java" in parts:
         stage(JAVA_RELAY, key)
         stage(JAVA_CHAINED, key)

@@ -144,6 +144,20 @@ def test_bench_quick_run_reports_every_stage_and_ends_with_the_ratio(tmp_path: P
             r"per grouped message, both sides \(goal <= 6;",
             md,
         ), load
+    # ... and side by side with the scripts before issue 30, the goal's figure.
+    beside = re.search(
+        r"the routing scripts alone, no Kafka, grouped, side by side with the scripts before "
+        r"issue 30 \(0f7b42c, 1 alternating round,.*\): (\d+\.\d\d) -> (\d+\.\d\d) us .* "
+        r"now / before (\d+\.\d\d) \(goal: about a third, <= 0\.33\)",
+        md,
+    )
+    known = ["git", "cat-file", "-e", "0f7b42c^{commit}"]
+    history = subprocess.run(known, cwd=ROOT, check=False).returncode
+    if history == 0:  # a clone with the history (a shallow one says why it cannot measure)
+        assert beside, "no side-by-side line for the scripts"
+        assert float(beside[1]) > 0 and float(beside[2]) > 0, beside[0]
+    else:
+        assert "0f7b42c): not measured, no such revision here" in md
     assert re.search(
         r"the routing scripts alone, no Kafka, kinds \(.*\): first \d+\.\d\d, middle "
         r"\d+\.\d\d, final \d+\.\d\d, ordinary \d+\.\d\d",
