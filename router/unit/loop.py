@@ -183,6 +183,7 @@ class TransferUnit(Settling):
                 self.bands.ends.close()
             if self.tracing is not None:
                 self.tracing.shutdown()  # exports what is left
+            self.session.close()
         return 0
 
     def step(self) -> None:

@@ -310,6 +310,11 @@ class TransactionalSession:
         dispose_in_background(new)  # once the exception (and what it holds) is gone
         return False
 
+    def close(self) -> None:
+        """At stop, the session's last call: its producer destroyed on a thread of its own
+        (a BROKEN one's destroy can hang, librdkafka#5476; the process exits all the same)."""
+        dispose_in_background([self.__dict__.pop("producer")])
+
     def poll(self) -> None:
         """Serve the producer's callbacks. A fatal error found here, or no broker for the
         watch's time, means BROKEN (while committing, the commit itself fails with it and

@@ -197,3 +197,19 @@ def test_a_new_producer_whose_start_failed_is_let_go_off_the_run_loop(
     session.retire("a test")
     assert not session.replace()
     let_go_elsewhere(where)
+
+
+def test_a_broken_producer_is_let_go_off_the_run_loop_when_the_unit_stops(
+    collected_here: Any,
+) -> None:
+    """(A second review's finding.) A stop during the back-off after a fatal commit: the
+    unit's run ends with the session BROKEN, and its producer went with the unit as the
+    process exited, on the main thread (a destroy that hangs would hold the exit)."""
+    where: list[str] = []
+    session = session_of(Native(where, commit_transaction=FATAL))
+    with pytest.raises(TxnFailed):
+        commit_one(session)
+    assert session.state is TxnState.BROKEN and not session.abort()  # the run's `finally`
+    session.close()
+    del session
+    let_go_elsewhere(where)
