@@ -20,6 +20,7 @@ from router.backends.kafka.callthread import Abandoned, CallThread, Done
 from router.backends.kafka.clients import dispose_in_background
 from router.metrics.registry import Metrics
 from router.unit.commit.finishing import OffsetsWatch, Progress, finish
+from router.unit.commit.producing import produce_in_order
 from router.unit.commit.timeouts import (
     ABORT_TIMEOUT_S,
     CALL_DEADLINE_S,
@@ -152,46 +153,10 @@ class TransactionalSession:
         `barriers`, every record produced so far is on the broker (flushed): records on
         different partitions are otherwise appended in no particular order."""
         assert self.state is S.OPEN
-        produce, poll = self.producer.produce, self.producer.poll
-        wait = set(barriers)
         try:
-            for i, r in enumerate(records):
-                if i in wait:
-                    self._appended()
-                while True:
-                    try:
-                        if r.source is not None and track is not None:
-                            produce(
-                                r.topic,
-                                r.value,
-                                r.key,
-                                partition=r.partition,
-                                headers=r.headers,
-                                timestamp=r.timestamp,
-                                on_delivery=track(r.source),
-                            )
-                        else:
-                            produce(
-                                r.topic,
-                                r.value,
-                                r.key,
-                                partition=r.partition,
-                                headers=r.headers,
-                                timestamp=r.timestamp,
-                            )
-                        break
-                    except BufferError:
-                        poll(0.05)  # the local queue is full: let deliveries drain
+            produce_in_order(self.producer, records, track, barriers)
         except KafkaException as exc:
             raise self._failed(exc) from exc
-
-    def _appended(self) -> None:
-        """Every record produced so far on the broker (a barrier), or the transaction
-        fails: an unacknowledged record could still be appended after later ones."""
-        if self.producer.flush(TXN_TIMEOUT_S) > 0:
-            raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, "records not appended before a band barrier")
-            )
 
     def fail(self, reason: str) -> TxnFailed:
         """OPEN -> FAILED: the unit gives up the open transaction (its batch's leases
