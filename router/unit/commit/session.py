@@ -275,10 +275,14 @@ class TransactionalSession:
         dispose_in_background(new)  # once the exception (and what it holds) is gone
         return False
 
-    def close(self) -> None:
-        """At stop, the session's last call: its producer destroyed on a thread of its own
-        (a BROKEN one's destroy can hang, librdkafka#5476; the process exits all the same)."""
-        dispose_in_background([self.__dict__.pop("producer")])
+    def close(self, wait_s: float = 5.0) -> None:
+        """At stop, the session's last call: its producer destroyed on a thread of its own,
+        waited for up to `wait_s` (a BROKEN one's destroy can hang, librdkafka#5476: the
+        process then exits all the same; a healthy one is gone before it exits, as before)."""
+        box = [self.__dict__.pop("producer")]
+        closing = threading.Thread(target=box.clear, name="kafka-client-close", daemon=True)
+        closing.start()
+        closing.join(wait_s)
 
     def poll(self) -> None:
         """Serve the producer's callbacks. A fatal error found here, or no broker for the
