@@ -22,7 +22,7 @@ from router.unit.commit import finishing
 from router.unit.commit import session as session_module
 from router.unit.commit.session import TransactionalSession
 from router.unit.commit.txnstate import TxnFailed, TxnState
-from tests.unit.unit.commit.test_timeout_guard import Scripted, StuckOffsets, commit_one, session_of
+from tests.fixtures.txnproducers import Scripted, StuckOffsets, commit_one, session_of
 
 
 def gone_within(ref: weakref.ref[Any], seconds: float) -> bool:

@@ -5,49 +5,16 @@ tests/integration/unit/test_session.py."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 
-from router.metrics.registry import Metrics
 from router.unit.commit import finishing
-from router.unit.commit.session import TransactionalSession
 from router.unit.commit.timeouts import timed_out
 from router.unit.commit.txnstate import TxnFailed, TxnState
-
-
-class Scripted:
-    """Raises the next scripted error of a call, if any; otherwise succeeds."""
-
-    def __init__(self, **errors: list[KafkaError]) -> None:
-        self.errors = errors
-        self.calls: list[str] = []
-
-    def _run(self, name: str) -> None:
-        self.calls.append(name)
-        queue = self.errors.get(name)
-        if queue:
-            raise KafkaException(queue.pop(0))
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: self._run(name)
-
-
-def session_of(*producers: Scripted) -> TransactionalSession:
-    pool = list(producers)
-    session = TransactionalSession(lambda: pool.pop(0), threading.Event(), Metrics())
-    assert session.start()
-    return session
-
-
-def commit_one(session: TransactionalSession) -> None:
-    assert session.begin(session.generation)
-    session.produce([])
-    session.commit([], None)
-    session.wait_committed()
+from tests.fixtures.txnproducers import Scripted, StuckOffsets, commit_one, session_of
 
 
 def timeout(**flags: bool) -> KafkaError:
@@ -151,18 +118,6 @@ def test_a_commit_whose_retry_after_a_time_out_fails_is_broken_not_aborted() -> 
     assert session.state is TxnState.BROKEN
     assert not session.abort() and "abort_transaction" not in first.calls
     assert session.replace() and session.suspect is None
-
-
-class StuckOffsets(Scripted):
-    """send_offsets_to_transaction blocks (librdkafka#5456) until `release` is set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = threading.Event()
-
-    def send_offsets_to_transaction(self, *args: Any) -> None:
-        self.calls.append("send_offsets_to_transaction")
-        self.release.wait(60)
 
 
 def test_a_commit_stuck_sending_its_offsets_is_abandoned_long_before_the_deadline(
