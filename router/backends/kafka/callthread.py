@@ -23,6 +23,22 @@ class Abandoned(RouterError):
     """The call did not return in time (or a stop request cut its grace short)."""
 
 
+def clear_chain(exc: BaseException) -> None:
+    """Clear the locals of every frame in `exc`'s traceback and in those of the exceptions
+    it was raised from or while handling (`__cause__`, `__context__`): a call that failed
+    while handling another failure keeps nothing of what it was given either. The lines
+    stay to be printed."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        todo += (e.__cause__, e.__context__)
+
+
 class CallThread:
     """Runs one call at a time on a daemon thread."""
 
@@ -41,11 +57,12 @@ class CallThread:
             del task
             # Nothing of a call (its producer) is kept past it: not until the next call,
             # which never comes to a retired thread, nor by its exception's traceback
-            # (its frames' locals cleared; the lines stay to be printed).
+            # and the ones it was raised from or while handling (their frames' locals
+            # cleared; the lines stay to be printed).
             try:
                 result = (True, call(*args))
             except BaseException as exc:
-                traceback.clear_frames(exc.__traceback__)
+                clear_chain(exc)
                 result = (False, exc)
             del call, args
             done.put(result)

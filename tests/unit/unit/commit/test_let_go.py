@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import traceback
 import weakref
 from typing import Any
 
@@ -213,3 +214,43 @@ def test_a_broken_producer_is_let_go_off_the_run_loop_when_the_unit_stops(
     session.close()
     del session
     let_go_elsewhere(where)
+
+
+class Chained:
+    """A call that fails while handling a failure of its own, and one raised from it: the
+    inner frames (which hold `self`) are in the outer exception's `__context__` and
+    `__cause__`, not in its traceback."""
+
+    def handling(self) -> None:
+        try:
+            self.fail_inner()
+        except ValueError:
+            raise RuntimeError("while handling")  # noqa: B904 (the __context__ is the point)
+
+    def raised_from(self) -> None:
+        try:
+            self.fail_inner()
+        except ValueError as exc:
+            raise RuntimeError("raised from") from exc
+
+    def fail_inner(self) -> None:
+        me = self  # a local of the inner frame that refers to the call's object
+        raise ValueError(f"inner {id(me)}")
+
+
+@pytest.mark.parametrize("how", ["handling", "raised_from"])
+def test_a_call_that_failed_while_handling_a_failure_keeps_nothing_of_its_object(
+    collected_here: Any, how: str
+) -> None:
+    """Clearing only the outer traceback's frames left the inner exception's frames, and
+    with them the call's object (the producer), alive for as long as the caller kept the
+    exception: a failed call's exception travels up the run loop and into logs."""
+    held = Chained()
+    ref = weakref.ref(held)
+    calls = CallThread(name="test-chained-call")
+    with pytest.raises(RuntimeError) as raised:
+        CallThread.wait(calls.submit(getattr(held, how)), 5, threading.Event(), 0)
+    del held
+    assert ref() is None, "the inner frames still hold the call's object"
+    assert "fail_inner" in "".join(traceback.format_exception(raised.value)), "lines kept"
+    calls.retire()
