@@ -1,24 +1,12 @@
-"""The docs name what the code has: every metric, dead-letter reason, router event and
-configuration key (the drift the operations issue found). Pure: reads files."""
+"""The docs name what the code has: every metric, dead-letter reason and router event (the
+drift the operations issue found); the settings: test_configuration_docs.py. Pure: reads
+files."""
 
 from __future__ import annotations
 
 import re
 import typing
 
-from pydantic import BaseModel
-
-from router.config import (
-    KafkaSettings,
-    MetricsSettings,
-    PrioritySettings,
-    RedisSettings,
-    RegistrySettings,
-    RoutingSettings,
-    SweeperSettings,
-    TracingSettings,
-    UnitSettings,
-)
 from router.metrics import prom
 from router.metrics import registry as metrics
 from tests.fixtures.paths import ROOT
@@ -63,25 +51,3 @@ def test_every_router_event_schema_is_documented_in_events() -> None:
     assert "GroupStagingAborted" in schemas
     missing = [s for s in schemas if f"router.events.{s}" not in docs]
     assert not missing, f"event schemas not in docs/reference/events.md: {missing}"
-
-
-def test_every_setting_is_documented_in_configuration() -> None:
-    docs = text("docs/reference/configuration.md")
-    sections: dict[str, type[BaseModel]] = {
-        "routing": RoutingSettings,
-        "unit": UnitSettings,
-        "sweeper": SweeperSettings,
-        "kafka": KafkaSettings,
-        "redis": RedisSettings,
-        "metrics": MetricsSettings,
-        "priority": PrioritySettings,
-        "tracing": TracingSettings,
-        "registry": RegistrySettings,
-    }
-    missing = [
-        f"{section}.{key}"
-        for section, model in sections.items()
-        for key in model.model_fields
-        if f"`{key}`" not in docs
-    ]
-    assert not missing, f"settings not in docs/reference/configuration.md: {missing}"
