@@ -1,5 +1,5 @@
 """README.md, CHANGELOG.md, docs/ and spark_jobs/README.md name only what exists. Pure: reads
-files, and the click CLI and the settings models; no servers.
+files, and the click CLI, the Spark jobs' argparse parsers and the settings models; no servers.
 
 What counts, precisely (code blocks are fenced blocks; "shell" blocks are those tagged
 sh, bash, shell, console or untagged):
@@ -9,9 +9,13 @@ sh, bash, shell, console or untagged):
    and an `#anchor` on a markdown target (or on the page itself) is the GitHub slug of one
    of its headings.
 2. `make <target> ...` in code spans and shell blocks: every target is a Makefile target.
-3. `router <command> [<subcommand>]` in code spans and shell blocks (also `.venv/bin/router`
-   and `$(router ...)`), options skipped with their values: the command path exists in the
-   click CLI. `from router import ...` is Python, not a command.
+3. `router <command> [<subcommand>]` in code spans and shell blocks (also `.venv/bin/router`,
+   `python -m router` and `$(router ...)`; a line ending in `\\` goes on, a shell operator or
+   the `)` of `$(` ends it), options skipped with their values: the command path exists in
+   the click CLI. `from router import ...` is Python, not a command. Every option there
+   (`[--wait]` too) is taken by the command at its place: the root before the command, the
+   command after it (click's, `-h` too; `router spark sender|receiver`: the job's argparse
+   parser's); after `a|b` by one of them, after `<command>` or `...` by one below.
 4. Settings: a code span that starts with `<section>.<key>` (exactly two components, the
    section a field of `RouterSettings`, the key a lowercase identifier, not followed by
    another `.`: so `kafka.linger.ms`, a Spark connector option, and `metrics.md`, a file,
@@ -128,12 +132,13 @@ def page(path: Path) -> Page:
 
 
 def shell_lines(p: Page) -> list[str]:
-    """Shell blocks' lines without comments, and every code span: where commands are."""
+    """Shell blocks' lines without comments, a line ending in `\\` joined to the next, and
+    every code span: where commands are."""
     lines = [
         re.sub(r"(^|\s)#.*$", "", line)
         for lang, body in p.blocks
         if lang in SHELL
-        for line in body.splitlines()
+        for line in re.sub(r"\\\n", " ", body).splitlines()
     ]
     return [*lines, *p.spans]
 
@@ -243,8 +248,24 @@ def router_calls(p: Page) -> list[list[str]]:
             if (bare == "router" or bare.endswith("/bin/router")) and (
                 i == 0 or words[i - 1] not in ("from", "import")
             ):
-                calls.append([w.rstrip(")`\"'") for w in words[i + 1 :]])
+                calls.append(command_words(words[i + 1 :]))
     return calls
+
+
+SHELL_END = re.compile(r"\|\|?|&&?|;|<|\d*>.*")  # operators and redirections
+
+
+def command_words(words: list[str]) -> list[str]:
+    """The words up to the end of the command: a shell operator, a redirection, or the `)`
+    or backtick closing the `$(...)` it is in."""
+    out = []
+    for word in words:
+        if SHELL_END.fullmatch(word):
+            break
+        out.append(word.rstrip(")`\"';"))
+        if word.rstrip("\"'").endswith((")", "`", ";")):
+            break
+    return out
 
 
 def cli_problem(words: list[str], root: click.Command = cli) -> str | None:
@@ -279,6 +300,82 @@ def cli_paths(command: click.Command = cli, path: str = "router") -> list[str]:
         for name, sub in sorted(command.commands.items()):
             out += cli_paths(sub, f"{path} {name}")
     return out
+
+
+# The commands that pass their arguments on (`ignore_unknown_options`): the module whose
+# `parser()` takes them. One missing here: a KeyError naming it, in every option check.
+PASSED_ON = {
+    "router spark sender": "spark_jobs.sender",
+    "router spark receiver": "spark_jobs.receiver",
+}
+
+
+@cache
+def cli_options() -> dict[str, dict[str, bool]]:
+    """Every command path's options, each with whether it takes a value: click's (the help
+    option too, `-h` by the root's context settings), a passing-on command's its job's."""
+    out: dict[str, dict[str, bool]] = {}
+
+    def walk(command: click.Command, path: str, parent: click.Context | None) -> None:
+        ctx = click.Context(command, parent, **command.context_settings)
+        if command.context_settings.get("ignore_unknown_options"):
+            actions = importlib.import_module(PASSED_ON[path]).parser()._actions
+            out[path] = {o: a.nargs != 0 for a in actions for o in a.option_strings}
+        else:
+            params = [o for o in command.get_params(ctx) if isinstance(o, click.Option)]
+            out[path] = {n: not o.is_flag and not o.count for o in params for n in o.opts}
+            out[path] |= {n: False for o in params for n in o.secondary_opts}
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}", ctx)
+
+    walk(cli, "router", None)
+    return out
+
+
+def router_options(words: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The options in `router <words>`, each as (the command as written, the option, the
+    command paths it goes to): one, each of `a|b`, or after a placeholder (`<command>`,
+    `...`) the group's and every one below it. `[--wait]` is `--wait`; values are skipped."""
+    options = cli_options()
+    written, value = "router", False
+    paths: tuple[str, ...] = ("router",)
+    found: list[tuple[str, str, tuple[str, ...]]] = []
+    for word in (w.strip("[]") for w in words):
+        if value:
+            value = False
+        elif word == "--":
+            break
+        elif re.match(r"-[-a-zA-Z]", word):
+            names = word.split("=")[0].split("|")
+            found += [(written, name, paths) for name in names]
+            value = "=" not in word and any(options[q].get(names[-1]) for q in paths)
+        elif len(paths) == 1 and any(q.startswith(f"{paths[0]} ") for q in options):
+            if not re.fullmatch(r"[a-z][a-z0-9|-]*", word):
+                paths = tuple(q for q in options if f"{q} ".startswith(f"{paths[0]} "))
+            elif all(f"{paths[0]} {n}" in options for n in word.split("|")):
+                paths = tuple(f"{paths[0]} {n}" for n in word.split("|"))
+            else:
+                break  # no such command: cli_problems reports it
+            written = f"{written} {word}"
+    return found
+
+
+def option_problems(p: Page) -> list[str]:
+    """Options that no command they go to takes; a parent's is pointed to: click takes it only
+    before the subcommand."""
+    options = cli_options()
+    problems = []
+    for words in router_calls(p):
+        for written, name, paths in router_options(words):
+            if not any(name in options[q] for q in paths):
+                up = [
+                    q for q in options if f"{paths[0]} ".startswith(f"{q} ") and name in options[q]
+                ]
+                hint = f" (an option of `{up[0]}`: it goes right after `{up[0]}`)" if up else ""
+                problems.append(
+                    f"{p.name}: `{written} {name}`: no option {name} in `{written}`{hint}"
+                )
+    return problems
 
 
 # --------------------------------------------------------------------------- 4. settings
@@ -514,6 +611,11 @@ def test_router_commands_named_exist(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", PAGES, ids=IDS)
+def test_router_options_named_exist(path: Path) -> None:
+    assert not option_problems(page(path))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=IDS)
 def test_settings_named_exist(path: Path) -> None:
     assert not setting_problems(page(path))
 
@@ -535,6 +637,7 @@ def test_the_checks_see_what_the_docs_name() -> None:
     assert sum(len(links(p)) for p in everything) > 100
     assert sum(len(make_calls(p)) for p in everything) > 20
     assert sum(len(router_calls(p)) for p in everything) > 40
+    assert sum(len(router_options(w)) for p in everything for w in router_calls(p)) > 80
     assert sum(len(named_settings(p)) for p in everything) > 100
     assert sum(len(repo_paths(p)) for p in everything) > 100
     assert sum(len(python_names(p)) for p in everything) > 10
@@ -617,6 +720,29 @@ def test_an_unknown_router_command_is_caught() -> None:
     assert len(cli_problems(p)) == 2
     assert cli_problem(["table", "pin|nosuch"])
     assert cli_problem(["--config", "x.toml", "tabel", "list"])
+
+
+def test_an_unknown_router_option_is_caught() -> None:
+    p = fake(
+        "`router table list --sides send` `router --config x.toml table show <gid> --json`\n"
+        "```sh\npython -m router table show --config router.toml order-42\n"
+        ".venv/bin/router table drain <d> --side send --yes [--wait --timeout 600] \\\n"
+        "    --cell 1 --no-such-flag 2>&1 | grep --count x  # router relay --nope\n"
+        'spark-submit --jars "$(router spark jars)" --conf spark.speculation=false\n'
+        "router spark sender --checkpoint c --source rate --rate 5; router sweeper --once\n```\n"
+        "`router table pin|drain --wait` `router <command> --help` `router table ... --cell`\n"
+        "`router nosuch --x` `router relay --side send|receive` `router -h --log-level=INFO`\n"
+    )
+    fake_md = "docs/how-to/fake.md"
+    assert option_problems(p) == [
+        f"{fake_md}: `router table show --config`: no option --config in `router table show` "
+        "(an option of `router`: it goes right after `router`)",
+        f"{fake_md}: `router table drain --no-such-flag`: no option --no-such-flag in "
+        "`router table drain`",
+        f"{fake_md}: `router spark sender --rate`: no option --rate in `router spark sender`",
+        f"{fake_md}: `router table list --sides`: no option --sides in `router table list`",
+    ]
+    assert "--checkpoint" in cli_options()["router spark receiver"]
 
 
 def test_an_unknown_setting_is_caught() -> None:
