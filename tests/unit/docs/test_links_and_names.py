@@ -29,7 +29,8 @@ sh, bash, shell, console or untagged):
 6. Code blocks are correct as far as a parser can tell: Python parses, TOML parses, JSON
    parses (whole, or line by line for JSON lines).
 7. docs/index.md links every page under docs/; docs/reference/cli.md names every command of
-   the CLI and docs/reference/make.md every documented Makefile target.
+   the CLI (its options column: test_cli_reference.py) and docs/reference/make.md every
+   documented Makefile target.
 8. docs/reference/clients.md lists every keyword argument of `Sender`, `Sender.send` and
    `Receiver`, and no argument they do not take.
 
@@ -60,6 +61,7 @@ from router.cli import cli
 from router.config import RouterSettings
 from router.receiver import Receiver
 from router.sender import Sender
+from tests.fixtures.cli_names import cli_options
 
 ROOT = Path(__file__).resolve().parents[3]
 SHELL = {"", "sh", "bash", "shell", "console"}
@@ -299,36 +301,6 @@ def cli_paths(command: click.Command = cli, path: str = "router") -> list[str]:
     if isinstance(command, click.Group):
         for name, sub in sorted(command.commands.items()):
             out += cli_paths(sub, f"{path} {name}")
-    return out
-
-
-# The commands that pass their arguments on (`ignore_unknown_options`): the module whose
-# `parser()` takes them. One missing here: a KeyError naming it, in every option check.
-PASSED_ON = {
-    "router spark sender": "spark_jobs.sender",
-    "router spark receiver": "spark_jobs.receiver",
-}
-
-
-@cache
-def cli_options() -> dict[str, dict[str, bool]]:
-    """Every command path's options, each with whether it takes a value: click's (the help
-    option too, `-h` by the root's context settings), a passing-on command's its job's."""
-    out: dict[str, dict[str, bool]] = {}
-
-    def walk(command: click.Command, path: str, parent: click.Context | None) -> None:
-        ctx = click.Context(command, parent, **command.context_settings)
-        if command.context_settings.get("ignore_unknown_options"):
-            actions = importlib.import_module(PASSED_ON[path]).parser()._actions
-            out[path] = {o: a.nargs != 0 for a in actions for o in a.option_strings}
-        else:
-            params = [o for o in command.get_params(ctx) if isinstance(o, click.Option)]
-            out[path] = {n: not o.is_flag and not o.count for o in params for n in o.opts}
-            out[path] |= {n: False for o in params for n in o.secondary_opts}
-        for name, sub in getattr(command, "commands", {}).items():
-            walk(sub, f"{path} {name}", ctx)
-
-    walk(cli, "router", None)
     return out
 
 
