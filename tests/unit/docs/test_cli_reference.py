@@ -13,6 +13,9 @@ second cell reading "the same" has the row above's. For every such row, both way
 
 `LEFT_ELSEWHERE` has no stale entry: each excuses some option of some row. That the page names
 every command at all is test_links_and_names.py's check (7).
+
+The table below `ROOT_HEADING` lists the root group's options (`router --config FILE ...`),
+one a row in its first cell: both ways too, against `router`'s, with no allow-list.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ LEFT_ELSEWHERE: dict[tuple[str, str], str] = {
     ("router spark receiver", "*"): "the job's own options: `router spark receiver --help`",
 }
 
+ROOT_HEADING = "## Options of every command"
+
 ROW_COMMAND = re.compile(r"`(router(?: [a-z][a-z0-9-]*)*)`")
 OPTION = re.compile(r"-{1,2}[A-Za-z][\w-]*")
 
@@ -58,6 +63,21 @@ def listed_options(cell: str) -> list[tuple[str, ...]]:
             if all(OPTION.fullmatch(f) for f in forms):
                 found.append(forms)
     return found
+
+
+def section_table(text: str, heading: str) -> list[list[str]]:
+    """The cells of each body row (below the header and its `|---|` line) of the first table
+    after the line `heading`, before the next heading; none if there is no such table."""
+    lines = text.splitlines()
+    if heading not in lines:
+        return []
+    table: list[str] = []
+    for line in lines[lines.index(heading) + 1 :]:
+        if line.startswith("#") or (table and not line.lstrip().startswith("|")):
+            break
+        if line.lstrip().startswith("|"):
+            table.append(line)
+    return [cells(line) for line in table[2:]]
 
 
 def reference_rows(text: str) -> list[tuple[str, list[tuple[str, ...]]]]:
@@ -95,37 +115,59 @@ def excuse(
     return None
 
 
+def option_problems(
+    command: str, listed: list[tuple[str, ...]], allowed: Mapping[tuple[str, str], str]
+) -> tuple[list[str], set[tuple[str, str]]]:
+    """The options `listed` for `command` against the command's, both ways (module
+    docstring), and the entries of `allowed` that excused an option left out."""
+    options = cli_option_forms()[command]
+    names = {n for o in options for n in o.names}
+    problems = [
+        f"`{command}`: {form} listed but not taken"
+        for forms in listed
+        for form in forms
+        if form not in names
+    ]
+    used: set[tuple[str, str]] = set()
+    written = {form for forms in listed for form in forms}
+    for option in options:
+        if "--help" in option.names or not written.isdisjoint(option.names):
+            continue
+        entry = excuse(command, option, allowed)
+        if entry is None:
+            problems.append(f"`{command}`: {option} taken but not listed")
+        else:
+            used.add(entry)
+    return problems, used
+
+
 def reference_option_problems(
     text: str, allowed: Mapping[tuple[str, str], str] = LEFT_ELSEWHERE
 ) -> list[str]:
     """The rows' options against the commands' (module docstring), and the entries of
     `allowed` that excuse nothing."""
-    commands = cli_option_forms()
     problems = []
     used: set[tuple[str, str]] = set()
     for command, listed in reference_rows(text):
-        taken = [o for o in commands[command] if "--help" not in o.names]
-        names = {n for o in commands[command] for n in o.names}
-        problems += [
-            f"`{command}`: {form} listed but not taken"
-            for forms in listed
-            for form in forms
-            if form not in names
-        ]
-        written = {form for forms in listed for form in forms}
-        for option in taken:
-            if written.isdisjoint(option.names):
-                entry = excuse(command, option, allowed)
-                if entry is None:
-                    problems.append(f"`{command}`: {option} taken but not listed")
-                else:
-                    used.add(entry)
+        row_problems, row_used = option_problems(command, listed, allowed)
+        problems += row_problems
+        used |= row_used
     problems += [
         f"LEFT_ELSEWHERE[{entry!r}] excuses nothing: remove it"
         for entry in allowed
         if entry not in used
     ]
     return problems
+
+
+def root_option_problems(text: str) -> list[str]:
+    """The options the table below `ROOT_HEADING` lists, each in a row's first cell, against
+    the root group's (`router`'s), both ways."""
+    rows = section_table(text, ROOT_HEADING)
+    if not rows:
+        return [f"no table below {ROOT_HEADING!r}"]
+    listed = [forms for row in rows for forms in listed_options(row[0])]
+    return option_problems("router", listed, allowed={})[0]
 
 
 # =========================================================================== the tests
@@ -184,4 +226,34 @@ def test_the_allow_list_excuses_only_its_options_and_goes_stale() -> None:
         "`router spark receiver`: -s listed but not taken",
         "`router spark receiver`: --nope listed but not taken",
         "LEFT_ELSEWHERE[('router acls', '--role')] excuses nothing: remove it",
+    ]
+
+
+def test_the_cli_reference_lists_the_root_options() -> None:
+    problems = root_option_problems(CLI_MD.read_text())
+    assert not problems, "docs/reference/cli.md's options of every command:\n" + "\n".join(problems)
+
+
+def test_a_wrong_or_missing_root_option_in_the_cli_reference_is_caught() -> None:
+    text = (
+        f"{ROOT_HEADING}\n"
+        "\n"
+        "Given before the command: `router --config router.toml table list`.\n"
+        "\n"
+        "| option | meaning |\n"
+        "|---|---|\n"
+        "| `--config FILE` | the TOML settings file |\n"
+        "| `--quiet` | less |\n"
+        "| `--version` | print the version and exit |\n"
+        "\n"
+        "## Processes\n"
+        "\n"
+        "| `--log-level LEVEL` | in another section's table: not the root table's |\n"
+    )
+    assert root_option_problems(text) == [
+        "`router`: --quiet listed but not taken",
+        "`router`: --log-level taken but not listed",
+    ]
+    assert root_option_problems("| `--config FILE` | no heading |\n") == [
+        "no table below '## Options of every command'"
     ]
