@@ -24,6 +24,7 @@ import re
 from collections.abc import Mapping
 
 from tests.fixtures.cli_names import CliOption, cli_option_forms
+from tests.fixtures.mdtables import cells
 from tests.fixtures.paths import ROOT
 
 CLI_MD = ROOT / "docs" / "reference" / "cli.md"
@@ -46,11 +47,6 @@ ROOT_HEADING = "## Options of every command"
 
 ROW_COMMAND = re.compile(r"`(router(?: [a-z][a-z0-9-]*)*)`")
 OPTION = re.compile(r"-{1,2}[A-Za-z][\w-]*")
-
-
-def cells(line: str) -> list[str]:
-    """A table row's cells, split on the `|` that are not escaped (`send\\|receive`)."""
-    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
 
 
 def listed_options(cell: str) -> list[tuple[str, ...]]:

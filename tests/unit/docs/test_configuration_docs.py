@@ -23,6 +23,7 @@ from router.config import (
     TracingSettings,
     UnitSettings,
 )
+from tests.fixtures.mdtables import cells
 from tests.fixtures.paths import ROOT
 
 
@@ -101,10 +102,10 @@ def table_rows(markdown: str) -> list[Row]:
     for line in lines[header[0] + 1 :]:
         if not line.startswith("|"):
             break
-        cells = [c.strip() for c in line[1:].split("|", 3)]
-        if len(cells) < 4 or set(line) <= set("|-: "):
+        row = cells(line)
+        if len(row) < 4 or set(line) <= set("|-: "):
             continue  # the separator line
-        rows.append(Row(cells[0], cells[1], cells[2]))
+        rows.append(Row(row[0], row[1], row[2]))
     return rows
 
 
@@ -179,9 +180,8 @@ def same(documented: object, code: object) -> bool:
     a list (TOML and JSON have arrays), a bool only as a bool, anything else of one type."""
     code = list(code) if isinstance(code, tuple) else code
     numbers = (int, float)
-    if isinstance(documented, bool) or isinstance(code, bool):
-        return type(documented) is type(code) and documented == code
-    if isinstance(documented, numbers) and isinstance(code, numbers):
+    flags = isinstance(documented, bool) or isinstance(code, bool)
+    if not flags and isinstance(documented, numbers) and isinstance(code, numbers):
         return documented == code
     return type(documented) is type(code) and documented == code
 
