@@ -109,7 +109,7 @@ test-ha: venv jars ## Replication tests: 50,000 messages through broker kills on
 test-chaos: venv $(JARS) ## The short chaos runs of tests/integration/ops/test_chaos.py, the whole-group waiting-room run included (make test skips that one), on a private stack (~5 min)
 	ROUTER_TEST_CHAOS=1 $(BIN)/pytest tests/integration/ops/test_chaos.py
 
-test-faults: venv $(JARS) toxiproxy ## Fault kinds with open defects or long runs (issue 32): unit processes frozen past their session, then resumed (~1 min a run); a private broker frozen past the transactional time-outs (~2 min); every network fault kind with unit kills (~2 min); a send unit cut off from the broker (~1-4 min); the broker away for 5 s under traffic, ridden out (~1.5 min)
+test-faults: venv $(JARS) toxiproxy ## Long fault runs that make test skips for their time (issue 32; about 5 min together): unit processes frozen past their session, then resumed; a unit frozen in its rebalance callback; a private broker frozen past the transactional time-outs; the broker away for 5 s under traffic, ridden out; every network fault kind with unit kills; a send unit cut off from the broker beside a receive unit cut off from Redis
 	ROUTER_TEST_FAULTS=1 $(BIN)/pytest tests/integration/faults -s
 
 test-judge: venv $(JARS) ## Broken builds (ops/harness/breakage), each must fail the verdict with its own kind of violation: fencing off and records reordered through the short chaos; a release before the commit, leases ignored and leases unchecked through a targeted scenario each, which the router must pass (~4 min)

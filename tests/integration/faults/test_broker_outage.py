@@ -3,9 +3,10 @@ it out by themselves, none dies or is replaced, and nothing is lost, duplicated,
 or split (judged from the destinations). After the broker's restart librdkafka's
 send_offsets_to_transaction was seen to block past its own time-out
 (confluentinc/librdkafka#5456, #5511) until the unit's commit deadline
-(`router.unit.commit.timeouts.COMMIT_DEADLINE_S`, 45 s), so a run takes 75-120 s: it runs
-with `make test-faults`; `make test` restarts the broker under traffic in the short chaos
-run."""
+(`router.unit.commit.timeouts.COMMIT_DEADLINE_S`, 45 s), so a run took 75-120 s. Since
+2026-12-01 a commit stuck there is abandoned after 10 s
+(`router.unit.commit.finishing.OffsetsWatch`): 41 s on 2026-12-02. It runs with `make
+test-faults`; `make test` restarts the broker under traffic in the short chaos run."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ and at the same time a receive unit cut off from Redis past its leases, under th
 policy `wait`, then healed; judged as every chaos run is. (With seed 5 the plan puts the
 Redis cut on receive-unit.0 and the broker cut on send-unit.0.)
 
-Open (issue 32), found on 2026-11-28 in 1 of 5 runs of this very run (then the short test of
+Found (issue 32) on 2026-11-28 in 1 of 5 runs of this very run (then the short test of
 `make test`; the fifth run on top of the zombie fence, 250d9c6; the failed one:
 chaos-5-32bd16, 1,500 messages, 2 send and 2 receive units, 3 destinations a side): the cut
 unit's transaction timed out (AddOffsetsToTxn, and 57 records for `room.send[3]`), its
@@ -16,11 +16,11 @@ while 65 parked records were never drained (`room_parked` 1,168, `room_drained` 
 sweeper reported groups s0-o14, s0-o16, s0-o21, s2-o14 and s2-o16 waiting in the send room
 for more than 120 s, until the stop 2.5 minutes later; the catch-up ended with records
 neither delivered nor expired. The other runs passed, and so did 2 runs of a send unit cut
-off from the broker alone. Until it is fixed this runs with `make test-faults` (skipped by
-`make test`); it is not a strict xfail because it passes more often than not. The logs of
-the failed run: .results/netfaults-send-room-stall/ in the clone it was found in (h32n).
-Not seen since: 16 runs in a row passed on 2026-11-29 (after the coordinator check's
-fail-open and target-assignment fixes); a run that stalls writes tables-at-stall.json."""
+off from the broker alone. The logs of the failed run: .results/netfaults-send-room-stall/
+in the clone it was found in (h32n). Not seen since: 16 runs in a row passed on 2026-11-29
+(after the coordinator check's fail-open and target-assignment fixes), 5 more on 2026-12-02
+(about 40 s each); a run that stalls writes tables-at-stall.json. It runs with
+`make test-faults`, not with `make test`, for its time."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Redis or the broker away for several seconds mid-run: units forward nothing without the
 table, back off, log it, and resume by themselves (`tests.fixtures.outage`); SIGTERM is
 honoured while the broker is away. On a private stack, so stopping servers disturbs
-nothing else. The broker away under traffic for the same checks takes a minute and more
-(librdkafka's offsets call blocks past its time-out after a broker restart, until the
-unit's commit deadline): it runs with `make test-faults`
+nothing else. The broker away under traffic for the same checks takes most of a minute
+(librdkafka's offsets call can block past its time-out after a broker restart, until the
+unit abandons it): it runs with `make test-faults`
 (tests/integration/faults/test_broker_outage.py); the short chaos run in `make test`
 restarts the broker under traffic too.
 """
