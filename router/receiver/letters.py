@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
+from router.backends.kafka.fatal import fatal_unmasked
 from router.config import client as clientconfig
 from router.contract import events, schemas
 from router.contract.headers import BadInput
@@ -82,7 +83,8 @@ class ReceiverLetters:
         if self._producer is None:
             self._producer = Producer(self._config)
         self._producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
-        self._producer.poll(0)
+        with fatal_unmasked():
+            self._producer.poll(0)
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -165,7 +167,8 @@ class ReceiverLetters:
         """Wait until Kafka acknowledged everything queued; DeadLetterFailed otherwise."""
         if self._producer is None:
             return
-        left = self._producer.flush(timeout)
+        with fatal_unmasked():
+            left = self._producer.flush(timeout)
         errors, self._errors = self._errors, []
         if left or errors:
             what = "; ".join(errors[:3]) or f"{left} not acknowledged within {timeout}s"

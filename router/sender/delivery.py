@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 
 from router.backends.kafka.brokerwatch import NoBrokerWatch
 from router.backends.kafka.clients import dispose_in_background
+from router.backends.kafka.fatal import fatal_unmasked, reraise
 from router.sender.journal import Journal
 
 log = logging.getLogger("router.sender")
@@ -83,19 +84,24 @@ class Deliveries:
                 )
                 break
             except BufferError:
-                self.producer.poll(0.05)  # local queue full: serve deliveries, then retry
+                with fatal_unmasked():
+                    self.producer.poll(0.05)  # local queue full: serve deliveries, then retry
                 self.check()
         with self.lock:
             self.in_flight += size
         self.sent += 1
-        self.producer.poll(0)
+        try:
+            self.producer.poll(0)
+        except SystemError as exc:
+            reraise(exc)
         self.check()
 
     def wait_below(self, limit: int) -> None:
         """Serve acknowledgements until at most `limit` bytes are unacknowledged (a
         failed delivery counts as acknowledged: `flush` reports it)."""
         while self.in_flight > limit:
-            self.producer.poll(0.05)
+            with fatal_unmasked():
+                self.producer.poll(0.05)
             self.check()
 
     def check(self) -> bool:
@@ -110,7 +116,8 @@ class Deliveries:
         self._failing = why
         try:
             old.purge(True, True, False)  # in the queue, in flight; don't block
-            left = old.flush(1.0)  # serves the purged messages' delivery reports
+            with fatal_unmasked():
+                left = old.flush(1.0)  # serves the purged messages' delivery reports
         finally:
             self._failing = None
         with self.lock:
@@ -132,7 +139,8 @@ class Deliveries:
         deadline = time.monotonic() + timeout
         while True:  # in slices: a producer left with no broker is replaced meanwhile
             left = max(deadline - time.monotonic(), 0.0)
-            remaining = self.producer.flush(min(left, 1.0))
+            with fatal_unmasked():
+                remaining = self.producer.flush(min(left, 1.0))
             if remaining == 0 or (not self.check() and left <= 1.0):
                 break
         with self.lock:

@@ -34,6 +34,7 @@ import redis
 from confluent_kafka import KafkaException, Producer
 
 from router.backends.kafka import clients
+from router.backends.kafka.fatal import fatal_unmasked
 from router.backends.kafka.offsets import CommittedOffsets
 from router.backends.redis import client as redisclient
 from router.backends.redis.client import RedisClient
@@ -130,7 +131,8 @@ class Sweeper:
         self.exporter.start()
         while not self._stop.is_set():
             try:
-                self.run_once()
+                with fatal_unmasked():
+                    self.run_once()
             except (redis.RedisError, KafkaException) as exc:
                 self.metrics.inc(
                     "redis_errors" if isinstance(exc, redis.RedisError) else "kafka_errors"

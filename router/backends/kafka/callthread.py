@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from router.backends.kafka.fatal import unmasked
 from router.errors import RouterError
 
 Done = queue.SimpleQueue[tuple[bool, Any]]
@@ -63,7 +64,7 @@ class CallThread:
                 result = (True, call(*args))
             except BaseException as exc:
                 clear_chain(exc)
-                result = (False, exc)
+                result = (False, unmasked(exc))  # a fatal error, not confluent-kafka's mask
             del call, args
             done.put(result)
             del done, result

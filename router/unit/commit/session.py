@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from router.backends.kafka.brokerwatch import NoBrokerWatch
 from router.backends.kafka.callthread import Abandoned, CallThread, Done
 from router.backends.kafka.clients import dispose_in_background
+from router.backends.kafka.fatal import fatal_unmasked
 from router.metrics.registry import Metrics
 from router.unit.commit.finishing import OffsetsWatch, Progress, finish
 from router.unit.commit.producing import produce_in_order
@@ -98,12 +99,12 @@ class TransactionalSession:
         self.generation += 1
         self.metrics.inc("kafka_errors")
         self.failure = str(err)
-        # Fatal: e.g. fenced after the coordinator aborted a transaction that outlived
-        # transaction_timeout_ms (a long broker outage), or a call that never returned.
-        # Timed out: a request of this epoch may still land in the next transaction; so
-        # may one that timed out earlier in this transaction (`suspect`: a commit's first
-        # EndTxn, whose retry then failed otherwise).
-        broken = err.fatal() or timed_out(err) or self.suspect is not None
+        # Fatal: fenced (after the coordinator aborted a transaction that outlived its
+        # timeout, say), or `_FATAL`: a call on a producer that failed so before. Timed out:
+        # a request of this epoch may still land in the next transaction; so may one that
+        # timed out earlier in it (`suspect`: a commit's first EndTxn, retried and failed).
+        fatal = err.fatal() or err.code() == KafkaError._FATAL
+        broken = fatal or timed_out(err) or self.suspect is not None
         self._to(S.BROKEN if broken else S.FAILED)
         return TxnFailed(f"Kafka transaction failed: {err}")
 
@@ -136,7 +137,8 @@ class TransactionalSession:
             self._to(S.BROKEN)
             return False
         try:
-            self.producer.begin_transaction()
+            with fatal_unmasked():
+                self.producer.begin_transaction()
         except KafkaException as exc:
             raise self._failed(exc) from exc
         self._to(S.OPEN)
@@ -154,7 +156,8 @@ class TransactionalSession:
         different partitions are otherwise appended in no particular order."""
         assert self.state is S.OPEN
         try:
-            produce_in_order(self.producer, records, track, barriers)
+            with fatal_unmasked():  # a barrier's flush serves callbacks
+                produce_in_order(self.producer, records, track, barriers)
         except KafkaException as exc:
             raise self._failed(exc) from exc
 
@@ -289,7 +292,8 @@ class TransactionalSession:
         watch's time, means BROKEN (while committing, the commit itself fails with it and
         `wait_committed` says so)."""
         try:
-            self.producer.poll(0)
+            with fatal_unmasked():
+                self.producer.poll(0)
             gone = self.watch.stuck()
             why = f"the producer had no broker for {gone or 0:.0f} s (librdkafka#5301)"
         except KafkaException as exc:  # confluent-kafka raises a fatal error from poll()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator
+from functools import partial
+from typing import NoReturn
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from router.backends.kafka import clients
+from router.backends.kafka import clients, fatal
 from router.config import KafkaSettings
 from router.metrics.registry import Metrics
 from router.unit.commit.session import TransactionalSession
@@ -182,6 +185,70 @@ def test_a_producer_that_keeps_failing_is_retired_and_replaced(
     session.commit([TopicPartition(source, 0, 1)], consumer.consumer_group_metadata())
     session.wait_committed()
     assert read_committed(kafka.bootstrap_servers, dest) == [b"after"]
+
+
+def test_a_fenced_producer_whose_flush_goes_on_logging_is_replaced_not_crashed(
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A band barrier's flush that meets the producer's fatal error (fenced) and then
+    serves log lines to the clients' logger: confluent-kafka masks the error as a
+    SystemError (`router.backends.kafka.fatal`), which killed a send unit in a chaos run.
+    The transaction fails instead, BROKEN, and a new producer commits. The mask comes in
+    most tries, not all: up to 5 tries, until one was masked."""
+    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap, transaction_timeout_ms=10_000)
+    source, dest = new_topic("src"), new_topic("dst")
+    masked: list[bool] = []
+    reraise = fatal.reraise
+
+    def spy(exc: SystemError) -> NoReturn:
+        masked.append(isinstance(exc.__cause__, KafkaException))
+        reraise(exc)
+
+    monkeypatch.setattr(fatal, "reraise", spy)
+    caplog.set_level(logging.DEBUG, logger=clients.LIBRDKAFKA_LOGGER.name)
+    tries = 0
+    while tries < 5 and not any(masked):
+        tries += 1
+        config = clients.transactional_producer_config(kafka, unique("txn"), "test")
+        # Nothing sent before the flush (linger), and a log line in every call: the
+        # metadata of a topic that does not exist, asked every 100 ms, keeps a record
+        # queued and the flush going past the fatal error.
+        logging_config = {
+            **config,
+            "linger.ms": 1000,
+            "debug": "metadata,topic",
+            "topic.metadata.refresh.interval.ms": 100,
+            "allow.auto.create.topics": False,
+        }
+        session = TransactionalSession(
+            partial(Producer, logging_config), threading.Event(), Metrics()
+        )
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique("g")})
+        try:
+            assert session.start() and session.begin(session.generation)
+            session.produce([rec(dest, b"before the fence")])
+            assert session.producer.flush(10) == 0
+            fencer = Producer(config)  # the same transactional ID: the session's is fenced
+            fencer.init_transactions(30)
+            records = [rec(unique("missing"), b"queued")]
+            records += [rec(dest, b"%d" % i) for i in range(20)]
+            with pytest.raises(TxnFailed, match=r"(?i)fenc"):
+                session.produce([*records, rec(dest, b"after")], barriers=[len(records)])
+            assert session.state is TxnState.BROKEN
+            assert session.replace() and session.state is TxnState.READY  # fences the fencer
+            del fencer
+            assert session.begin(session.generation)
+            session.produce([rec(dest, b"after")])
+            session.commit([TopicPartition(source, 0, 1)], consumer.consumer_group_metadata())
+            session.wait_committed()
+        finally:
+            consumer.close()
+            session.close()
+    assert any(masked), "the fatal error was never masked: the test did not test the mask"
+    assert read_committed(kafka.bootstrap_servers, dest) == [b"after"] * tries
 
 
 class FirstCommitTimesOut(Producer):  # type: ignore[misc]
