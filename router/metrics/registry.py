@@ -43,7 +43,7 @@ MetricName = Literal[
     "kafka_errors",
     "txn_commits",
     "txn_aborts",
-    "producer_restarts",  # transactional producer replaced after a fatal error or a time-out
+    "producer_restarts",  # a producer replaced after a fatal error (or a time-out: unit)
     "busy_shared",  # placed on a destination in charge of an open group
     "busy_held",  # held back (policy hold)
     "hold_timeouts",  # held past hold_timeout_ms, then shared

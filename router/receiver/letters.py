@@ -16,9 +16,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from router.backends.kafka.fatal import fatal_unmasked
+from router.backends.kafka.clients import dispose_in_background
+from router.backends.kafka.fatal import fatal_unmasked, is_fatal
 from router.config import client as clientconfig
 from router.contract import events, schemas
 from router.contract.headers import BadInput
@@ -82,9 +83,27 @@ class ReceiverLetters:
     def _produce(self, topic: str, key: bytes | None, value: bytes, headers: Any) -> None:
         if self._producer is None:
             self._producer = Producer(self._config)
-        self._producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
-        with fatal_unmasked():
-            self._producer.poll(0)
+        try:
+            with fatal_unmasked():
+                self._producer.produce(
+                    topic, value, key, headers=headers, on_delivery=self._delivered
+                )
+                self._producer.poll(0)
+        except KafkaException as exc:
+            if not is_fatal(exc):
+                raise
+            self._errors.clear()  # this unit of work fails now, and comes again whole
+            raise DeadLetterFailed(f"dead letters not written: {self._let_go(exc)}") from None
+
+    def _let_go(self, exc: KafkaException) -> str:
+        """A producer that failed fatally (an idempotent producer's sequence lost, say) is
+        let go: the next letter gets a new one. What it held was not acknowledged, so the
+        messages are not committed past and come again. Why, for the error."""
+        why = f"the producer failed fatally ({exc}); a new one is made for the next letter"
+        log.warning("%s", why)
+        old, self._producer = [self._producer], None
+        dispose_in_background(old)
+        return why
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -165,10 +184,15 @@ class ReceiverLetters:
 
     def flush(self, timeout: float = FLUSH_TIMEOUT_S) -> None:
         """Wait until Kafka acknowledged everything queued; DeadLetterFailed otherwise."""
-        if self._producer is None:
-            return
-        with fatal_unmasked():
-            left = self._producer.flush(timeout)
+        left = 0
+        if self._producer is not None:
+            try:
+                with fatal_unmasked():
+                    left = self._producer.flush(timeout)
+            except KafkaException as exc:
+                if not is_fatal(exc):
+                    raise
+                self._errors.append(self._let_go(exc))
         errors, self._errors = self._errors, []
         if left or errors:
             what = "; ".join(errors[:3]) or f"{left} not acknowledged within {timeout}s"

@@ -27,14 +27,13 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
 from confluent_kafka import KafkaException, Producer
 
 from router.backends.kafka import clients
-from router.backends.kafka.fatal import fatal_unmasked
+from router.backends.kafka.fatal import fatal_unmasked, is_fatal
 from router.backends.kafka.offsets import CommittedOffsets
 from router.backends.redis import client as redisclient
 from router.backends.redis.client import RedisClient
@@ -45,7 +44,8 @@ from router.metrics.registry import Metrics, MetricsPublisher, metrics_key
 from router.security import kafka as kafkaauth
 from router.security.redis import check_access
 from router.sweeper import publish
-from router.sweeper.horizon import NEVER, HorizonReader, Horizons, HorizonUnknown
+from router.sweeper.horizon import HorizonReader, Horizons, HorizonUnknown
+from router.sweeper.logs import at, named
 from router.sweeper.publish import BROKER_TIMEOUT_S
 from router.table.gauges import open_groups
 from router.table.store.management import ManagementTable, Side
@@ -101,7 +101,7 @@ class Sweeper:
             ),
             settings.unit.metrics_interval_ms,
         )
-        self._producer = Producer(clients.idempotent_producer_config(settings.kafka, self.instance))
+        self._producer = self._new_producer()
         self._committed = CommittedOffsets(settings.kafka, self.instance)
         self.horizons = horizons or HorizonReader(settings, self.instance, timeout=BROKER_TIMEOUT_S)
         self._stop = threading.Event()
@@ -138,6 +138,9 @@ class Sweeper:
                     "redis_errors" if isinstance(exc, redis.RedisError) else "kafka_errors"
                 )
                 log.warning("sweep round failed, retrying next round: %s", exc)
+                if isinstance(exc, KafkaException) and is_fatal(exc):
+                    del exc  # its traceback holds the producer
+                    self._replace_producer()
             self._publisher.maybe_publish()
             self._stop.wait(interval)  # a periodic job's timer, not synchronisation
         self._producer.flush(BROKER_TIMEOUT_S)
@@ -146,6 +149,17 @@ class Sweeper:
         self._publisher.maybe_publish(force=True)
         self.exporter.stop()
         return 0
+
+    def _new_producer(self) -> Producer:
+        return Producer(clients.idempotent_producer_config(self.settings.kafka, self.instance))
+
+    def _replace_producer(self) -> None:
+        """The events producer failed fatally: a new one publishes from the next round (the
+        outbox keeps what the old one did not get acknowledged)."""
+        log.warning("the events producer failed fatally; replaced by a new one")
+        self.metrics.inc("producer_restarts")
+        old, self._producer = [self._producer], self._new_producer()
+        clients.dispose_in_background(old)
 
     def run_once(self) -> SweepReport:
         report = SweepReport()
@@ -213,7 +227,7 @@ class Sweeper:
                     "not sweeping this round, no horizon (%s table has entries past their "
                     "TTL since %s): %s",
                     " and ".join(sorted({self.cell_tables[i][0] for i in due})),
-                    _ms(min(due.values())),
+                    at(min(due.values())),
                     exc,
                 )
             return 0
@@ -230,8 +244,8 @@ class Sweeper:
                     "%s table: entries past their TTL since %s kept, their side's horizon "
                     "is %s (records written before it not yet all routed%s)",
                     named(side, cell),
-                    _ms(oldest_deadline),
-                    _ms(horizon),
+                    at(oldest_deadline),
+                    at(horizon),
                     f": {horizons.note}" if horizons.note else "",
                 )
                 continue
@@ -257,7 +271,7 @@ class Sweeper:
                     s.guarantee_id,
                     s.entry.dest,
                     s.entry.ttl_ms,
-                    _ms(horizon),
+                    at(horizon),
                 )
             if len(swept) < limit:
                 return count
@@ -284,17 +298,3 @@ class Sweeper:
         if released:
             log.info("%s table: completed %d interrupted releases", side, released)
         return released
-
-
-def _ms(ms: float) -> str:
-    """A time on the Redis clock, for logs."""
-    if ms == NEVER:
-        return "never"
-    if ms == float("inf"):
-        return "forever"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
-
-
-def named(side: Side, cell: int) -> str:
-    """A table, for logs: its side, and its cell if not 0."""
-    return side if cell == 0 else f"{side} (cell {cell})"

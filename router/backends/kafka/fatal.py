@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn, cast
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 
 def unmasked(exc: BaseException) -> BaseException:
@@ -48,3 +48,11 @@ def fatal_unmasked() -> Iterator[None]:
         yield
     except SystemError as exc:
         reraise(exc)
+
+
+def is_fatal(exc: KafkaException) -> bool:
+    """The client that raised `exc` can do nothing more: fatally failed (fenced, or an
+    idempotent producer's sequence lost), or `_FATAL` (a call on a client that failed so
+    before). Only a new client goes on."""
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and (err.fatal() or err.code() == KafkaError._FATAL)

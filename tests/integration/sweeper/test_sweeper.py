@@ -3,7 +3,11 @@ unit died before making is completed once the final is committed, and not before
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+import json
+import threading
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from ops.harness.stack.pipeline import PipelineSpec
 from router.backends.redis.client import redis_client
@@ -214,3 +218,45 @@ def test_an_outage_longer_than_the_ttl_does_not_end_a_group(pipeline: PipelineFa
         ("quiet", "RECEIVE"),
         ("quiet", "SEND"),
     ]
+
+
+def test_an_events_producer_that_failed_fatally_is_replaced(topology: TopologyFactory) -> None:
+    """The sweeper's events producer fails fatally (here: a transactional one, fenced):
+    the round fails, and the next rounds publish through a new producer; the outbox keeps
+    its item until Kafka acknowledged the event. Before, every round failed on the same
+    dead producer and the AbandonedGroup event was never published."""
+    s = topology(sweeper={"interval_ms": 100})
+    client = redis_client(s.redis)
+    table = table_for(s, "send", client)
+    # An entry the sweeper removed a moment ago: its item waits in the outbox.
+    item = {"e": "0|1000|2000|1000||x/0", "t": 3000, "g": "gone"}
+    client.rpush(table.keys.outbox, json.dumps(item))
+
+    sweeper = Sweeper(s)
+    txn = {"bootstrap.servers": s.kafka.bootstrap_servers, "transactional.id": unique("t")}
+    dead = Producer(txn)
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    Producer(txn).init_transactions(30)  # the same ID: `dead` is fenced
+    dead.produce(s.topology.events_topic, b"fenced")
+    with pytest.raises(KafkaException) as fenced:
+        dead.flush(10)
+    assert fenced.value.args[0].fatal()
+    del fenced
+    sweeper._producer = dead
+    del dead
+    runner = threading.Thread(target=sweeper.run, name="sweeper", daemon=True)
+    runner.start()
+    try:
+        wait_until(lambda: table.outbox(10) == [], 60, "the outbox published")
+    finally:
+        sweeper.request_stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert sweeper.metrics.counters["producer_restarts"] == 1
+    assert sweeper.metrics.counters["kafka_errors"] >= 1  # the round on the dead producer
+    published = [
+        schemas.decode(ABANDONED_GROUP, value)
+        for _, value, _ in _records(s.kafka.bootstrap_servers, s.topology.events_topic)
+    ]
+    assert [e["guarantee_id"] for e in published] == ["gone"]

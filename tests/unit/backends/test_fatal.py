@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from router.backends.kafka.callthread import CallThread
-from router.backends.kafka.fatal import fatal_unmasked, unmasked
+from router.backends.kafka.fatal import fatal_unmasked, is_fatal, unmasked
 
 FENCED = KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
 
@@ -96,3 +96,10 @@ def test_the_masking_system_error_keeps_nothing_of_the_failed_call() -> None:
         assert kept[0].__traceback__ is None and kept[0].__cause__ is None
     finally:
         gc.enable()
+
+
+def test_only_a_fatal_error_or_a_call_after_one_is_fatal() -> None:
+    assert is_fatal(KafkaException(KafkaError(KafkaError._FENCED, "f", fatal=True)))
+    assert is_fatal(KafkaException(KafkaError(KafkaError._FATAL, "after")))
+    assert not is_fatal(KafkaException(KafkaError(KafkaError._TIMED_OUT, "t")))
+    assert not is_fatal(KafkaException("no KafkaError"))
