@@ -31,6 +31,10 @@ from typing import Any, NamedTuple
 from router.errors import InvalidRequest, RouterError
 
 GUARANTEE_ID = "guarantee-id"
+# A guarantee ID may not start with it: the waiting room names its pseudo-groups so (a lane's
+# parked ordinary messages, a queue's waiting multicast copies: `router.table.room`).
+RESERVED_PREFIX = "~"
+RESERVED_WHY = "guarantee ID starts with '~', which the router reserves for its waiting room"
 FINAL = "guarantee-final"
 SEQ = "guarantee-seq"
 MESSAGE_TYPE = "message-type"
@@ -175,6 +179,8 @@ def headers_for(
     """The routing headers a sender attaches (the inverse of `parse`)."""
     out: list[tuple[str, bytes]] = []
     if guarantee_id is not None:
+        if guarantee_id.startswith(RESERVED_PREFIX):
+            raise InvalidRequest(f"{RESERVED_WHY}: {guarantee_id[:64]!r}")
         out.append((GUARANTEE_ID, guarantee_id.encode("utf-8")))
         if final:
             out.append((FINAL, b"true"))

@@ -21,6 +21,7 @@ from router.contract.headers import (
     ORDER,
     ORDERS,
     POISON_POLICIES,
+    RESERVED_WHY,
     ROUTING_HEADERS,
     SEQ,
     TTL_MS,
@@ -103,6 +104,8 @@ def _guarantee_id(raw: bytes | None, rules: RoutingSettings) -> str | None:
             "bad-guarantee-id",
             f"guarantee ID is {len(raw)} bytes, more than {rules.max_guarantee_id_bytes}",
         )
+    if raw.startswith(b"~"):  # RESERVED_PREFIX
+        raise BadInput("bad-guarantee-id", RESERVED_WHY)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

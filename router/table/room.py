@@ -21,6 +21,7 @@ which waits for that destination only.
 
 from __future__ import annotations
 
+from router.contract.headers import RESERVED_PREFIX
 from router.table import placement
 from router.table.routing import NO_DEST, STOPPED, Entry, RouteRequest
 from router.table.state import TableState
@@ -29,7 +30,9 @@ WAIT = "!w"  # park the message in the room
 UNSTAGED = "!W"  # park it, and its group's staging ended at the bound: it waits streamed
 OPEN, WAITING, ADMITTED = "open", "waiting", "admitted"  # Entry.state
 STAGED = "staged"  # whole-group delivery: parked until its final, then waiting
-PSEUDO = "~"  # prefix of the pseudo-group that gathers one lane's parked ordinary messages
+# prefix of the pseudo-group that gathers one lane's parked ordinary messages (no group's ID
+# starts with it: `router.contract.headers.RESERVED_PREFIX`)
+PSEUDO = RESERVED_PREFIX
 COPIES = "~*"  # ... and of one receive queue's waiting multicast copies (`router.table.multicast`)
 
 

@@ -108,6 +108,8 @@ def test_every_kind_of_bad_input_is_dead_lettered_with_its_reason(
     cases: list[tuple[bytes, list[tuple[str, bytes]], bytes, str]] = [
         (b"bad-utf8", [("guarantee-id", b"\xff\xfe")], b"v", "bad-guarantee-id"),
         (b"too-long", [("guarantee-id", b"g" * 300)], b"v", "bad-guarantee-id"),
+        # the waiting room's name for this lane's parked ordinary messages
+        (b"reserved", [("guarantee-id", f"~{queue}/0".encode())], b"v", "bad-guarantee-id"),
         (
             b"final",
             [("guarantee-id", b"g1"), ("guarantee-final", b"perhaps")],

@@ -6,6 +6,7 @@ import pytest
 
 from router.config import RoutingSettings
 from router.contract import FINAL, GUARANTEE_ID, TTL_MS, BadInput, Routing, headers_for, parse
+from router.errors import InvalidRequest
 
 RULES = RoutingSettings(ttl_by_type={"split-file": 60_000, "slips": 3_600_000})
 
@@ -36,6 +37,9 @@ def test_ttl_header_overrides_the_type_within_bounds() -> None:
     [
         ([("guarantee-id", b"\xff\xfe")], "bad-guarantee-id"),
         ([("guarantee-id", b"x" * 257)], "bad-guarantee-id"),
+        # the waiting room's pseudo-groups: a lane's ordinary messages, a queue's copies
+        ([("guarantee-id", b"~send/0")], "bad-guarantee-id"),
+        ([("guarantee-id", b"~*recv-0")], "bad-guarantee-id"),
         ([("guarantee-id", b"g"), ("guarantee-final", b"yes")], "bad-final-flag"),
         ([("guarantee-final", b"true")], "final-without-guarantee-id"),
         ([("guarantee-id", b"g"), ("message-type", b"unknown")], "unknown-message-type"),
@@ -100,3 +104,9 @@ def test_complete_delivery_needs_the_waiting_room_and_known_types() -> None:
             RoutingSettings(busy_policy=policy, default_delivery="complete")
     with pytest.raises(ValueError, match="not in ttl_by_type"):
         RoutingSettings(busy_policy="wait", delivery_by_type={"nope": "complete"})
+
+
+def test_a_sender_cannot_name_a_group_as_the_waiting_room_names_its_own() -> None:
+    with pytest.raises(InvalidRequest, match="reserves for its waiting room"):
+        headers_for("~send/0")
+    assert headers_for("a~b") == [("guarantee-id", b"a~b")]

@@ -13,8 +13,10 @@ TP0, TP1 = ("room", 0), ("room", 1)
 
 
 def group(gid: str, n: int, final: bool = True, at: int = 0) -> list[Parked]:
-    """n parked records of `gid` from offset `at`, the last one final if asked."""
-    return [Parked(msg(at + i, gid), final and i == n - 1, f"q/0/{at + i}") for i in range(n)]
+    """n parked records of `gid` from offset `at`, the last one final if asked (a lane's
+    ordinary messages, `gid` its pseudo-group, carry no guarantee ID)."""
+    sent = None if room.is_pseudo(gid) else gid
+    return [Parked(msg(at + i, sent), final and i == n - 1, f"q/0/{at + i}") for i in range(n)]
 
 
 def waiting(parked: list[Parked], leased: bool = False, next_seq: int = -1) -> RoomState:
