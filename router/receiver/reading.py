@@ -12,6 +12,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from router.backends.kafka.fatal import fatal_unmasked, reraise
 from router.errors import InvalidRequest, TimedOut
 from router.receiver import bandrestore
 from router.receiver.bands import ReceiverBands
@@ -132,7 +133,10 @@ class Reading:
             self._redo.resume_due()
             if self._bands is not None:
                 self._bands.before_poll(self._redo.held())
-            m = self._consumer.poll(max(deadline - time.monotonic(), 0))
+            try:  # a fatal error masked as SystemError: `router.backends.kafka.fatal`
+                m = self._consumer.poll(max(deadline - time.monotonic(), 0))
+            except SystemError as exc:
+                reraise(exc)
             if m is None:
                 self._segments.expire(time.monotonic())  # nothing waits: sets may time out
                 if self._segments:
@@ -160,7 +164,8 @@ class Reading:
             return []
         batch = [first]
         if num_messages > 1:
-            more = self._consumer.consume(num_messages - 1, 0)
+            with fatal_unmasked():
+                more = self._consumer.consume(num_messages - 1, 0)
             more.reverse()
             while more:  # let go of each record as it is taken: segments are large
                 m = more.pop()

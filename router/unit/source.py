@@ -21,6 +21,7 @@ from confluent_kafka import (
 )
 
 from router.backends.kafka.brokerwatch import NoBrokerWatch, watched
+from router.backends.kafka.fatal import fatal_unmasked, reraise
 from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.batching import BatchSizer
@@ -141,7 +142,10 @@ class Source:
         dropped. `full`: it stopped at the batch's size, not at an empty local queue
         (records fetched may wait there: `StallGuard.tick`)."""
         self._has_broker()
-        first = self.consumer.poll(timeout)
+        try:  # a fatal error masked as SystemError: `router.backends.kafka.fatal`
+            first = self.consumer.poll(timeout)
+        except SystemError as exc:
+            reraise(exc)
         self.full = False
         if first is None:
             return []
@@ -152,7 +156,10 @@ class Source:
             want = count - len(messages)
             if size:
                 want = min(want, max(1, (self.max_bytes - size) * len(messages) // size))
-            more = self.consumer.consume(want, 0)
+            try:
+                more = self.consumer.consume(want, 0)
+            except SystemError as exc:
+                reraise(exc)
             if not more:
                 break
             messages.extend(more)
@@ -177,7 +184,8 @@ class Source:
         """Poll while every partition is paused (so the group keeps us); anything already
         fetched is rewound rather than handled."""
         self._has_broker()
-        m = self.consumer.poll(timeout)
+        with fatal_unmasked():
+            m = self.consumer.poll(timeout)
         if m is not None:
             if m.error() is None:
                 self.seek(m.topic(), m.partition(), m.offset())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from router.metrics.registry import Metrics
@@ -46,3 +47,27 @@ def test_a_refused_seek_is_tried_again_and_every_partition_rewound_then() -> Non
     assert s.rewind_to_committed() is False  # refused: the unit backs off, nothing goes on
     assert s.rewind_to_committed() is True
     assert sorted(fake.sought) == [("q", 0, 7), ("q", 1, OFFSET_BEGINNING)]
+
+
+class MaskingConsumer(FakeConsumer):
+    """A consumer whose fatal error confluent-kafka masks as a SystemError (a log line
+    served after it in the same call: `router.backends.kafka.fatal`)."""
+
+    def __init__(self) -> None:
+        super().__init__(refuse=0)
+
+    def poll(self, timeout: float = 0) -> None:
+        fenced = KafkaError(KafkaError.FENCED_INSTANCE_ID, "fenced", fatal=True)
+        raise SystemError("<class 'logging.LogRecord'> returned a result") from KafkaException(
+            fenced
+        )
+
+    consume = poll
+
+
+def test_a_fatal_consumer_error_masked_as_a_system_error_is_the_kafka_exception() -> None:
+    s = source(MaskingConsumer())
+    for call in (lambda: s.poll(0.1), lambda: s.drain_paused(0.1)):
+        with pytest.raises(KafkaException) as raised:
+            call()
+        assert raised.value.args[0].code() == KafkaError.FENCED_INSTANCE_ID
