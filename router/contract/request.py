@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from router import contract
+from router.contract.headers import RESERVED_PREFIX, RESERVED_WHY
 from router.contract.multicast import check_send
 from router.errors import InvalidRequest
 
@@ -132,6 +133,8 @@ def request(
             if name not in READ:
                 others.append((name, value))  # checked once, sent as it is
     gid = _agree(contract.GUARANTEE_ID, guarantee_id, given) or None
+    if gid is not None and gid.startswith(RESERVED_PREFIX):
+        raise InvalidRequest(f"{RESERVED_WHY}: {gid[:64]!r}")
     check_send(others, gid)  # passed on as they are, once checked
     is_final = _final(final, given)
     if is_final and gid is None:

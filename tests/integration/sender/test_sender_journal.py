@@ -12,12 +12,16 @@ import pytest
 import redis
 
 from router.contract.request import request
+from router.errors import InvalidRequest
+from router.sender import Sender
 from router.sender.groups import OpenGroups
 from router.sender.journal import Journal
 from router.state.groups import GroupStatus
 from router.state.sender import TailRecord
 from router.state.store import SenderFenced, SenderStore, StatusStore, find_group
 from router.table import view as tableview
+from tests.fixtures.factories import TopicFactory
+from tests.fixtures.helpers import unique
 
 TP = ("shop.send.0", 1)
 
@@ -107,3 +111,26 @@ def test_table_show_finds_the_group_at_both_ends(
     assert "receiver billing: in progress on shop.recv.2[0], last seq done 4, 5 done" in text
     assert set(tableview.ends_json(senders, receivers)) == {"senders", "receivers"}
     assert find_group(redis_client, "nope", redis_prefix) == ({}, {})
+
+
+def test_a_reserved_guarantee_id_is_refused_before_anything_is_recorded(
+    kafka_bootstrap: str, new_topic: TopicFactory, redis_url: str, redis_prefix: str
+) -> None:
+    """A '~' ID (the waiting room's pseudo-groups' names) is refused as the call is read:
+    no open group, nothing journaled, nothing resumed by a new Sender of the same ID."""
+    kw: dict[str, Any] = {
+        "send_queues": [new_topic("send")],
+        "units_group": unique("units"),
+        "sender_id": unique("sender"),
+        "state": redis_url,
+        "state_prefix": redis_prefix,
+    }
+    with Sender({"bootstrap.servers": kafka_bootstrap}, **kw) as s:
+        with pytest.raises(InvalidRequest, match="reserves for its waiting room"):
+            s.send(b"v", guarantee_id="~x")
+        with pytest.raises(InvalidRequest, match="reserves for its waiting room"):
+            s.send(b"v", headers=[("guarantee-id", b"~y")], final=True)
+        s.send(b"v", guarantee_id="ok")
+        assert set(s.open_groups()) == {"ok"}
+    with Sender({"bootstrap.servers": kafka_bootstrap}, **kw) as again:
+        assert set(again.open_groups()) == {"ok"}
