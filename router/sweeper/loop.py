@@ -26,11 +26,12 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from router.backends.kafka import clients
 from router.backends.kafka.fatal import fatal_unmasked, is_fatal
@@ -101,7 +102,7 @@ class Sweeper:
             ),
             settings.unit.metrics_interval_ms,
         )
-        self._producer = self._new_producer()
+        self._events = publish.EventsProducer(settings.kafka, self.instance, self.metrics)
         self._committed = CommittedOffsets(settings.kafka, self.instance)
         self.horizons = horizons or HorizonReader(settings, self.instance, timeout=BROKER_TIMEOUT_S)
         self._stop = threading.Event()
@@ -130,46 +131,43 @@ class Sweeper:
         self.horizons.after_outage()
         self.exporter.start()
         while not self._stop.is_set():
-            try:
-                with fatal_unmasked():
-                    self.run_once()
-            except (redis.RedisError, KafkaException) as exc:
-                self.metrics.inc(
-                    "redis_errors" if isinstance(exc, redis.RedisError) else "kafka_errors"
-                )
-                log.warning("sweep round failed, retrying next round: %s", exc)
-                if isinstance(exc, KafkaException) and is_fatal(exc):
-                    del exc  # its traceback holds the producer
-                    self._replace_producer()
+            self._round()
             self._publisher.maybe_publish()
             self._stop.wait(interval)  # a periodic job's timer, not synchronisation
-        self._producer.flush(BROKER_TIMEOUT_S)
-        self._committed.close()
-        self.horizons.close()
-        self._publisher.maybe_publish(force=True)
-        self.exporter.stop()
+        try:  # the rounds flushed what they published; the outbox keeps anything else
+            self._round(lambda: self._events.producer.flush(BROKER_TIMEOUT_S))
+        finally:
+            self._committed.close()
+            self.horizons.close()
+            self._publisher.maybe_publish(force=True)
+            self.exporter.stop()
         return 0
 
-    def _new_producer(self) -> Producer:
-        return Producer(clients.idempotent_producer_config(self.settings.kafka, self.instance))
-
-    def _replace_producer(self) -> None:
-        """The events producer failed fatally: a new one publishes from the next round (the
-        outbox keeps what the old one did not get acknowledged)."""
-        log.warning("the events producer failed fatally; replaced by a new one")
-        self.metrics.inc("producer_restarts")
-        old, self._producer = [self._producer], self._new_producer()
-        clients.dispose_in_background(old)
+    def _round(self, work: Callable[[], object] | None = None) -> None:
+        """One round (or `work`), its failure logged: the next round tries again, with a new
+        events producer if this one failed fatally. The log and this frame keep only the
+        error's text: the exception's traceback holds the producer."""
+        replace = False
+        try:
+            with fatal_unmasked():
+                (work or self.run_once)()
+        except (redis.RedisError, KafkaException) as exc:
+            redis_error = isinstance(exc, redis.RedisError)
+            self.metrics.inc("redis_errors" if redis_error else "kafka_errors")
+            log.warning("sweep round failed, retrying next round: %s", str(exc))
+            replace = not redis_error and is_fatal(cast(KafkaException, exc))
+        if replace:
+            self._events.replace()
 
     def run_once(self) -> SweepReport:
         report = SweepReport()
         report.swept = self._sweep_expired()
         for side, _, table in self.cell_tables:
-            report.published += publish.outbox(self._producer, self.settings, side, table)
+            report.published += publish.outbox(self._events.producer, self.settings, side, table)
             report.resolved += self._resolve_closing(side, table)
             report.leases_ended += self._end_leases(side, table)
             report.wait_timeouts += publish.end_waits(
-                self._producer, self.settings, self.metrics, side, table
+                self._events.producer, self.settings, self.metrics, side, table
             )
         report.writers_forgotten = self._forget_idle_writers()
         self.metrics.inc("swept", report.swept)

@@ -8,7 +8,8 @@ import logging
 
 from confluent_kafka import Producer
 
-from router.config.settings import RouterSettings
+from router.backends.kafka import clients
+from router.config.settings import KafkaSettings, RouterSettings
 from router.contract import events, schemas
 from router.metrics.registry import Metrics
 from router.table import room
@@ -20,6 +21,23 @@ log = logging.getLogger("router.sweeper")
 # How long one round waits for the broker (event deliveries) before giving up until the
 # next round; short enough that SIGTERM is honoured well inside a minute.
 BROKER_TIMEOUT_S = 10.0
+
+
+class EventsProducer:
+    """The sweeper's idempotent producer of its events, replaced when it fails fatally (a
+    new one publishes from the next round; the outboxes keep what the old one did not get
+    acknowledged)."""
+
+    def __init__(self, kafka: KafkaSettings, instance: str, metrics: Metrics) -> None:
+        self._config = clients.idempotent_producer_config(kafka, instance)
+        self.metrics = metrics
+        self.producer = Producer(self._config)
+
+    def replace(self) -> None:
+        log.warning("the events producer failed fatally; replaced by a new one")
+        self.metrics.inc("producer_restarts")
+        old, self.producer = [self.producer], Producer(self._config)
+        clients.dispose_in_background(old)
 
 
 def outbox(producer: Producer, settings: RouterSettings, side: Side, table: ManagementTable) -> int:
@@ -67,12 +85,13 @@ def end_waits(
 ) -> int:
     """Groups in the waiting room past routing.max_wait_ms: reported once and still
     waiting, shared or dead-lettered (routing.wait_timeout_policy), each with a
-    GroupWaitTimedOut event."""
+    GroupWaitTimedOut event. The script that ends a wait also appends its event to the
+    table's waits outbox, published here and dropped only once Kafka acknowledged it (so
+    an event is never lost, even if the producer fails or the sweeper dies)."""
     r = settings.routing
-    if not r.max_wait_ms:
-        return 0
-    now, ended = table.room_timeout(r.max_wait_ms, r.wait_timeout_policy)
-    topic, topology = settings.topology.events_topic, settings.topology.name
+    ended: list[tuple[str, str]] = []
+    if r.max_wait_ms:
+        _, ended = table.room_timeout(r.max_wait_ms, r.wait_timeout_policy)
     for gid, outcome in ended:
         log.warning(
             "%s table: group %r waited more than %d ms in the room: %s",
@@ -85,23 +104,41 @@ def end_waits(
             if outcome == room.WAIT
             else f"shared on {outcome}",
         )
-        producer.produce(
-            topic,
-            events.group_wait_timed_out(
-                gid,
-                None if outcome in (STOPPED, room.WAIT) else outcome,
-                waiting=outcome == room.WAIT,
-                side=side,
-                topology=topology,
-                max_wait_ms=r.max_wait_ms,
-                now_ms=now,
-            ),
-            gid.encode(),
-            headers=[(schemas.SCHEMA_HEADER, events.GROUP_WAIT_TIMED_OUT.encode())],
-        )
-    if ended:
-        producer.flush(BROKER_TIMEOUT_S)
-        metrics.inc("wait_timeouts", len(ended))
+    metrics.inc("wait_timeouts", len(ended))
+    topic, topology = settings.topology.events_topic, settings.topology.name
+    while items := table.waits_out(500):
+        failures: list[str] = []
+
+        def delivered(err: object, _msg: object, failures: list[str] = failures) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        for now, outcome, gid in items:
+            producer.produce(
+                topic,
+                events.group_wait_timed_out(
+                    gid,
+                    None if outcome in (STOPPED, room.WAIT) else outcome,
+                    waiting=outcome == room.WAIT,
+                    side=side,
+                    topology=topology,
+                    max_wait_ms=r.max_wait_ms,
+                    now_ms=now,
+                ),
+                gid.encode(),
+                headers=[(schemas.SCHEMA_HEADER, events.GROUP_WAIT_TIMED_OUT.encode())],
+                on_delivery=delivered,
+            )
+        remaining = producer.flush(BROKER_TIMEOUT_S)
+        if remaining or failures:
+            log.warning(
+                "wait time-out events not acknowledged (%d pending, errors: %s); "
+                "kept for the next round",
+                remaining,
+                failures[:3],
+            )
+            break
+        table.ack_waits_out(len(items))
     return len(ended)
 
 

@@ -106,6 +106,9 @@ class TableKeys:
     # lane (source or room partition) -> the token of its latest claim by a unit
     # (`router.table.store.owners`): calls with an older token are refused
     owners: str
+    # list: GroupWaitTimedOut events the sweeper has not had acknowledged by Kafka yet,
+    # "<now ms>|<outcome>|<guarantee ID>" (`room_timeout.lua` appends, `router.sweeper.publish`)
+    waits_out: str
 
     @classmethod
     def of(cls, prefix: str, topology: str, side: Side) -> TableKeys:

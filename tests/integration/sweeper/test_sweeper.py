@@ -220,11 +220,34 @@ def test_an_outage_longer_than_the_ttl_does_not_end_a_group(pipeline: PipelineFa
     ]
 
 
+class Fenced(Producer):  # type: ignore[misc]
+    """A transactional producer fenced by another of its ID (`knows`: it met the fence
+    already and failed fatally; else it meets it on its next request), that says when
+    it is destroyed."""
+
+    def __init__(self, bootstrap: str, topic: str, knows: bool) -> None:
+        txn = {"bootstrap.servers": bootstrap, "transactional.id": unique("t")}
+        super().__init__(txn)
+        self.init_transactions(30)
+        self.begin_transaction()
+        Producer(txn).init_transactions(30)
+        self.destroyed = threading.Event()
+        if knows:
+            self.produce(topic, b"fenced")  # never committed
+            with pytest.raises(KafkaException) as fenced:
+                self.flush(10)
+            assert fenced.value.args[0].fatal()
+
+    def __del__(self) -> None:
+        self.destroyed.set()
+
+
 def test_an_events_producer_that_failed_fatally_is_replaced(topology: TopologyFactory) -> None:
-    """The sweeper's events producer fails fatally (here: a transactional one, fenced):
-    the round fails, and the next rounds publish through a new producer; the outbox keeps
-    its item until Kafka acknowledged the event. Before, every round failed on the same
-    dead producer and the AbandonedGroup event was never published."""
+    """The sweeper's events producer fails fatally: the round fails, and the next rounds
+    publish through a new producer; the outbox keeps its item until Kafka acknowledged the
+    event, and the dead producer is let go (nothing the failed round logged or raised
+    holds it). Before, every round failed on the same dead producer and the AbandonedGroup
+    event was never published."""
     s = topology(sweeper={"interval_ms": 100})
     client = redis_client(s.redis)
     table = table_for(s, "send", client)
@@ -233,22 +256,15 @@ def test_an_events_producer_that_failed_fatally_is_replaced(topology: TopologyFa
     client.rpush(table.keys.outbox, json.dumps(item))
 
     sweeper = Sweeper(s)
-    txn = {"bootstrap.servers": s.kafka.bootstrap_servers, "transactional.id": unique("t")}
-    dead = Producer(txn)
-    dead.init_transactions(30)
-    dead.begin_transaction()
-    Producer(txn).init_transactions(30)  # the same ID: `dead` is fenced
-    dead.produce(s.topology.events_topic, b"fenced")
-    with pytest.raises(KafkaException) as fenced:
-        dead.flush(10)
-    assert fenced.value.args[0].fatal()
-    del fenced
-    sweeper._producer = dead
+    dead = Fenced(s.kafka.bootstrap_servers, s.topology.events_topic, knows=True)
+    destroyed = dead.destroyed
+    sweeper._events.producer = dead
     del dead
     runner = threading.Thread(target=sweeper.run, name="sweeper", daemon=True)
     runner.start()
     try:
         wait_until(lambda: table.outbox(10) == [], 60, "the outbox published")
+        assert destroyed.wait(30), "the dead producer is still held"
     finally:
         sweeper.request_stop()
         runner.join(30)
@@ -260,3 +276,21 @@ def test_an_events_producer_that_failed_fatally_is_replaced(topology: TopologyFa
         for _, value, _ in _records(s.kafka.bootstrap_servers, s.topology.events_topic)
     ]
     assert [e["guarantee_id"] for e in published] == ["gone"]
+
+
+def test_a_sweeper_whose_producer_fails_at_its_last_flush_still_stops_cleanly(
+    topology: TopologyFactory,
+) -> None:
+    """A round with nothing to publish never calls the producer, so its fatal error may
+    first come in the flush at shutdown: logged, and the sweeper still closes its clients
+    and returns 0. Before, `run` raised the KafkaException and skipped the closes."""
+    s = topology()
+    sweeper = Sweeper(s)
+    fenced = Fenced(s.kafka.bootstrap_servers, s.topology.events_topic, knows=False)
+    fenced.produce(s.topology.events_topic, b"queued")  # the flush meets the fence
+    sweeper._events.producer = fenced
+    del fenced
+    sweeper.request_stop()
+    assert sweeper.run() == 0
+    assert sweeper.metrics.counters["kafka_errors"] == 1
+    assert sweeper.metrics.counters["producer_restarts"] == 1

@@ -8,7 +8,10 @@ shared, so nothing is interleaved. The explicit "share" admits it to a busy dest
 
 from __future__ import annotations
 
+import threading
+
 import redis
+from confluent_kafka import Producer
 
 from router.contract import events
 from router.sweeper.loop import Sweeper
@@ -16,7 +19,7 @@ from router.table import room
 from router.table.routing import RouteRequest
 from router.topology.side import table_for
 from tests.fixtures.factories import TopologyFactory
-from tests.fixtures.helpers import read_records
+from tests.fixtures.helpers import read_records, unique, wait_until
 
 
 def test_a_wait_past_max_wait_is_reported_once_and_keeps_its_place(
@@ -72,3 +75,51 @@ def test_the_explicit_share_policy_admits_a_timed_out_group_to_a_busy_destinatio
     assert table.admitted() == {"g2": dest} and table.loads() == {dest: 2}
     (event,) = read_records(s, s.topology.events_topic, events.GROUP_WAIT_TIMED_OUT, 1)
     assert (event["outcome"], event["destination"]) == ("SHARED", dest)
+
+
+def test_a_time_out_reported_while_the_events_producer_fails_is_published_later(
+    topology: TopologyFactory, redis_client: redis.Redis
+) -> None:
+    """The script that reports a time-out also keeps its event in the table's waits outbox
+    until Kafka acknowledged it: a producer that fails fatally at that moment (here: a
+    transactional one fenced, which learns it in the round's flush) is replaced, and the
+    next round publishes the event. Before, the time-out was marked reported and its event
+    lost for good."""
+    s = topology(
+        topology={"receive_units": 1},
+        routing={"max_wait_ms": 1_000},
+        sweeper={"interval_ms": 100},
+    )
+    lane = f"{s.topology.send_queues[0]}/0"
+    table = table_for(s, "send", redis_client)
+    (dest,) = table.destinations
+    t0 = table.now_ms() - 10_000
+    table.route([RouteRequest("g1", False, 600_000, f"{lane}/0", lane)], now_ms=t0, batch="b1")
+    table.route([RouteRequest("g2", False, 600_000, f"{lane}/1", lane)], now_ms=t0, batch="b2")
+    table.settle("b1", [dest], [])
+    table.settle("b2", [], [])
+
+    sweeper = Sweeper(s, redis_client=redis_client)
+    txn = {"bootstrap.servers": s.kafka.bootstrap_servers, "transactional.id": unique("t")}
+    fenced = Producer(txn)
+    fenced.init_transactions(30)
+    fenced.begin_transaction()
+    Producer(txn).init_transactions(30)  # the same ID: `fenced` learns it on its next request
+    sweeper._events.producer = fenced
+    del fenced
+    runner = threading.Thread(target=sweeper.run, name="sweeper", daemon=True)
+    runner.start()
+    try:
+
+        def published() -> bool:  # reported (the outbox filled), then the outbox emptied
+            return bool(sweeper.metrics.counters["wait_timeouts"]) and not table.waits_out(10)
+
+        wait_until(published, 60, "the time-out reported and its event published")
+    finally:
+        sweeper.request_stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert sweeper.metrics.counters["producer_restarts"] == 1
+    assert sweeper.metrics.counters["wait_timeouts"] == 1  # reported once
+    (event,) = read_records(s, s.topology.events_topic, events.GROUP_WAIT_TIMED_OUT, 1)
+    assert (event["guarantee_id"], event["outcome"]) == ("g2", "WAITING")

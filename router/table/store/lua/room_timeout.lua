@@ -2,7 +2,8 @@
 --
 -- KEYS: 1 entries  2 load  3 cursor  4 room  5 parks  6 admitted  7 stats  8 deadlines
 --       9 draining (skipped when sharing, router/table/placement.py)  10 waited (string: the
---       wait start up to which policy 'report' reported time-outs)
+--       wait start up to which policy 'report' reported time-outs)  11 waits_out (list:
+--       each time-out's event, "<now>|<outcome>|<gid>", until Kafka acknowledged it)
 -- ARGV: 1 now in ms, or '' for the Redis server clock  2 max wait ms
 --       3 policy: 'report' (each group once, and it keeps waiting: nothing changes but
 --       the mark), 'share' (admit to the least-loaded destination, even busy: counted as
@@ -12,9 +13,11 @@
 -- Multicast copies ('~*<dest>', router/table/multicast.py) never time out: they wait for their
 -- destination's groups to end.
 -- Returns: {now, gid_1, outcome_1, ...}; an outcome is a destination name, '!stop' or '!w'
--- (reported, still waiting).
+-- (reported, still waiting). Each is also appended to the waits outbox in the same call, so
+-- that its event is published even if the sweeper fails before Kafka acknowledged it.
 local K_ENTRIES, K_LOAD, K_CURSOR, K_ROOM, K_PARKS, K_ADMITTED, K_STATS, K_DRAINING, K_WAITED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10]
+local K_WAITS_OUT = KEYS[11]
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -26,6 +29,11 @@ for i = 1, tonumber(ARGV[4]) do dests[i] = ARGV[4 + i] end
 local n = #dests
 local out = { string.format('%.0f', now) }
 local cutoff = string.format('%.0f', now - tonumber(ARGV[2]))
+local function told(gid, outcome)
+  out[#out + 1] = gid
+  out[#out + 1] = outcome
+  redis.call('RPUSH', K_WAITS_OUT, out[1] .. '|' .. outcome .. '|' .. gid)
+end
 if ARGV[3] == 'report' then  -- the newly overdue only: each wait start once
   local upto = redis.call('GET', K_WAITED)
   local from = '-inf'
@@ -33,8 +41,7 @@ if ARGV[3] == 'report' then  -- the newly overdue only: each wait start once
   local reported = 0
   for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_ROOM, from, cutoff)) do
     if string.sub(gid, 1, 2) ~= '~*' then
-      out[#out + 1] = gid
-      out[#out + 1] = '!w'
+      told(gid, '!w')
       reported = reported + 1
     end
   end
@@ -75,15 +82,13 @@ for _, gid in ipairs(due) do
     redis.call('HINCRBY', K_LOAD, d, 1)
     redis.call('HSET', K_ADMITTED, gid, d)
     redis.call('HINCRBY', K_STATS, 'shared', 1)
-    out[#out + 1] = gid
-    out[#out + 1] = d
+    told(gid, d)
   else
     -- Stopped, but still in the room's hands: later messages park behind the earlier
     -- ones, and the drain dead-letters them all, in order.
     e.state, e.closing = 'admitted', '!stop'
     redis.call('HSET', K_ADMITTED, gid, '!')
-    out[#out + 1] = gid
-    out[#out + 1] = '!stop'
+    told(gid, '!stop')
   end
   redis.call('HSET', K_ENTRIES, gid, encode_entry(e))
 end
