@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
+from typing import NoReturn
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -21,7 +22,7 @@ from confluent_kafka import (
 )
 
 from router.backends.kafka.brokerwatch import NoBrokerWatch, watched
-from router.backends.kafka.fatal import fatal_unmasked, reraise
+from router.backends.kafka.fatal import is_fatal, reraise, unmasked
 from router.errors import RouterError
 from router.metrics.registry import Metrics
 from router.unit.batching import BatchSizer
@@ -145,7 +146,7 @@ class Source:
         try:  # a fatal error masked as SystemError: `router.backends.kafka.fatal`
             first = self.consumer.poll(timeout)
         except SystemError as exc:
-            reraise(exc)
+            self.masked(exc)
         self.full = False
         if first is None:
             return []
@@ -159,7 +160,7 @@ class Source:
             try:
                 more = self.consumer.consume(want, 0)
             except SystemError as exc:
-                reraise(exc)
+                self.masked(exc)
             if not more:
                 break
             messages.extend(more)
@@ -184,8 +185,10 @@ class Source:
         """Poll while every partition is paused (so the group keeps us); anything already
         fetched is rewound rather than handled."""
         self._has_broker()
-        with fatal_unmasked():
+        try:
             m = self.consumer.poll(timeout)
+        except SystemError as exc:
+            self.masked(exc)
         if m is not None:
             if m.error() is None:
                 self.seek(m.topic(), m.partition(), m.offset())
@@ -196,6 +199,15 @@ class Source:
         gone = self.watch.stuck()
         if gone is not None:
             raise FatalUnitError(f"the consumer had no broker for {gone:.0f} s (librdkafka#5301)")
+
+    def masked(self, exc: SystemError) -> NoReturn:
+        """A consumer call's SystemError: the fatal error it masks (`router.backends.kafka.fatal`)
+        ends the unit as a fatal message error does; any other is raised as it is."""
+        cause = unmasked(exc)
+        if isinstance(cause, KafkaException) and is_fatal(cause):
+            self.metrics.inc("kafka_errors")
+            raise FatalUnitError(f"fatal consumer error: {cause.args[0]}") from None
+        reraise(exc)
 
     def error(self, err: KafkaError) -> None:
         self.metrics.inc("kafka_errors")

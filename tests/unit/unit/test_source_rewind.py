@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from router.metrics.registry import Metrics
-from router.unit.source import Source
+from router.unit.source import FatalUnitError, Source
 
 
 class FakeConsumer:
@@ -65,9 +65,18 @@ class MaskingConsumer(FakeConsumer):
     consume = poll
 
 
-def test_a_fatal_consumer_error_masked_as_a_system_error_is_the_kafka_exception() -> None:
+def test_a_fatal_consumer_error_masked_as_a_system_error_ends_the_unit_as_itself() -> None:
     s = source(MaskingConsumer())
     for call in (lambda: s.poll(0.1), lambda: s.drain_paused(0.1)):
-        with pytest.raises(KafkaException) as raised:
+        with pytest.raises(FatalUnitError, match=r"fatal consumer error: .*fenced"):
             call()
-        assert raised.value.args[0].code() == KafkaError.FENCED_INSTANCE_ID
+    assert s.metrics.counters["kafka_errors"] == 2
+
+
+def test_a_system_error_that_masks_nothing_is_raised_as_it_is() -> None:
+    class Broken(FakeConsumer):
+        def poll(self, timeout: float = 0) -> None:
+            raise SystemError("something else")
+
+    with pytest.raises(SystemError, match="something else"):
+        source(Broken(refuse=0)).poll(0.1)
