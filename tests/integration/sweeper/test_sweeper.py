@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
-import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ops.harness.stack.pipeline import PipelineSpec
 from router.backends.redis.client import redis_client
@@ -19,6 +18,7 @@ from router.table.routing import RouteRequest
 from router.topology.side import table_for
 from tests.fixtures.factories import PipelineFactory, TopologyFactory
 from tests.fixtures.helpers import unique, wait_until
+from tests.fixtures.inprocess import FencedProducer
 
 
 def test_abandoned_group_is_swept_from_both_tables_with_an_event(pipeline: PipelineFactory) -> None:
@@ -220,28 +220,6 @@ def test_an_outage_longer_than_the_ttl_does_not_end_a_group(pipeline: PipelineFa
     ]
 
 
-class Fenced(Producer):  # type: ignore[misc]
-    """A transactional producer fenced by another of its ID (`knows`: it met the fence
-    already and failed fatally; else it meets it on its next request), that says when
-    it is destroyed."""
-
-    def __init__(self, bootstrap: str, topic: str, knows: bool) -> None:
-        txn = {"bootstrap.servers": bootstrap, "transactional.id": unique("t")}
-        super().__init__(txn)
-        self.init_transactions(30)
-        self.begin_transaction()
-        Producer(txn).init_transactions(30)
-        self.destroyed = threading.Event()
-        if knows:
-            self.produce(topic, b"fenced")  # never committed
-            with pytest.raises(KafkaException) as fenced:
-                self.flush(10)
-            assert fenced.value.args[0].fatal()
-
-    def __del__(self) -> None:
-        self.destroyed.set()
-
-
 def test_an_events_producer_that_failed_fatally_is_replaced(topology: TopologyFactory) -> None:
     """The sweeper's events producer fails fatally: the round fails, and the next rounds
     publish through a new producer; the outbox keeps its item until Kafka acknowledged the
@@ -256,7 +234,7 @@ def test_an_events_producer_that_failed_fatally_is_replaced(topology: TopologyFa
     client.rpush(table.keys.outbox, json.dumps(item))
 
     sweeper = Sweeper(s)
-    dead = Fenced(s.kafka.bootstrap_servers, s.topology.events_topic, knows=True)
+    dead = FencedProducer(s.kafka.bootstrap_servers, s.topology.events_topic, knows=True)
     destroyed = dead.destroyed
     sweeper._events.producer = dead
     del dead
@@ -286,7 +264,7 @@ def test_a_sweeper_whose_producer_fails_at_its_last_flush_still_stops_cleanly(
     and returns 0. Before, `run` raised the KafkaException and skipped the closes."""
     s = topology()
     sweeper = Sweeper(s)
-    fenced = Fenced(s.kafka.bootstrap_servers, s.topology.events_topic, knows=False)
+    fenced = FencedProducer(s.kafka.bootstrap_servers, s.topology.events_topic, knows=False)
     fenced.produce(s.topology.events_topic, b"queued")  # the flush meets the fence
     sweeper._events.producer = fenced
     del fenced

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 
 import redis
-from confluent_kafka import Producer
 
 from router.contract import events
 from router.sweeper.loop import Sweeper
@@ -19,7 +18,8 @@ from router.table import room
 from router.table.routing import RouteRequest
 from router.topology.side import table_for
 from tests.fixtures.factories import TopologyFactory
-from tests.fixtures.helpers import read_records, unique, wait_until
+from tests.fixtures.helpers import read_records, wait_until
+from tests.fixtures.inprocess import FencedProducer
 
 
 def test_a_wait_past_max_wait_is_reported_once_and_keeps_its_place(
@@ -100,13 +100,10 @@ def test_a_time_out_reported_while_the_events_producer_fails_is_published_later(
     table.settle("b2", [], [])
 
     sweeper = Sweeper(s, redis_client=redis_client)
-    txn = {"bootstrap.servers": s.kafka.bootstrap_servers, "transactional.id": unique("t")}
-    fenced = Producer(txn)
-    fenced.init_transactions(30)
-    fenced.begin_transaction()
-    Producer(txn).init_transactions(30)  # the same ID: `fenced` learns it on its next request
-    sweeper._events.producer = fenced
-    del fenced
+    # it learns of the fence in the round's flush
+    sweeper._events.producer = FencedProducer(
+        s.kafka.bootstrap_servers, s.topology.events_topic, knows=False
+    )
     runner = threading.Thread(target=sweeper.run, name="sweeper", daemon=True)
     runner.start()
     try:
