@@ -26,13 +26,13 @@ SIDES: tuple[Side, ...] = ("send", "receive")
 SCRIPT_COMMANDS = (
     *("get", "set", "incr", "hget", "hset", "hdel", "hexists", "hgetall", "hincrby", "hmget"),
     *("rpush", "smembers", "time", "zadd", "zcard", "zrange", "zrangebyscore", "zrem"),
-    *("zremrangebyscore", "zscore", "zrank"),
+    *("zremrangebyscore", "zscore", "zrank", "lrange", "ltrim"),
 )
 # Commands the Python side sends: the scripts by SHA (loaded on NOSCRIPT), table reads,
 # the sweeper's outbox, steering (router table drain/undrain), metrics publication and
 # reading, health checks, and the units' wait for replicas (redis.min_replica_acks).
 CLIENT_COMMANDS = (
-    *("evalsha", "script|load", "ping", "lrange", "ltrim", "sadd", "srem"),
+    *("evalsha", "script|load", "ping", "lrange", "sadd", "srem"),
     *("expire", "scan", "wait"),
 )
 # On a Redis Cluster (`redis.cluster_nodes`), what redis-py's cluster client asks every node

@@ -141,6 +141,7 @@ class Sweeper:
             self.horizons.close()
             self._publisher.maybe_publish(force=True)
             self.exporter.stop()
+            self._events.close()
         return 0
 
     def _round(self, work: Callable[[], object] | None = None) -> None:
@@ -156,7 +157,7 @@ class Sweeper:
             self.metrics.inc("redis_errors" if redis_error else "kafka_errors")
             log.warning("sweep round failed, retrying next round: %s", str(exc))
             replace = not redis_error and is_fatal(cast(KafkaException, exc))
-        if replace:
+        if replace and not self._stop.is_set():  # (not for the last flush)
             self._events.replace()
 
     def run_once(self) -> SweepReport:

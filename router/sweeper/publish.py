@@ -5,6 +5,7 @@ GroupWaitTimedOut events of the groups that waited too long in the room."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from confluent_kafka import Producer
 
@@ -14,7 +15,9 @@ from router.contract import events, schemas
 from router.metrics.registry import Metrics
 from router.table import room
 from router.table.routing import STOPPED, Swept
+from router.table.store.codec import outbox_item
 from router.table.store.management import ManagementTable, Side
+from router.table.store.outboxes import wait_item
 
 log = logging.getLogger("router.sweeper")
 
@@ -39,41 +42,22 @@ class EventsProducer:
         old, self.producer = [self.producer], Producer(self._config)
         clients.dispose_in_background(old)
 
+    def close(self) -> None:
+        """At the end: its handle destroyed off the caller's thread (librdkafka#5476)."""
+        clients.dispose_in_background([self.__dict__.pop("producer")])
+
 
 def outbox(producer: Producer, settings: RouterSettings, side: Side, table: ManagementTable) -> int:
     """Publish the outbox's AbandonedGroup events; drop the items only once Kafka
     acknowledged them (kept for the next round otherwise)."""
-    published = 0
-    topic = settings.topology.events_topic
-    while True:
-        items = table.outbox(500)
-        if not items:
-            return published
-        failures: list[str] = []
+    topology = settings.topology.name
 
-        def delivered(err: object, _msg: object, failures: list[str] = failures) -> None:
-            if err is not None:
-                failures.append(str(err))
+    def event(raw: bytes) -> tuple[bytes, bytes]:
+        swept = outbox_item(raw)
+        return swept.guarantee_id.encode(), abandoned(swept, side, topology)
 
-        for s in items:
-            producer.produce(
-                topic,
-                abandoned(s, side, settings.topology.name),
-                s.guarantee_id.encode(),
-                headers=[(schemas.SCHEMA_HEADER, events.ABANDONED_GROUP.encode())],
-                on_delivery=delivered,
-            )
-        remaining = producer.flush(BROKER_TIMEOUT_S)
-        if remaining or failures:
-            log.warning(
-                "abandoned-group events not acknowledged (%d pending, errors: %s); "
-                "kept in the outbox for the next round",
-                remaining,
-                failures[:3],
-            )
-            return published
-        table.ack_outbox(len(items))
-        published += len(items)
+    what, key = f"{side} table: abandoned-group events", table.keys.outbox
+    return _publish(producer, settings, table, key, events.ABANDONED_GROUP, what, event)
 
 
 def end_waits(
@@ -104,42 +88,70 @@ def end_waits(
             if outcome == room.WAIT
             else f"shared on {outcome}",
         )
-    metrics.inc("wait_timeouts", len(ended))
-    topic, topology = settings.topology.events_topic, settings.topology.name
-    while items := table.waits_out(500):
+    if ended:
+        metrics.inc("wait_timeouts", len(ended))
+    topology = settings.topology.name
+
+    def event(raw: bytes) -> tuple[bytes, bytes]:
+        now, max_wait_ms, outcome, gid = wait_item(raw)
+        value = events.group_wait_timed_out(
+            gid,
+            None if outcome in (STOPPED, room.WAIT) else outcome,
+            waiting=outcome == room.WAIT,
+            side=side,
+            topology=topology,
+            max_wait_ms=max_wait_ms,
+            now_ms=now,
+        )
+        return gid.encode(), value
+
+    what = f"{side} table: wait time-out events"
+    key = table.keys.waits_out
+    _publish(producer, settings, table, key, events.GROUP_WAIT_TIMED_OUT, what, event)
+    return len(ended)
+
+
+def _publish(
+    producer: Producer,
+    settings: RouterSettings,
+    table: ManagementTable,
+    key: str,
+    schema: str,
+    what: str,
+    event: Callable[[bytes], tuple[bytes, bytes]],
+) -> int:
+    """Publish an outbox list's events, 500 at a time; drop each batch once Kafka
+    acknowledged it (`OutboxTable.acked`: what another sweeper dropped meanwhile is left
+    to it). An item that cannot become an event is logged with its text and dropped."""
+    published = 0
+    topic, headers = settings.topology.events_topic, [(schemas.SCHEMA_HEADER, schema.encode())]
+    while items := table.items(key, 500):
         failures: list[str] = []
 
         def delivered(err: object, _msg: object, failures: list[str] = failures) -> None:
             if err is not None:
                 failures.append(str(err))
 
-        for now, outcome, gid in items:
-            producer.produce(
-                topic,
-                events.group_wait_timed_out(
-                    gid,
-                    None if outcome in (STOPPED, room.WAIT) else outcome,
-                    waiting=outcome == room.WAIT,
-                    side=side,
-                    topology=topology,
-                    max_wait_ms=r.max_wait_ms,
-                    now_ms=now,
-                ),
-                gid.encode(),
-                headers=[(schemas.SCHEMA_HEADER, events.GROUP_WAIT_TIMED_OUT.encode())],
-                on_delivery=delivered,
-            )
+        for raw in items:
+            try:
+                k, value = event(raw)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                log.error("%s: a malformed item dropped (%s): %r", what, exc, raw[:300])
+                continue
+            producer.produce(topic, value, k, headers=headers, on_delivery=delivered)
         remaining = producer.flush(BROKER_TIMEOUT_S)
         if remaining or failures:
             log.warning(
-                "wait time-out events not acknowledged (%d pending, errors: %s); "
-                "kept for the next round",
+                "%s not acknowledged (%d pending, errors: %s); kept for the next round",
+                what,
                 remaining,
                 failures[:3],
             )
             break
-        table.ack_waits_out(len(items))
-    return len(ended)
+        published += len(items)
+        if table.acked(key, items) < len(items):
+            break  # another sweeper dropped some: it goes on, this one in its next round
+    return published
 
 
 def abandoned(swept: Swept, side: str, topology: str) -> bytes:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 # keys that must be empty at rest, and those whose members carry an expiry (ms) as score
-EMPTY = ("entries", "room", "admitted", "closing", "outbox")
+EMPTY = ("entries", "room", "admitted", "closing", "outbox", "waits_out")
 LEASES = ("inflight", "parks")
 EXAMPLES = 3
 

@@ -16,8 +16,9 @@ from typing import Any
 from router.backends.redis.client import RedisClient
 from router.errors import ConfigError
 from router.table.routing import HELD, SKIPPED, Entry, Policy, RouteRequest, RouteResult, Swept
-from router.table.store.codec import Side, TableKeys, decode_entry, encode, outbox_item, script
+from router.table.store.codec import Side, TableKeys, decode_entry, encode, script
 from router.table.store.codec import text as _text
+from router.table.store.outboxes import OutboxTable
 from router.table.store.owners import FENCED, LaneFenced, OwnersTable
 from router.table.store.placement import SteerTable
 from router.table.store.room import RoomTable
@@ -32,7 +33,7 @@ CALL_REQUESTS = 2_000
 CALL_WORK = 20_000  # requests x destinations
 
 
-class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OwnersTable):
+class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OutboxTable, OwnersTable):
     """The Redis-backed table of one side. Every method is one round trip."""
 
     def __init__(
@@ -230,17 +231,6 @@ class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OwnersTa
         )
         now = int(out[0])
         return [Swept(_text(out[i]), decode_entry(out[i + 1]), now) for i in range(1, len(out), 2)]
-
-    # ------------------------------------------------------------------ outbox
-
-    def outbox(self, limit: int) -> list[Swept]:
-        """The oldest swept entries whose abandoned-group events are not yet published."""
-        return [outbox_item(raw) for raw in self._r.lrange(self.keys.outbox, 0, limit - 1)]
-
-    def ack_outbox(self, count: int) -> None:
-        """Drop the first `count` outbox items (their events are published)."""
-        if count > 0:
-            self._r.ltrim(self.keys.outbox, count, -1)
 
     # ------------------------------------------------------------------ reading
 

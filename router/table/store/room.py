@@ -48,20 +48,6 @@ class RoomTable(OwnersTable):
         )
         return int(out[0]), [(_text(out[i]), _text(out[i + 1])) for i in range(1, len(out), 2)]
 
-    def waits_out(self, limit: int) -> list[tuple[int, str, str]]:
-        """The oldest wait time-outs whose events Kafka has not acknowledged yet: (now on
-        the Redis clock, outcome as `room_timeout` returns it, gid)."""
-        out = []
-        for raw in self._r.lrange(self.keys.waits_out, 0, limit - 1):
-            now, outcome, gid = _text(raw).split("|", 2)
-            out.append((int(now), outcome, gid))
-        return out
-
-    def ack_waits_out(self, count: int) -> None:
-        """Drop the first `count` wait time-outs (their events are published)."""
-        if count > 0:
-            self._r.ltrim(self.keys.waits_out, count, -1)
-
     def expire_leases(self, now_ms: int | None = None) -> tuple[int, int]:
         """End the in-flight and park leases that expired (Redis clock unless `now_ms`)
         and admit waiting groups to the destinations that became clean, as a route call

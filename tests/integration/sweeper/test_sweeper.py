@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ops.harness.stack.pipeline import PipelineSpec
@@ -271,4 +272,34 @@ def test_a_sweeper_whose_producer_fails_at_its_last_flush_still_stops_cleanly(
     sweeper.request_stop()
     assert sweeper.run() == 0
     assert sweeper.metrics.counters["kafka_errors"] == 1
-    assert sweeper.metrics.counters["producer_restarts"] == 1
+    assert sweeper.metrics.counters["producer_restarts"] == 0  # none made to be thrown away
+
+
+def test_an_outbox_item_that_cannot_become_an_event_is_logged_and_dropped(
+    topology: TopologyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One malformed item (a foreign write, say) among good ones: the good ones are
+    published, the bad one is dropped with its text in an error; the round goes on to the
+    other outbox and table. Before, its ValueError ended the sweeper, at every start."""
+    s = topology()
+    client = redis_client(s.redis)
+    send, receive = table_for(s, "send", client), table_for(s, "receive", client)
+
+    def item(gid: str) -> str:
+        return json.dumps({"e": "0|1000|2000|1000||x/0", "t": 3000, "g": gid})
+
+    client.rpush(send.keys.outbox, item("first"), "garbage", item("second"))
+    client.rpush(send.keys.waits_out, "not|a number|!w|g")
+    client.rpush(receive.keys.outbox, item("third"))
+    report = Sweeper(s).run_once()
+    assert report.published == 4  # read and done with: three events and the bad item
+    for t in (send, receive):
+        assert t.items(t.keys.outbox, 10) == [] and t.items(t.keys.waits_out, 10) == []
+    published = [
+        schemas.decode(ABANDONED_GROUP, value)["guarantee_id"]
+        for _, value, _ in _records(s.kafka.bootstrap_servers, s.topology.events_topic)
+    ]
+    assert sorted(published) == ["first", "second", "third"]
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("malformed item dropped" in e and "garbage" in e for e in errors), errors
+    assert any("malformed item dropped" in e and "not|a number" in e for e in errors), errors

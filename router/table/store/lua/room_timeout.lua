@@ -3,7 +3,8 @@
 -- KEYS: 1 entries  2 load  3 cursor  4 room  5 parks  6 admitted  7 stats  8 deadlines
 --       9 draining (skipped when sharing, router/table/placement.py)  10 waited (string: the
 --       wait start up to which policy 'report' reported time-outs)  11 waits_out (list:
---       each time-out's event, "<now>|<outcome>|<gid>", until Kafka acknowledged it)
+--       each time-out's event, "<now>|<max wait>|<outcome>|<gid>", until Kafka
+--       acknowledged it: router/table/store/outboxes.py)
 -- ARGV: 1 now in ms, or '' for the Redis server clock  2 max wait ms
 --       3 policy: 'report' (each group once, and it keeps waiting: nothing changes but
 --       the mark), 'share' (admit to the least-loaded destination, even busy: counted as
@@ -32,7 +33,7 @@ local cutoff = string.format('%.0f', now - tonumber(ARGV[2]))
 local function told(gid, outcome)
   out[#out + 1] = gid
   out[#out + 1] = outcome
-  redis.call('RPUSH', K_WAITS_OUT, out[1] .. '|' .. outcome .. '|' .. gid)
+  redis.call('RPUSH', K_WAITS_OUT, out[1] .. '|' .. ARGV[2] .. '|' .. outcome .. '|' .. gid)
 end
 if ARGV[3] == 'report' then  -- the newly overdue only: each wait start once
   local upto = redis.call('GET', K_WAITED)
