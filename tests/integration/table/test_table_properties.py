@@ -506,6 +506,11 @@ def make_table_machine(redis_url: str) -> type[RuleBasedStateMachine]:
             for gid, outcome in actual:
                 if outcome not in (STOPPED, room.WAIT):
                     self.assigned.setdefault(gid, outcome)
+            # Every time-out waits in the waits outbox for its event, as the sweeper read it.
+            key = self.table.keys.waits_out
+            waiting = self.table.waits_out(1000)
+            assert waiting == [(now, max_wait, o, g) for g, o in actual]
+            assert self.table.acked(key, self.table.items(key, 1000)) == len(actual)
 
         @precondition(lambda self: self.table is not None)
         @rule(gid=st.sampled_from(GIDS), data=st.data(), ttl=st.sampled_from(TTLS))
