@@ -6,7 +6,10 @@ serves another callback in the same call (a log line to the clients' `logger`, a
 `flush` that goes on past the error does), Python runs it with that exception pending, and
 the call ends in `SystemError: <class 'logging.LogRecord'> returned a result with an
 exception set`, the KafkaException its `__cause__`. A send unit took that for a crash and
-exited 1 in a chaos run (2026-12-02) instead of replacing its producer.
+exited 1 in a chaos run (2026-12-02) instead of replacing its producer. If the callback
+served after it is a delivery report's, the exception may be lost instead: the call ends in
+`SystemError: ... returned NULL without setting an exception`, with no cause; that is taken
+as a fatal error of the client too (a `_FATAL` KafkaException), so the client is replaced.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from typing import NoReturn, cast
 
 from confluent_kafka import KafkaError, KafkaException
 
+# What CPython says of a C call that failed without an exception: confluent-kafka's, when the
+# fatal error its error callback set was cleared by a delivery callback served after it in
+# the same call (seen in a `flush`, 2026-12-02).
+LOST = "returned NULL without setting an exception"
+
 
 def unmasked(exc: BaseException) -> BaseException:
     """The KafkaException a SystemError of confluent-kafka's masks, else `exc`. The
@@ -26,6 +34,12 @@ def unmasked(exc: BaseException) -> BaseException:
     if isinstance(exc, SystemError) and isinstance(cause, KafkaException):
         exc.__traceback__ = exc.__cause__ = exc.__context__ = None
         return cast(BaseException, cause)
+    if isinstance(exc, SystemError) and cause is None and LOST in str(exc):
+        # A callback's exception (the fatal error's, or a delivery callback's raised after
+        # it) was lost on the way: the client is in no known state; as fatal.
+        why = f"the client's error was lost in confluent-kafka ({exc})"
+        exc.__traceback__ = exc.__context__ = None
+        return cast(BaseException, KafkaException(KafkaError(KafkaError._FATAL, why, fatal=True)))
     return exc
 
 

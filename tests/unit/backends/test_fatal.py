@@ -103,3 +103,16 @@ def test_only_a_fatal_error_or_a_call_after_one_is_fatal() -> None:
     assert is_fatal(KafkaException(KafkaError(KafkaError._FATAL, "after")))
     assert not is_fatal(KafkaException(KafkaError(KafkaError._TIMED_OUT, "t")))
     assert not is_fatal(KafkaException("no KafkaError"))
+
+
+def test_a_call_that_lost_its_error_is_a_fatal_error_of_the_client() -> None:
+    """Seen in a fenced producer's flush that served a delivery report after the fatal
+    error: the error was lost, and the call failed with no exception of its own."""
+    lost = SystemError(
+        "<method 'flush' of 'cimpl.Producer' objects> returned NULL without setting an exception"
+    )
+    with pytest.raises(KafkaException) as raised, fatal_unmasked():
+        raise lost
+    assert is_fatal(raised.value) and "lost in confluent-kafka" in str(raised.value)
+    other = SystemError("something else")
+    assert unmasked(other) is other
