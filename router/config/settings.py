@@ -66,6 +66,10 @@ class RoutingSettings(_Section):
     # one lane's ordinary messages do not fence another lane's next group into the room
     # (router/table/choice.py `home`). False: the rotating cursor alone breaks ties.
     lane_homes: bool = True
+    # A unit remembers its groups whose entry the route script would leave as it is, and
+    # decides their plain members without sending them (router/table/store/memory.py;
+    # docs/explanation/routing.md). False: every message is sent to Redis.
+    remember_groups: bool = True
     # Partitions of each side's room topic: a group's parked messages stay on one.
     room_partitions: int = Field(4, ge=1, le=256)
     # A group waiting longer than this (0: no limit) gets a GroupWaitTimedOut event (and the

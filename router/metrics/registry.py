@@ -39,6 +39,8 @@ MetricName = Literal[
     "batches",
     "redis_round_trips",
     "redis_errors",
+    "remembered",  # members decided from the unit's memory of its groups, not sent to Redis
+    "memory_stale",  # route calls refused because that memory no longer held (then resent)
     "replica_acks_missing",  # batches not forwarded: too few Redis replicas held their writes
     "kafka_errors",
     "txn_commits",

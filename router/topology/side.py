@@ -73,6 +73,7 @@ def table_for(
         routing.max_staged_messages,
         writer_idle_s=settings.sweeper.writer_idle_s,
         homes=homes(settings, side, cell),
+        remember=routing.remember_groups,
     )
 
 

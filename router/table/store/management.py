@@ -9,31 +9,29 @@ All keys of a table share one Redis Cluster hash slot: `<prefix>:{<topology>:<si
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from router.backends.redis.client import RedisClient
 from router.errors import ConfigError
-from router.table.routing import HELD, SKIPPED, Entry, Policy, RouteRequest, RouteResult, Swept
-from router.table.store.codec import Side, TableKeys, decode_entry, encode, script
+from router.table.routing import Entry, Policy, Swept
+from router.table.store.codec import Side, TableKeys, decode_entry, script
 from router.table.store.codec import text as _text
+from router.table.store.memory import GroupMemory
 from router.table.store.outboxes import OutboxTable
-from router.table.store.owners import FENCED, LaneFenced, OwnersTable
+from router.table.store.owners import OwnersTable
 from router.table.store.placement import SteerTable
 from router.table.store.room import RoomTable
+from router.table.store.routecalls import CALL_REQUESTS, CALL_WORK, RouteCalls
 from router.table.store.settling import SettleTable
 from router.table.store.writers import WRITER_IDLE_S, WritersTable
 
 __all__ = ["CALL_REQUESTS", "CALL_WORK", "ManagementTable", "Side", "TableKeys"]
 
-# Bounds on one route call's work (Redis runs one script at a time, for every unit): a
-# batch larger than this is routed in several calls.
-CALL_REQUESTS = 2_000
-CALL_WORK = 20_000  # requests x destinations
 
-
-class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OutboxTable, OwnersTable):
+class ManagementTable(
+    RouteCalls, SettleTable, RoomTable, SteerTable, WritersTable, OutboxTable, OwnersTable
+):
     """The Redis-backed table of one side. Every method is one round trip."""
 
     def __init__(
@@ -46,6 +44,7 @@ class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OutboxTa
         max_staged: int = 10_000,
         writer_idle_s: int = WRITER_IDLE_S,
         homes: int = 0,
+        remember: bool = True,
     ) -> None:
         if not destinations:
             raise ConfigError("a management table needs at least one destination")
@@ -61,6 +60,9 @@ class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OutboxTa
         self.max_staged = max_staged
         self.homes = homes  # lanes' home destinations: 0 off (router.table.choice.home)
         self.writer_idle_s = writer_idle_s
+        # the plain members of this caller's groups decided without Redis, on lanes it
+        # claimed (router.table.store.memory); None: every message sent
+        self.memory = GroupMemory() if remember else None
         self._route = self._r.register_script(script("route"))
         self._settle = self._r.register_script(script("settle"))
         self._sweep = self._r.register_script(script("sweep"))
@@ -81,121 +83,6 @@ class ManagementTable(SettleTable, RoomTable, SteerTable, WritersTable, OutboxTa
             " done_at draining owners"
         )
         self._dests: list[str | int] = [len(self.destinations), *self.destinations]
-
-    # ------------------------------------------------------------------ routing
-
-    def route(
-        self,
-        requests: Sequence[RouteRequest],
-        now_ms: int | None = None,
-        batch: str = "batch",
-        carried: Sequence[tuple[str, str]] = (),
-        earlier: Sequence[str] = (),
-    ) -> RouteResult:
-        """Decide a destination for every request of a batch: one round trip per chunk
-        of `chunk_size` requests, so that no call blocks Redis for long. `carried`: finals
-        (gid, token) the caller routed in its `earlier` batches, whose transactions commit
-        before this batch's records are written: their groups, if not released yet, free
-        their destinations for this batch as a final routed in it would (a new group of
-        the final's lane may follow it there; `router.table.model`). A chunk carries the
-        finals its batch routed in the chunks before it."""
-        if "|" in batch:
-            raise ValueError(f"a batch ID may not contain '|': {batch!r}")
-        if not requests:
-            return RouteResult([], 0, 0, 0)
-        for r in requests:
-            if r.targets and not set(r.targets) <= set(self.destinations):
-                raise ValueError(f"multicast to unknown destinations: {r.targets}")
-        size = self.chunk_size
-        if len(requests) <= size:
-            return self._route_chunk(requests, now_ms, batch, carried, earlier)
-        carry = list(carried)
-        dests = set(self.destinations)
-        # A lane held in one chunk stays held for the rest of the batch.
-        decisions: list[str] = []
-        counts = [0] * 5
-        held: set[str] = set()
-        for start in range(0, len(requests), size):
-            chunk = requests[start : start + size]
-            sent = [r for r in chunk if r.lane not in held]
-            result = (
-                self._route_chunk(sent, now_ms, batch, carry, earlier)
-                if sent
-                else RouteResult([], 0, 0, 0)
-            )
-            got = iter(result.decisions)
-            for r in chunk:
-                d = next(got) if r.lane not in held else SKIPPED
-                if d == HELD:
-                    held.add(r.lane)
-                elif r.final and r.guarantee_id is not None and d in dests:
-                    carry.append((r.guarantee_id, r.token))
-                decisions.append(d)
-            res = result
-            for i, n in enumerate((res.shared, res.held, res.created, res.stopped, res.orphans)):
-                counts[i] += n
-        return RouteResult(decisions, *counts)
-
-    @property
-    def chunk_size(self) -> int:
-        """Requests per route call: at most CALL_REQUESTS, and at most CALL_WORK
-        request x destination steps (choosing a destination looks at every one)."""
-        return max(1, min(CALL_REQUESTS, CALL_WORK // len(self.destinations)))
-
-    def _route_chunk(
-        self,
-        requests: Sequence[RouteRequest],
-        now_ms: int | None,
-        batch: str,
-        carried: Sequence[tuple[str, str]] = (),
-        earlier: Sequence[str] = (),
-    ) -> RouteResult:
-        args = self.head_args(batch, now_ms, carried, earlier, {r.lane for r in requests})
-        encoded = [encode(r) for r in requests]
-        for column in range(3):  # the script reads the messages' values in three columns
-            args += [e[column] for e in encoded]
-        out = self._route(keys=self._route_keys, args=args)
-        if int(out[0]) == FENCED:
-            raise LaneFenced(_text(out[1]))
-        if int(out[6]):
-            self.resets += 1
-        self.epoch = _text(out[5])
-        self.writes = int(out[7])  # this caller's own last write: what it checks next
-        self._routed_at = time.monotonic()
-        return RouteResult(
-            [d.decode("utf-8") if isinstance(d, bytes) else d for d in out[8:]],  # per message
-            int(out[0]),
-            int(out[1]),
-            int(out[2]),
-            int(out[3]),
-            int(out[4]),
-        )
-
-    def head_args(
-        self,
-        batch: str,
-        now_ms: int | None = None,
-        carried: Sequence[tuple[str, str]] = (),
-        earlier: Sequence[str] = (),
-        lanes: Iterable[str] = (),
-    ) -> list[Any]:
-        """The leading arguments of the route script; `encode` gives 3 per message.
-        `lanes`: those the call speaks for, fenced by this caller's claims on them."""
-        tail: list[Any] = [len(carried)]
-        for gid, token in carried:
-            tail += (gid, token)
-        tail += (len(earlier), *earlier)
-        tail += self.fences(lanes)
-        return [
-            "" if now_ms is None else now_ms,
-            f"{self.policy}:{self.max_staged}:{self.homes}",
-            batch,
-            self.lease_ms,
-            self.epoch,
-            f"{self.seen_writes()}:{self.writer}",
-            *self._dests,
-            *tail,
-        ]
 
     def sweep(
         self, limit: int, now_ms: int | None = None, horizon_ms: int | None = None

@@ -141,6 +141,8 @@ class TableRoute:
             self.faults.freeze("before_route")
         table = self.table
         epoch, resets = table.epoch, table.resets
+        memory = getattr(table, "memory", None)  # (a table without one: tools, tests)
+        decided, stale = (memory.decided, memory.stale) if memory is not None else (0, 0)
         batch.routed_at = time.monotonic()
         t0 = time.perf_counter_ns()
         try:
@@ -167,6 +169,9 @@ class TableRoute:
             rtt_ns = time.perf_counter_ns() - t0
             metrics.inc("route_us", rtt_ns // 1000)
             metrics.observe("redis_rtt_seconds", rtt_ns / 1e9)
+        if memory is not None:
+            metrics.inc("remembered", memory.decided - decided)
+            metrics.inc("memory_stale", memory.stale - stale)
         metrics.inc("busy_shared", result.shared)
         metrics.inc("busy_held", result.held)
         metrics.inc("orphans", result.orphans)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from router.table import room
 from router.table.routing import HELD
-from router.table.store import management
+from router.table.store import routecalls
 from tests.fixtures.tablepair import req
 
 
@@ -68,7 +68,7 @@ def test_an_id_reused_after_a_carried_final_waits_for_its_release(both) -> None:
 def test_a_chunked_batch_carries_its_earlier_chunks_finals(both, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """One batch routed in several calls (`CALL_REQUESTS`): a call sees the finals of the
     calls before it, as one call would."""
-    monkeypatch.setattr(management, "CALL_REQUESTS", 2)
+    monkeypatch.setattr(routecalls, "CALL_REQUESTS", 2)
     b = both(["d0"])
     assert b.table.chunk_size == 2
     requests = [

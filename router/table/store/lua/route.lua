@@ -26,7 +26,10 @@
 --       earlier batch IDs of the caller (whose ordinary messages land before this batch's
 --       records: they fence nothing for it), then the IDs; then n lanes the caller claimed
 --       (router/table/store/owners.py), then pairs of lane, the caller's claim token;
---       then 3 values per message, in three columns (every message's first, then every
+--       then n messages of the batch the caller decided from its memory of its groups
+--       (router/table/store/memory.py: not sent), and if n > 0 the table's generation the
+--       caller last saw, then n TTLs, then pairs of TTL, the update time this call's step
+--       gives it (as the caller remembered it); then 3 values per message, in three columns (every message's first, then every
 --       one's second, then third; router/table/store/codec.py `encode`): guarantee ID
 --       ('' = ordinary); its kind, "<flags>|<TTL ms>|<lane (source partition)>", which
 --       repeats from message to message (read once per distinct kind: `kindof`); its
@@ -43,8 +46,15 @@
 --       its destination (ignored with 'l').
 -- Returns: {-1, lane} if a lane's claim token is older than the lane's latest claim (the
 --          caller lost the lane: nothing changed), else
+--          {-2} if the caller's memory no longer holds (`stale`, below: nothing changed;
+--          the caller forgets and calls again with every message), else
 --          {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
---          ...}; a decision is a destination name, '!h' (held), '!s' (skipped: its lane
+--          ..., decision_n, remembered, generation, now}: remembered lists (comma-separated,
+--          from 0) the messages after which their group's entry is open on their lane at
+--          this step's update time, written by nothing but `same` would leave as it is
+--          (`same`, `fast` and a new group's one message, none a final); generation is
+--          the table's (stats 'generation': +1 at every operator's release or eviction);
+--          now the time this call used. A decision is a destination name, '!h' (held), '!s' (skipped: its lane
 --          is held), '!p' (parked: its group is stopped), '!P<dest>' (the message that
 --          stopped its group, which was on <dest>), '!o' (orphan: a continuation
 --          without an entry), '!n' (a close marker for an unknown group: ignored), '!x'
@@ -164,6 +174,32 @@ end
 base = base + 1
 local fenced_by = fenced_lane(K_OWNERS, fences)
 if fenced_by then return { -1, fenced_by } end
+-- The caller's memory of its groups (router/table/store/memory.py): the plain members of
+-- groups it saw in the form `same` reads, on lanes it still holds (the fence above), at
+-- the generation and the steps it names. It decided them as `same` would, if nothing
+-- changed those entries since: the table was not lost (epoch, writes), no operator's
+-- release or eviction removed an entry (generation), no sweep removed one at a later time
+-- than this call's (Redis's clock went back: swept_at), and this call's step of each TTL is
+-- the one remembered. Otherwise nothing is changed (read only, so far).
+local remembered = tonumber(ARGV[base + 1])
+base = base + 1
+if remembered > 0 then
+  local gen, swept_at = unpack(redis.call('HMGET', K_STATS, 'generation', 'swept_at'))
+  local stale = redis.call('GET', K_EPOCH) ~= seen_epoch or (gen or '0') ~= ARGV[base + 1]
+    or (tonumber(swept_at) or 0) >= now
+  if not stale then
+    local w = tonumber(redis.call('GET', K_WRITES) or '0')
+    local mine = tonumber(string.match(redis.call('HGET', K_WRITERS, writer) or '', '^(%d*)'))
+    stale = not seen_writes or w + 1 <= seen_writes or mine == nil or mine < seen_writes
+  end
+  local nttl = tonumber(ARGV[base + 2])
+  base = base + 2
+  for _ = 1, nttl do
+    if num(updated_at(now, tonumber(ARGV[base + 1]))) ~= ARGV[base + 2] then stale = true end
+    base = base + 2
+  end
+  if stale then return { -2 } end
+end
 
 -- Leases that ended (their unit died) no longer fence; a destination they made clean
 -- goes to the oldest waiting group first.
@@ -489,6 +525,7 @@ local function up_s(ttl)
 end
 local dirty = {}
 local function touch(gid) dirty[gid] = true end
+local mem = {}  -- messages after which their entry is as `same` reads it (the reply's remembered)
 -- The waiting room: groups that join it, and the groups this batch parks (park leases).
 local joined, parked = {}, {}
 -- A replay of an aborted batch (router/table/room.py `replayed`): its park was counted.
@@ -644,8 +681,12 @@ for m = 0, nmsg - 1 do
     -- call, goes to the general path, which decodes it once)
     if not F.f then  -- a member that writes nothing (`same`)
       decision = same(v, K)
+      if decision ~= nil then mem[#mem + 1] = m end
     end
-    if decision == nil and fast(gid, K, v, pos, F.f) then decision = fast_dest end
+    if decision == nil and fast(gid, K, v, pos, F.f) then
+      decision = fast_dest
+      if not F.f then mem[#mem + 1] = m end
+    end
   end
   if decision == nil and (gid ~= '' or F.m or (wait and has(flags, 'g'))) then
     token, lane_seq, lane_seq_s = unpos(pos, seq)
@@ -869,7 +910,7 @@ for m = 0, nmsg - 1 do
             if lane_seq_s then head = head .. '|open|0|-1|||' .. lane_seq_s end
             cache[gid] = head
             fast_ttl[gid] = ttl
-            if c ~= '' then fast_closed[gid] = true end
+            if c ~= '' then fast_closed[gid] = true else mem[#mem + 1] = m end
           end
           load[decision] = load[decision] + 1
           out[3] = out[3] + 1
@@ -958,10 +999,13 @@ if cursor ~= cursor0 then redis.call('SET', K_CURSOR, cursor) end
 if #marks > 0 then redis.call('ZADD', K_INFLIGHT, unpack(marks)) end
 for gid in pairs(joined) do redis.call('ZADD', K_ROOM, now_s, gid) end
 for gid in pairs(parked) do redis.call('ZADD', K_PARKS, lease_s, batch .. '|' .. gid) end
-redis.call('HINCRBY', K_STATS, 'messages', nmsg)
+redis.call('HINCRBY', K_STATS, 'messages', nmsg + remembered)
 if all_draining then redis.call('HINCRBY', K_STATS, 'drain_ignored', 1) end
 local counters = { 'shared', 'held', 'created', 'stopped', 'orphans' }
 for i = 1, 5 do
   if out[i] > 0 then redis.call('HINCRBY', K_STATS, counters[i], out[i]) end
 end
+out[9 + nmsg] = table.concat(mem, ',')
+out[10 + nmsg] = redis.call('HGET', K_STATS, 'generation') or '0'
+out[11 + nmsg] = now_s
 return out

@@ -23,7 +23,8 @@
 -- An entry is removed only if it is still closing with that same token: a group whose ID
 -- was reused after its final (the mark cleared or replaced) is left alone. The token '*'
 -- (an operator's `router table release`) removes the entry whatever its state, and
--- '@<dest>' (an operator's `router table evict`) any entry on that destination. The token
+-- '@<dest>' (an operator's `router table evict`) any entry on that destination (either
+-- moves the table's generation on: stats 'generation'). The token
 -- '!stop' (a group this batch stopped) frees a stopped group's destination and keeps its
 -- entry, without a destination, so that its later messages are still parked.
 -- Returns: {the number of entries released, the room lane whose claim fenced the drains
@@ -68,6 +69,9 @@ end
 -- call per key (and a destination's load in one HINCRBY), as releasing them one by one
 -- would: a group is released at most once, a later final of it finds no entry.
 local released = 0
+-- An operator's release or eviction removed an entry: the table's generation moves on, so
+-- that no unit decides a member from its memory of that group (route.lua `remembered`).
+local by_operator = false
 local nfin = count()
 local ents = {}  -- gid -> its entry (decoded once), or false: none, or released here
 for s = 1, nfin, 1000 do
@@ -107,6 +111,7 @@ for _ = 1, nfin do
         if e.state == 'admitted' then redis.call('HSET', K_ADMITTED, gid, '!') end
       end
     elseif e.closing == token or token == '*' or token == '@' .. e.dest then
+      if token == '*' or string.sub(token, 1, 1) == '@' then by_operator = true end
       gone[#gone + 1] = gid
       ents[gid] = false
       if e.dest ~= '!' then unloads[e.dest] = (unloads[e.dest] or 0) + 1 end
@@ -201,4 +206,5 @@ if #dests > 0 then
   admit(K_ROOM, K_ENTRIES, K_LOAD, K_CURSOR, K_INFLIGHT, K_ADMITTED, dests, K_DRAINING)
 end
 if released > 0 then redis.call('HINCRBY', K_STATS, 'released', released) end
+if by_operator then redis.call('HINCRBY', K_STATS, 'generation', 1) end
 return { released, fenced_by or '' }

@@ -84,6 +84,13 @@ for _, gid in ipairs(ids) do
   end
 end
 if #ids > 0 then redis.call('HINCRBY', K_STATS, 'swept', (#out - 1) / 2) end
+if #out > 1 then
+  -- An entry a unit remembers is past its deadline only a TTL after the step it names, so
+  -- only a call whose time went back before this sweep's could still use it: route.lua
+  -- refuses such a call (`remembered`).
+  local at = tonumber(redis.call('HGET', K_STATS, 'swept_at') or '0')
+  if now > at then redis.call('HSET', K_STATS, 'swept_at', snow) end
+end
 for _, g in ipairs(redis.call('ZRANGEBYSCORE', K_DONE_AT, '-inf', '(' .. string.format('%.0f', bound),
     'LIMIT', 0, tonumber(ARGV[2]))) do
   redis.call('HDEL', K_DONE, g)
