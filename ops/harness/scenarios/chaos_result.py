@@ -30,6 +30,7 @@ class ChaosResult:
     faults: dict[str, tuple[int, int]] = field(default_factory=dict)
     # both sides' tables once every unit stopped (ops.harness.verdict.rest); empty: not read
     rest: list[RestReport] = field(default_factory=list)
+    remembered: dict[str, int] = field(default_factory=dict)  # (router counters) per side
 
     @property
     def kills(self) -> int:
@@ -84,6 +85,13 @@ def summary_rows(result: ChaosResult) -> list[SummaryItem]:
         Row("split groups", f"{r.split_groups}"),
         *qos_rows(r),
         *interleaving_rows(r, result.shared),
+        Row(
+            "remembered (router)",
+            f"send {result.remembered.get('send', 0)}, "
+            f"receive {result.remembered.get('receive', 0)}",
+            "(members decided from the units' memory of their groups; router counters)",
+            width=22,
+        ),
         Row(
             "unit deaths",
             f"{result.kills}",

@@ -386,6 +386,7 @@ def run_chaos(
             supervisor.pauses,
             supervisor.net_faults,
         )
+        result.remembered = pipeline.remembered()
         result.rest, _ = tables_at_rest(pipeline.settings)
         if not all(x.clean for x in result.rest):
             dump_tables(pipeline.settings, run_dir / "tables-at-rest.json")

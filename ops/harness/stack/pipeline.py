@@ -307,6 +307,11 @@ class Pipeline:
         verdict (never part of one)."""
         return {side: stats.get("shared", 0) for side, stats in self.table_stats().items()}
 
+    def remembered(self) -> dict[str, int]:
+        """Members the units decided from their memory of their groups, per side: the
+        tables' own counters, to explain (never part of a verdict)."""
+        return {side: stats.get("remembered", 0) for side, stats in self.table_stats().items()}
+
     def unit_metrics(self) -> dict[str, dict[str, int]]:
         """Counters summed per role over every process that published them."""
         client = redis_client(self.settings.redis)

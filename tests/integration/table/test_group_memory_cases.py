@@ -50,6 +50,7 @@ def state(t: ManagementTable) -> dict[str, Any]:
         out[name] = r.hgetall(getattr(t.keys, name))
     for name in ("deadlines", "closing", "room", "inflight"):
         out[name] = r.zrange(getattr(t.keys, name), 0, -1, withscores=True)
+    out["stats"].pop(b"remembered", None)  # (counts what the memory decided)
     out["cursor"] = r.get(t.keys.cursor)
     return out
 
@@ -162,6 +163,7 @@ def test_a_sweep_then_redis_clock_back_into_the_remembered_step(
     route_both(pair, [RouteRequest("G", False, ttl, f"{LANE}/1", LANE)], now_ms=now, batch="b1")
     route_both(pair, [member("G", 2)], now_ms=now + 1, batch="b2")  # remembered since b1
     assert a.memory is not None and a.memory.decided == 1
+    assert a.stats()["remembered"] == 1 and a.stats()["messages"] == b.stats()["messages"] == 2
     later = now + 2 * ttl
     assert [[s.guarantee_id for s in t.sweep(10, later, later)] for t in pair] == [["G"], ["G"]]
     assert route_both(pair, [member("G", 3)], now_ms=now + 2, batch="b3") == ["!o"]

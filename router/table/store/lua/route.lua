@@ -46,6 +46,7 @@
 --       its destination (ignored with 'l').
 -- Returns: {-1, lane} if a lane's claim token is older than the lane's latest claim (the
 --          caller lost the lane: nothing changed), else
+--          (stats 'remembered' counts the messages callers decided from their memory)
 --          {-2} if the caller's memory no longer holds (`stale`, below: nothing changed;
 --          the caller forgets and calls again with every message), else
 --          {shared, held, created, stopped, orphans, epoch, reset, writes, decision_1,
@@ -1000,6 +1001,7 @@ if #marks > 0 then redis.call('ZADD', K_INFLIGHT, unpack(marks)) end
 for gid in pairs(joined) do redis.call('ZADD', K_ROOM, now_s, gid) end
 for gid in pairs(parked) do redis.call('ZADD', K_PARKS, lease_s, batch .. '|' .. gid) end
 redis.call('HINCRBY', K_STATS, 'messages', nmsg + remembered)
+if remembered > 0 then redis.call('HINCRBY', K_STATS, 'remembered', remembered) end
 if all_draining then redis.call('HINCRBY', K_STATS, 'drain_ignored', 1) end
 local counters = { 'shared', 'held', 'created', 'stopped', 'orphans' }
 for i = 1, 5 do
